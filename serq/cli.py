@@ -1,0 +1,132 @@
+"""The command line: argument parsing only; everything else is the API (architecture)."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from serq import api
+from serq.diagnostics import SerqError
+from serq.ir import model as I
+from serq.lang.lower.inputs import UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # usage errors exit 2
+        self.print_usage(sys.stderr)
+        print(f"serq: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _number(text: str, what: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise UsageError(f"{what}: {text!r} is not a number") from None
+    if math.isnan(v):
+        raise UsageError(f"{what}: NaN is not a value")
+    return v
+
+
+def _binding(text: str) -> tuple[str, float]:
+    if "=" not in text:
+        raise UsageError(f"an input is NAME=VALUE, not {text!r}")
+    name, val = text.split("=", 1)
+    name = name.strip()
+    if not name:
+        raise UsageError(f"an input is NAME=VALUE, not {text!r}")
+    return name, _number(val.strip(), f"input {name}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="serq", description="serQ: a serving deployment as a program")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    def inputs(sp):
+        sp.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="supply an input")
+        sp.add_argument("--instance", metavar="FILE.json", help="an instance file: inputs and settings")
+        sp.add_argument("rest", nargs="*", metavar="-- NAME=VALUE", help="inputs after --")
+
+    c = sub.add_parser("check", help="parse and link only; exit 1 with diagnostics")
+    c.add_argument("file")
+    inputs(c)
+    ir = sub.add_parser("ir", help="print the resolved kernel IR as JSON")
+    ir.add_argument("file")
+    ir.add_argument("--seed", default="1")
+    ir.add_argument("--horizon")
+    ir.add_argument("--warmup", default="0")
+    ir.add_argument("--arrivals")
+    ir.add_argument("--schema", action="store_true", help="print the IR's JSON Schema instead")
+    inputs(ir)
+    return p
+
+
+def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
+    supplied: dict[str, float] = {}
+    for k, v in (inst.get("inputs") or {}).items():
+        supplied[k] = float(v)
+    for b in list(getattr(args, "set", [])) + list(getattr(args, "rest", [])):
+        n, v = _binding(b)
+        supplied[n] = v
+    seed = getattr(args, "seed", None)
+    seed = inst.get("seed", 1) if seed in (None, "1") and "seed" in inst else seed
+    s = {}
+    if seed is not None:
+        sv = _number(str(seed), "--seed")
+        if sv < 0 or sv != math.floor(sv) or math.isinf(sv):
+            raise UsageError("--seed is a nonnegative integer")
+        s["seed"] = int(sv)
+    hz = getattr(args, "horizon", None) or inst.get("horizon")
+    if hz is not None:
+        hv = _number(str(hz), "--horizon")
+        if not hv > 0:
+            raise UsageError("--horizon is a positive time")
+        s["horizon"] = hv
+    wu = getattr(args, "warmup", None)
+    wu = inst.get("warmup", wu) if wu in (None, "0") else wu
+    if wu is not None:
+        wv = _number(str(wu), "--warmup")
+        if wv < 0 or math.isinf(wv):
+            raise UsageError("--warmup is a nonnegative, finite time")
+        s["warmup"] = wv
+    ar = getattr(args, "arrivals", None) or inst.get("arrivals")
+    if ar is not None:
+        av = _number(str(ar), "--arrivals")
+        if av < 1 or av != math.floor(av) or math.isinf(av):
+            raise UsageError("--arrivals is a positive integer")
+        s["arrivals"] = int(av)
+    return supplied, I.Settings(**s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = _parser().parse_args(argv)
+        inst = api.parse_instance(args.instance) if getattr(args, "instance", None) else {}
+        supplied, settings = settings_from(args, inst)
+        if args.cmd == "ir" and args.schema:
+            print(json.dumps(I.Program.model_json_schema(), indent=2, sort_keys=True))
+            return 0
+        prog = api.load(args.file, supplied, settings)
+        if args.cmd == "check":
+            print(f"{args.file}: ok", file=sys.stderr)
+            return 0
+        if args.cmd == "ir":
+            print(prog.model_dump_json(indent=1, exclude_none=True))
+            return 0
+    except UsageError as exc:
+        print(f"serq: error: {exc}", file=sys.stderr)
+        return 2
+    except SerqError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 1
+    except RecursionError:
+        print("serq: error: the program nests too deeply to read", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,512 @@
+"""The kernel IR: plain data, typed once (architecture principle 1).
+
+Everything the reference calls sugar (engines, devices, queues, roles, serving forms, `branch
+with`, `at admission`, aggregates, `def`, `use`, `args.number`) is gone before this exists. The
+interpreter, the Lean generator, the drawer and `serq target` read only these models.
+
+Numbers are JSON numbers; infinity is its own node (`{"k": "inf"}`) so the JSON stays strict.
+Every statement and expression keeps where it came from (`at`: file index, line, column).
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Node(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Loc(Node):
+    file: int = 0
+    line: int
+    col: int
+    end_line: int = 0
+    end_col: int = 0
+
+
+# ---------------------------------------------------------------- expressions
+
+
+class Num(Node):
+    k: Literal["num"] = "num"
+    v: float
+    at: Optional[Loc] = None
+
+
+class Inf(Node):
+    k: Literal["inf"] = "inf"
+    at: Optional[Loc] = None
+
+
+class Attr(Node):
+    """A session attribute (set, chosen, drawn, or built in)."""
+    k: Literal["attr"] = "attr"
+    name: str
+    at: Optional[Loc] = None
+
+
+class Ctx(Node):
+    """A context variable, available only at the moments that supply it (`now`, `present`, ...)."""
+    k: Literal["ctx"] = "ctx"
+    name: str
+    at: Optional[Loc] = None
+
+
+STEP_VARS = ("Nres", "Ndec", "Kvb", "Kvp", "Preempted", "Admitted", "Ntok", "Npre", "Attn", "Queued")
+
+
+class StepVar(Node):
+    """A step stage's iteration value (*Engines on devices*: running.count is Nres, ...)."""
+    k: Literal["step"] = "step"
+    name: Literal["Nres", "Ndec", "Kvb", "Kvp", "Preempted", "Admitted", "Ntok", "Npre", "Attn", "Queued"]
+    batch: bool = False  # batch.kv_decode reads the batch's Kvb, running.kv_decode the residents'
+    at: Optional[Loc] = None
+
+
+class Reg(Node):
+    """A step stage's register (`state NAME = c;`)."""
+    k: Literal["reg"] = "reg"
+    stage: str
+    name: str
+    at: Optional[Loc] = None
+
+
+class Target(Node):
+    """A pool or stage, or one member of an array of them."""
+    name: str
+    index: Optional["Expr"] = None
+
+
+class Obs(Node):
+    """An observable of a pool or stage: used, free, holders, queued, queue, busy, cachedin,
+    budget_left, work, blocksize."""
+    k: Literal["obs"] = "obs"
+    fn: Literal["used", "free", "holders", "queued", "queue", "busy", "cachedin", "budget_left", "work",
+                "blocksize"]
+    of: Target
+    at: Optional[Loc] = None
+
+
+class Agg(Node):
+    """An aggregate of an observation for a claim at end: total, count, largest, smallest, prefix_total."""
+    k: Literal["agg"] = "agg"
+    fn: Literal["total", "count", "largest", "smallest", "prefix_total"]
+    name: str
+    at: Optional[Loc] = None
+
+
+class Un(Node):
+    k: Literal["un"] = "un"
+    op: Literal["-", "!"]
+    e: "Expr"
+    at: Optional[Loc] = None
+
+
+class Bin(Node):
+    k: Literal["bin"] = "bin"
+    op: Literal["+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "&&", "||"]
+    l: "Expr"
+    r: "Expr"
+    at: Optional[Loc] = None
+
+
+class If(Node):
+    k: Literal["if"] = "if"
+    c: "Expr"
+    a: "Expr"
+    b: "Expr"
+    at: Optional[Loc] = None
+
+
+FUNCTIONS = ("min", "max", "floor", "ceil", "round", "abs", "sqrt", "log", "pow", "reusable")
+
+
+class Fn(Node):
+    k: Literal["fn"] = "fn"
+    name: Literal["min", "max", "floor", "ceil", "round", "abs", "sqrt", "log", "pow", "reusable"]
+    args: list["Expr"]
+    at: Optional[Loc] = None
+
+
+DISTRIBUTIONS = {"exp": 1, "det": 1, "uniform": 2, "erlang": 2, "h2": 2, "bernoulli": 1}
+
+
+class Draw(Node):
+    k: Literal["draw"] = "draw"
+    dist: Literal["exp", "det", "uniform", "erlang", "h2", "bernoulli"]
+    args: list["Expr"]
+    at: Optional[Loc] = None
+
+
+class Cost(Node):
+    """`cost(R1, ..., Rk, e)`: e as a cost on the resources named, the nominal type runs and holds need."""
+    k: Literal["cost"] = "cost"
+    on: list[str]
+    e: "Expr"
+    at: Optional[Loc] = None
+
+
+Expr = Annotated[Union[Num, Inf, Attr, Ctx, StepVar, Reg, Obs, Agg, Un, Bin, If, Fn, Draw, Cost],
+                 Field(discriminator="k")]
+
+# ---------------------------------------------------------------- statements
+
+
+class Turn(Node):
+    k: Literal["turn"] = "turn"
+    at: Optional[Loc] = None
+
+
+class Set(Node):
+    k: Literal["set"] = "set"
+    name: str
+    e: Expr
+    type: Literal["attr", "size", "cost"] = "attr"
+    at: Optional[Loc] = None
+
+
+class Observe(Node):
+    k: Literal["observe"] = "observe"
+    name: str
+    e: Expr
+    at: Optional[Loc] = None
+
+
+class HoldPool(Node):
+    pool: Target
+    units: Expr
+    reserve: Optional[Expr] = None
+
+
+class Lease(Node):
+    pool: Target
+    duration: Expr
+
+
+class Hold(Node):
+    k: Literal["hold"] = "hold"
+    pools: list[HoldPool]
+    reuse: Optional[Expr] = None
+    body: list["Stmt"]
+    cache: Optional[Expr] = None
+    lease: Optional[Lease] = None
+    at: Optional[Loc] = None
+
+
+class Grow(Node):
+    k: Literal["grow"] = "grow"
+    pool: Target
+    e: Expr
+    at: Optional[Loc] = None
+
+
+class Drop(Node):
+    k: Literal["drop"] = "drop"
+    pool: Target
+    at: Optional[Loc] = None
+
+
+class Release(Node):
+    k: Literal["release"] = "release"
+    pool: Target
+    at: Optional[Loc] = None
+
+
+class Load(Node):
+    k: Literal["load"] = "load"
+    pool: Target
+    e: Expr
+    at: Optional[Loc] = None
+
+
+class Run(Node):
+    """One job: on one stage, or a flow holding several at once. `mode` on a step stage only."""
+    k: Literal["run"] = "run"
+    stages: list[Target]
+    mode: Optional[Literal["prefill", "decode"]] = None
+    work: Expr
+    growing: Optional[Target] = None
+    at: Optional[Loc] = None
+
+
+class Branch(Node):
+    k: Literal["branch"] = "branch"
+    cond: Expr
+    then: list["Stmt"]
+    else_: list["Stmt"] = []
+    at: Optional[Loc] = None
+
+
+class While(Node):
+    k: Literal["while"] = "while"
+    cond: Expr
+    body: list["Stmt"]
+    at: Optional[Loc] = None
+
+
+class Loop(Node):
+    k: Literal["loop"] = "loop"
+    body: list["Stmt"]
+    at: Optional[Loc] = None
+
+
+class Fork(Node):
+    k: Literal["fork"] = "fork"
+    body: list["Stmt"]
+    at: Optional[Loc] = None
+
+
+class Join(Node):
+    k: Literal["join"] = "join"
+    at: Optional[Loc] = None
+
+
+class Choose(Node):
+    k: Literal["choose"] = "choose"
+    name: str
+    n: Expr
+    keys: list[Expr]
+    at: Optional[Loc] = None
+
+
+class End(Node):
+    k: Literal["end"] = "end"
+    at: Optional[Loc] = None
+
+
+Stmt = Annotated[Union[Turn, Set, Observe, Hold, Grow, Drop, Release, Load, Run, Branch, While, Loop, Fork,
+                       Join, Choose, End], Field(discriminator="k")]
+
+# ---------------------------------------------------------------- pools
+
+
+class EvictLru(Node):
+    k: Literal["lru"] = "lru"
+
+
+class EvictBy(Node):
+    k: Literal["by"] = "by"
+    keys: list[Expr]
+
+
+class PreemptNone(Node):
+    k: Literal["none"] = "none"
+
+
+class PreemptBy(Node):
+    """`preempt lifo` is `preempt by (-admission)`, as the parser writes it."""
+    k: Literal["by"] = "by"
+    keys: list[Expr]
+    requeue: Literal["head", "tail"] = "head"
+
+
+class QueueFifo(Node):
+    k: Literal["fifo"] = "fifo"
+
+
+class QueueBy(Node):
+    k: Literal["by"] = "by"
+    keys: list[Expr]
+
+
+class Spill(Node):
+    pool: Target
+    via: Target
+    amount: Expr
+    when: Expr
+
+
+class Pool(Node):
+    name: str
+    count: Optional[int] = None  # an array of `count` members, None for a single pool
+    cap: Expr = Inf()
+    block: Optional[Expr] = None
+    evict: Annotated[Union[EvictLru, EvictBy], Field(discriminator="k")] = EvictLru()
+    preempt: Annotated[Union[PreemptNone, PreemptBy], Field(discriminator="k")] = PreemptNone()
+    queue: Annotated[Union[QueueFifo, QueueBy], Field(discriminator="k")] = QueueFifo()
+    reserve_held: bool = False
+    spill: Optional[Spill] = None
+    admit_via: Optional[str] = None  # the step stage whose iterations admit this pool's queue
+    memory: Optional[str] = None     # the step stage this pool is the memory of
+    at: Optional[Loc] = None
+
+
+# ---------------------------------------------------------------- stages
+
+
+class Fifo(Node):
+    k: Literal["fifo"] = "fifo"
+    servers: Expr = Num(v=1)
+
+
+class Ps(Node):
+    k: Literal["ps"] = "ps"
+    phi: Expr
+
+
+class Delay(Node):
+    k: Literal["delay"] = "delay"
+
+
+class By(Node):
+    """Serve the running requests in ascending keys, ties in admission order (`By([])` is admission)."""
+    k: Literal["by"] = "by"
+    keys: list[Expr] = []
+
+
+class ExclusivePrefill(Node):
+    k: Literal["exclusive_prefill"] = "exclusive_prefill"
+
+
+class IServe(Node):
+    """`advance running`: serve the residents not yet served."""
+    k: Literal["serve"] = "serve"
+    only: Optional[Expr] = None
+    order: Optional[By] = None   # None: the stage's serve order
+    chunk: Optional[Expr] = None  # None: the stage's chunk
+    at: Optional[Loc] = None
+
+
+class IAdmit(Node):
+    """`admit waiting`: admit heads of the queues the stage admits while budget is left and gate is 1."""
+    k: Literal["admit"] = "admit"
+    only: Optional[Expr] = None
+    gate: Optional[Expr] = None
+    chunk: Optional[Expr] = None
+    at: Optional[Loc] = None
+
+
+class IBranch(Node):
+    k: Literal["branch"] = "branch"
+    cond: Expr
+    then: list["IStmt"]
+    else_: list["IStmt"] = []
+    at: Optional[Loc] = None
+
+
+class ISet(Node):
+    k: Literal["set"] = "set"
+    name: str
+    e: Expr
+    at: Optional[Loc] = None
+
+
+IStmt = Annotated[Union[IServe, IAdmit, IBranch, ISet], Field(discriminator="k")]
+
+
+class Register(Node):
+    name: str
+    init: Expr
+
+
+class Step(Node):
+    """The IR's step stage (`CStep`): an engine runs iterations."""
+    k: Literal["step"] = "step"
+    budget: Expr
+    chunk: Expr = Num(v=0)  # 0: no per-run cap, as the kernel reads it
+    granule: Optional[Expr] = None
+    serve: Annotated[Union[By, ExclusivePrefill], Field(discriminator="k")] = By()
+    iteration: Optional[list[IStmt]] = None
+    cost: Expr
+    registers: list[Register] = []
+
+
+class Stage(Node):
+    name: str
+    count: Optional[int] = None
+    kind: Annotated[Union[Fifo, Ps, Delay, Step], Field(discriminator="k")]
+    at: Optional[Loc] = None
+
+
+# ---------------------------------------------------------------- workload, claims, program
+
+
+class Poisson(Node):
+    k: Literal["poisson"] = "poisson"
+    rate: Expr
+
+
+class Renewal(Node):
+    k: Literal["renewal"] = "renewal"
+    gap: Expr
+
+
+class Closed(Node):
+    k: Literal["closed"] = "closed"
+    n: int
+
+
+class Batch(Node):
+    k: Literal["batch"] = "batch"
+    n: int
+
+
+class NoArrivals(Node):
+    k: Literal["none"] = "none"
+
+
+class Trace(Node):
+    file: str
+    ordered: bool = False
+
+
+class Workload(Node):
+    arrive: Annotated[Union[Poisson, Renewal, Closed, Batch, NoArrivals], Field(discriminator="k")]
+    trace: Optional[Trace] = None
+    init: list[Stmt] = []
+    turn: list[Stmt] = []
+    session: Optional[list[Stmt]] = None  # None: one turn per arriving session
+    hidden: list[str] = []
+
+
+class Gauge(Node):
+    name: str
+    e: Expr
+    at: Optional[Loc] = None
+
+
+class Claim(Node):
+    name: str
+    form: Literal["every", "some", "end"]
+    stage: Optional[Target] = None
+    e: Expr
+    given: Optional[Expr] = None
+    at: Optional[Loc] = None
+
+
+class Attribute(Node):
+    """A session attribute with its type (Size: the workload's; Cost: a resource cost) and side."""
+    name: str
+    type: Literal["attr", "size", "cost", "builtin"]
+    side: Literal["workload", "server", "builtin"]
+
+
+class Settings(Node):
+    """The execution settings (CLI flags, an instance file, the host API), part of the resolved IR."""
+    seed: int = 1
+    horizon: Optional[float] = None
+    warmup: float = 0.0
+    arrivals: Optional[int] = None
+    inputs: dict[str, float] = {}
+
+
+class Program(Node):
+    version: Literal[1] = 1
+    files: list[str] = []
+    constants: dict[str, Optional[float]] = {}  # None is inf
+    pools: list[Pool] = []
+    stages: list[Stage] = []
+    share: Optional[Literal["maxmin", "bottleneck"]] = None
+    workload: Workload
+    server: list[Stmt] = []
+    attributes: list[Attribute] = []
+    gauges: list[Gauge] = []
+    claims: list[Claim] = []
+    settings: Settings = Settings()
+
+
+for _m in list(globals().values()):
+    if isinstance(_m, type) and issubclass(_m, BaseModel) and _m is not BaseModel:
+        _m.model_rebuild()

@@ -1,0 +1,295 @@
+"""Expressions to IR: names resolved, each read checked against the moment it is written at."""
+from __future__ import annotations
+
+import math
+
+from serq.diagnostics import SerqError, Span
+from serq.ir import model as I
+from serq.lang import ast as A
+from serq.lang.lower.constants import fmt
+from serq.link.names import (CLAIM_ITER_VALUES, CONTEXT_VARS, END_AGGS, ENGINE_VALUES, OBSERVABLES, POOL_OBS,
+                             STAGE_OBS, SUPPLIED, Moment)
+
+FN_ARITY = {"min": (1, None), "max": (1, None), "floor": (1, 1), "ceil": (1, 1), "round": (1, 1), "abs": (1, 1),
+            "sqrt": (1, 1), "log": (1, 1), "pow": (2, 2), "reusable": (2, 2)}
+
+
+class Tables:
+    """What names mean, filled by the program linker before any expression is linked."""
+
+    def __init__(self):
+        self.files: list[str] = []
+        self.consts: dict[str, float] = {}
+        self.pools: dict = {}        # name -> KPool
+        self.stages: dict = {}       # name -> KStage
+        self.steps: set[str] = set()
+        self.registers: dict[str, set[str]] = {}
+        self.attrs: set[str] = set()
+        self.hidden: set[str] = set()
+        self.cost_attrs: dict[str, tuple[str, ...]] = {}
+        self.observed: set[str] = set()
+        self.admitted_by: dict[str, str] = {}  # pool -> the step stage that admits it
+
+
+def const_value(e) -> float | None:
+    """The value of an IR expression made of numbers only, else None."""
+    k = e.k
+    if k == "num":
+        return e.v
+    if k == "inf":
+        return math.inf
+    if k == "un":
+        v = const_value(e.e)
+        if v is None:
+            return None
+        return -v if e.op == "-" else (1.0 if v == 0 else 0.0)
+    if k == "bin":
+        from serq.lang.lower.constants import arith
+        a, b = const_value(e.l), const_value(e.r)
+        return None if a is None or b is None else arith(e.op, a, b)
+    if k == "if":
+        c = const_value(e.c)
+        if c is None:
+            return None
+        return const_value(e.a if c != 0 else e.b)
+    if k == "fn":
+        from serq.lang.lower.constants import FUNCS
+        vals = [const_value(a) for a in e.args]
+        if any(v is None for v in vals):
+            return None
+        try:
+            return float(FUNCS[e.name][2](*vals))
+        except (ValueError, OverflowError):
+            return math.nan
+    if k == "cost":
+        return const_value(e.e)
+    return None
+
+
+class ExprLinker:
+    def __init__(self, t: Tables):
+        self.t = t
+
+    def loc(self, sp: Span | None) -> I.Loc | None:
+        if sp is None:
+            return None
+        if sp.file not in self.t.files:
+            self.t.files.append(sp.file)
+        return I.Loc(file=self.t.files.index(sp.file), line=sp.line, col=sp.col, end_line=sp.end_line,
+                     end_col=sp.end_col)
+
+    def link(self, e, m: Moment):
+        at = self.loc(e.span)
+        if isinstance(e, A.Num):
+            return I.Num(v=e.value, at=at)
+        if isinstance(e, A.Str):
+            raise SerqError("L071", "a string is not a value here", e.span)
+        if isinstance(e, A.Ref):
+            return self.ref(e, m, at)
+        if isinstance(e, A.Call):
+            return self.call(e, m, at)
+        if isinstance(e, A.Draw):
+            return self.draw(e, m, at)
+        if isinstance(e, A.Unary):
+            return I.Un(op=e.op, e=self.link(e.e, m), at=at)
+        if isinstance(e, A.Binary):
+            return I.Bin(op=e.op, l=self.link(e.l, m), r=self.link(e.r, m), at=at)
+        if isinstance(e, A.Cond):
+            return I.If(c=self.link(e.c, m), a=self.link(e.a, m), b=self.link(e.b, m), at=at)
+        raise SerqError("L070", "this expression has no meaning here", e.span)  # pragma: no cover
+
+    # -- names
+    def ref(self, e: A.Ref, m: Moment, at):
+        t = self.t
+        if e.simple:
+            n = e.head
+            if n in t.consts:
+                v = t.consts[n]
+                return I.Inf(at=at) if v == math.inf else I.Num(v=v, at=at)
+            if n == "inf":
+                return I.Inf(at=at)
+            if m.claim_iter and n in CLAIM_ITER_VALUES:
+                name, batch = CLAIM_ITER_VALUES[n]
+                return I.StepVar(name=name, batch=batch, at=at)
+            if n in CONTEXT_VARS:
+                if n not in m.ctx:
+                    raise SerqError("L072", f"`{n}` is not available in {m.name}", e.span)
+                return I.Ctx(name=n, at=at)
+            if n in SUPPLIED:
+                raise SerqError("L073", f"`{n}` is a name the language supplies, not a value; an engine reads "
+                                f"`{n}.…` where its clause allows it", e.span)
+            if n in t.attrs:
+                return self.attr(n, e, m, at)
+            if n in t.pools or n in t.stages:
+                kind = "pool" if n in t.pools else "stage"
+                raise SerqError("L075", f"`{n}` is a {kind}, not a number: read it with an observable, "
+                                f"{'used' if kind == 'pool' else 'queue'}({n})", e.span)
+            raise SerqError("L070", f"unknown name `{n}`", e.span)
+        dotted = ".".join(s.name for s in e.segs)
+        if any(s.index is not None for s in e.segs):
+            if dotted in t.pools or dotted in t.stages:
+                raise SerqError("L075", f"`{dotted}` is a pool or stage, not a number: read it with an observable",
+                                e.span)
+            raise SerqError("L070", f"unknown name `{dotted}`", e.span)
+        if dotted in ENGINE_VALUES:
+            if dotted not in m.engine_values:
+                raise SerqError("L076", f"`{dotted}` is not read in {m.name}", e.span)
+            name, batch = ENGINE_VALUES[dotted]
+            return I.StepVar(name=name, batch=batch, at=at)
+        if e.head in ("running", "waiting", "batch"):
+            raise SerqError("L076", f"`{dotted}` is no engine value (running.count, running.decoding, "
+                            "running.kv_decode, running.kv_prefill, running.preempted, waiting.count, "
+                            "waiting.admitted, batch.tokens, batch.prefilled, batch.decoding, batch.kv_decode, "
+                            "batch.kv_prefill, batch.attention)", e.span)
+        if len(e.segs) == 2 and e.head in t.registers and e.segs[1].name in t.registers[e.head]:
+            if not m.registers:
+                raise SerqError("L083", f"the register `{dotted}` is not read in {m.name}", e.span)
+            if m.engine is not None and m.engine != e.head:
+                raise SerqError("L083", f"a register is read only by its engine: `{dotted}` is `{e.head}`'s",
+                                e.span)
+            return I.Reg(stage=e.head, name=e.segs[1].name, at=at)
+        if dotted in t.attrs:
+            return self.attr(dotted, e, m, at)
+        raise SerqError("L070", f"unknown name `{dotted}`", e.span)
+
+    def attr(self, n, e, m: Moment, at):
+        if not m.attrs:
+            raise SerqError("L074", f"{m.name} reads no session attribute: `{n}` is one", e.span)
+        if n in self.t.hidden and not m.hidden:
+            raise SerqError("L080", f"`{n}` is hidden: {m.name} may not read it (the scheduler does not know it)",
+                            e.span)
+        return I.Attr(name=n, at=at)
+
+    def target(self, r, m: Moment | None, want: str, what: str) -> I.Target:
+        """A pool or stage named by a reference, `kv`, `kv[k]`, `D[j].kv` (the kernel's array reference)."""
+        if not isinstance(r, A.Ref):
+            raise SerqError("L084", f"{what} names a {want} here", r.span)
+        name = ".".join(s.name for s in r.segs)
+        idxs = [s.index for s in r.segs if s.index is not None]
+        t = self.t
+        table = t.pools if want == "pool" else t.stages if want == "stage" else {**t.pools, **t.stages}
+        if name not in table:
+            other = "stage" if name in t.stages else "pool" if name in t.pools else None
+            if other:
+                raise SerqError("L084", f"`{name}` is a {other}; {what} names a {want}", r.span)
+            raise SerqError("L084", f"`{name}` is no {want if want != 'any' else 'pool or stage'} declared in the "
+                            "program", r.span)
+        if len(idxs) > 1:
+            raise SerqError("L085", f"`{r.dotted}` has more than one index", r.span)
+        count = table[name].count
+        index = None
+        if idxs:
+            if count is None:
+                raise SerqError("L085", f"`{name}` is not an array: it takes no index", r.span)
+            index = self.link(idxs[0], m) if m is not None else None
+            v = const_value(index) if index is not None else None
+            if m is not None and m.const_index and v is None:
+                raise SerqError("L085", f"in {m.name}, a pool or stage has a number for its index", idxs[0].span)
+            if v is not None:
+                check_index(v, count, idxs[0].span, name)
+        elif count is not None:
+            raise SerqError("L085", f"`{name}` is an array of {count}: name a member, `{name}[i]`", r.span)
+        return I.Target(name=name, index=index)
+
+    def call(self, e: A.Call, m: Moment, at):
+        fn = e.fn
+        if not fn.simple:
+            if fn.dotted == "args.number":
+                raise SerqError("L011", "`args.number` is the whole initializer of a `let` inside main", e.span)
+            raise SerqError("L045", f"`{fn.dotted}` is no function", fn.span)
+        n = fn.head
+        if n in OBSERVABLES:
+            if len(e.args) != 1:
+                raise SerqError("L042", f"`{n}` takes one pool or stage", e.span)
+            if n not in m.obs:
+                raise SerqError("L077", f"`{n}(…)` is not read in {m.name}", e.span)
+            want = "pool" if n in POOL_OBS else "stage"
+            tgt = self.target(e.args[0], m, want, f"`{n}`")
+            if n == "budget_left" and tgt.name not in self.t.steps:
+                raise SerqError("L084", f"`budget_left` reads a step engine; `{tgt.name}` is not one", e.span)
+            return I.Obs(fn=n, of=tgt, at=at)
+        if n == "blocksize":
+            if len(e.args) != 1:
+                raise SerqError("L042", "`blocksize` takes one pool", e.span)
+            tgt = self.target(e.args[0], None, "pool", "`blocksize`")
+            block = self.t.pools[tgt.name].block_value
+            return I.Num(v=block if block is not None else 1.0, at=at)
+        if n == "cost":
+            if len(e.args) < 2:
+                raise SerqError("L042", "`cost(R1, …, Rk, e)` names at least one resource and the amount", e.span)
+            names = []
+            for r in e.args[:-1]:
+                if not isinstance(r, A.Ref) or any(s.index is not None for s in r.segs):
+                    raise SerqError("L086", "a cost names resources, pools or stages, without an index",
+                                    r.span)
+                nm = r.dotted
+                if nm not in self.t.pools and nm not in self.t.stages:
+                    raise SerqError("L086", f"`{nm}` is no pool or stage: a cost names resources", r.span)
+                names.append(nm)
+            return I.Cost(on=names, e=self.link(e.args[-1], m), at=at)
+        if n in END_AGGS:
+            if not m.end_aggs:
+                raise SerqError("L077", f"`{n}(…)` is read only in a claim at end", e.span)
+            if len(e.args) != 1 or not isinstance(e.args[0], A.Ref) or not e.args[0].simple:
+                raise SerqError("L042", f"`{n}` takes the name of an observation", e.span)
+            o = e.args[0].head
+            if o not in self.t.observed and o not in ("ttft", "tpot", "response"):
+                raise SerqError("L078", f"`{o}` is observed nowhere in the program", e.args[0].span)
+            return I.Agg(fn=n, name=o, at=at)
+        if n in FN_ARITY:
+            lo, hi = FN_ARITY[n]
+            if len(e.args) < lo or (hi is not None and len(e.args) > hi):
+                want = f"{lo}" if lo == hi else f"at least {lo}"
+                raise SerqError("L042", f"`{n}` takes {want} argument(s), given {len(e.args)}", e.span)
+            return I.Fn(name=n, args=[self.link(a, m) for a in e.args], at=at)
+        raise SerqError("L045", f"`{n}` is no function, def or observable", fn.span)
+
+    def draw(self, e: A.Draw, m: Moment, at):
+        if e.dist not in I.DISTRIBUTIONS:
+            raise SerqError("L079", f"`~{e.dist}` is no distribution (exp, det, uniform, erlang, h2, bernoulli)",
+                            e.span)
+        if not m.draws:
+            raise SerqError("L081", f"{m.name} may not draw: sample into an attribute first", e.span)
+        k = I.DISTRIBUTIONS[e.dist]
+        if len(e.args) != k:
+            raise SerqError("L042", f"`~{e.dist}` takes {k} parameter(s), given {len(e.args)}", e.span)
+        args = [self.link(a, m) for a in e.args]
+        vals = [const_value(a) for a in args]
+        bad = draw_param_error(e.dist, vals)
+        if bad is not None:
+            raise SerqError("L082", f"`~{e.dist}`: {bad}", e.span)
+        return I.Draw(dist=e.dist, args=args, at=at)
+
+
+def draw_param_error(dist: str, vals: list) -> str | None:
+    """A constant parameter outside its range (catalogue: *Draws*); None when fine or not constant.
+    The interpreter calls this with computed values too."""
+    def known(i):
+        return i < len(vals) and vals[i] is not None
+    for i, v in enumerate(vals):
+        if v is not None and math.isnan(v):
+            return "a parameter is NaN"
+    if dist == "exp" and known(0) and not (0 < vals[0] < math.inf):
+        return f"the mean must be above 0 and finite, not {fmt(vals[0])}"
+    if dist == "det" and known(0) and math.isinf(vals[0]):
+        return "the value must be finite"
+    if dist == "uniform" and known(0) and known(1) and not (vals[0] <= vals[1] and not math.isinf(vals[1] - vals[0])):
+        return f"uniform(a, b) needs a <= b, finite; not ({fmt(vals[0])}, {fmt(vals[1])})"
+    if dist == "erlang":
+        if known(0) and not (vals[0] >= 1 and vals[0] == math.floor(vals[0]) and vals[0] < math.inf):
+            return f"the number of phases is a whole number >= 1, not {fmt(vals[0])}"
+        if known(1) and not (0 < vals[1] < math.inf):
+            return f"the mean must be above 0 and finite, not {fmt(vals[1])}"
+    if dist == "h2":
+        if known(0) and not (0 < vals[0] < math.inf):
+            return f"the mean must be above 0 and finite, not {fmt(vals[0])}"
+        if known(1) and not (1 <= vals[1] < math.inf):
+            return f"the squared coefficient of variation is >= 1, not {fmt(vals[1])}"
+    if dist == "bernoulli" and known(0) and not (0 <= vals[0] <= 1):
+        return f"the probability is in [0, 1], not {fmt(vals[0])}"
+    return None
+
+
+def check_index(v: float, count: int, span, name: str):
+    if not (v == math.floor(v) and 0 <= v < count):
+        raise SerqError("L087", f"`{name}[{fmt(v)}]`: an index is a whole number from 0 below {count}", span)
