@@ -13,12 +13,15 @@ from serq.lang import ast as A
 _GRAMMAR = os.path.join(os.path.dirname(__file__), "grammar.lark")
 
 
+FRAGMENTS = ("items", "stmts", "expr", "sstmts", "eitems", "qitems", "wlitems", "ritems", "poolopts")
+
+
 @functools.lru_cache(maxsize=1)
 def _parser() -> Lark:
     with open(_GRAMMAR, encoding="utf-8") as fh:
         text = fh.read()
     return Lark(text, parser="lalr", lexer="contextual", propagate_positions=True,
-                maybe_placeholders=True, start="start")
+                maybe_placeholders=True, start=["start"] + [f"frag_{f}" for f in FRAGMENTS])
 
 
 # names the user reads in a parse error, instead of lark's terminal names
@@ -66,6 +69,15 @@ class _ToAst(Transformer):
     # -- program
     def start(self, meta, ch):
         return A.Program(tuple(ch), self.sp(meta), self.file)
+
+    def _frag(self, meta, ch):
+        return tuple(ch)
+
+    frag_items = frag_stmts = frag_sstmts = frag_eitems = frag_qitems = frag_wlitems = _frag
+    frag_ritems = frag_poolopts = _frag
+
+    def frag_expr(self, meta, ch):
+        return ch[0]
 
     def constant(self, meta, ch):
         name, e = ch
@@ -423,6 +435,9 @@ class _ToAst(Transformer):
     def cost_field(self, meta, ch):
         return (str(ch[0]), ch[1])
 
+    def attr_name(self, meta, ch):
+        return ".".join(str(c) for c in ch)
+
     def st_set(self, meta, ch):
         return A.Set(str(ch[0]), ch[1], self.sp(meta))
 
@@ -603,10 +618,12 @@ def _unquote(tok) -> str:
     return s[1:-1]
 
 
-def parse_text(text: str, file: str = "<input>") -> A.Program:
-    """Parse a whole program. Raises ParseError (a SerqError) with a span and a code."""
+def parse_text(text: str, file: str = "<input>", fragment: str | None = None):
+    """Parse a whole program, or with `fragment` one of FRAGMENTS (a list of items, statements, …).
+    Raises ParseError (a SerqError) with a span and a code."""
+    start = "start" if fragment is None else f"frag_{fragment}"
     try:
-        tree = _parser().parse(text)
+        tree = _parser().parse(text, start=start)
     except UnexpectedInput as exc:
         raise _parse_error(exc, file) from None
     try:

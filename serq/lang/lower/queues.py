@@ -270,7 +270,9 @@ class Calls:
 
         def rename(x):
             if isinstance(x, A.Call) and x.fn.simple and x.fn.head == "cost":
-                res = tuple(_resource(a, qi, src) for a in x.args[:-1])
+                # a cost names resources: the members' names, renamed already, without their index
+                res = tuple(ref(".".join(g.name for g in a.segs), a.span) if isinstance(a, A.Ref) else a
+                            for a in x.args[:-1])
                 return A.Call(x.fn, res + (x.args[-1],), x.span)
             if not isinstance(x, A.Ref):
                 return x
@@ -346,18 +348,6 @@ def _member(qi: QueueInfo, index, span):
             return A.Num(0.0, span)  # at size one, D.kv also takes D[0]
         raise SerqError("L166", f"queue `{qi.name}` is a family: its entries are called `{qi.name}[j].VERB (…)`", span)
     return index
-
-
-def _resource(a, qi: QueueInfo, src):
-    if isinstance(a, A.Ref) and len(a.segs) == 1:
-        n = a.segs[0].name
-        if n in qi.pools:
-            return ref(qi.pools[n], a.span)
-        if n == "nic" and qi.nic:
-            return ref(f"{qi.name}.nic", a.span)
-        if src is not None and n == src.name:
-            return ref(src.lease_pool, a.span)
-    return a
 
 
 def relation_latency_stages(relations, queues, stages):
