@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         inst = api.parse_instance(args.instance) if getattr(args, "instance", None) else {}
         supplied, settings = settings_from(args, inst)
         if args.cmd == "ir" and args.schema:
-            print(json.dumps(I.Program.model_json_schema(), indent=2, sort_keys=True))
+            from serq.ir.schema import schema_text
+            print(schema_text(), end="")
             return 0
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "check":

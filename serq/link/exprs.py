@@ -293,3 +293,16 @@ def draw_param_error(dist: str, vals: list) -> str | None:
 def check_index(v: float, count: int, span, name: str):
     if not (v == math.floor(v) and 0 <= v < count):
         raise SerqError("L087", f"`{name}[{fmt(v)}]`: an index is a whole number from 0 below {count}", span)
+
+
+def shape(x):
+    """An IR value as a hashable shape, source positions aside (`kv[i]` here is `kv[i]` there)."""
+    if isinstance(x, I.Node):
+        return (type(x).__name__,) + tuple((k, shape(v)) for k, v in x if k != "at")
+    if isinstance(x, list):
+        return tuple(shape(v) for v in x)
+    return x
+
+
+def same_target(a: I.Target, b: I.Target) -> bool:
+    return shape(a) == shape(b)

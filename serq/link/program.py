@@ -13,7 +13,7 @@ from serq.lang.kernel import Kernel, KStep
 from serq.lang.lower.constants import fmt
 from serq.lang.walk import iter_stmts
 from serq.link import names as N
-from serq.link.exprs import ExprLinker, Tables, const_value
+from serq.link.exprs import ExprLinker, Tables, const_value, same_target
 from serq.link.rules import check_program
 
 INDEX = N.Moment("an index", attrs=True)
@@ -469,7 +469,7 @@ class Linker:
             return I.Load(pool=tgt, e=e, at=at)
         if isinstance(s, A.Release):
             tgt = x.target(s.pool, INDEX, "pool", "`release`")
-            if not any(h[0] == tgt for h in sc.holds) and not self._leases(tgt.name):
+            if not any(same_target(h[0], tgt) for h in sc.holds) and not self._leases(tgt.name):
                 raise SerqError("L094", f"`release {s.pool.dotted}` stands inside a hold of that pool, or in a session "
                                 "that leases it", s.span)
             return I.Release(pool=tgt, at=at)
@@ -531,7 +531,7 @@ class Linker:
 
     def _in_hold(self, ref, sc: Scope, what):
         tgt = self.x.target(ref, INDEX, "pool", f"`{what}`")
-        if not any(h[0] == tgt for h in sc.holds):
+        if not any(same_target(h[0], tgt) for h in sc.holds):
             raise SerqError("L094", f"`{what} {ref.dotted}` stands inside a hold of that pool reference, index "
                             "included", ref.span)
         return tgt
@@ -542,7 +542,7 @@ class Linker:
         first = None
         for hp in s.pools:
             tgt = x.target(hp.pool, INDEX, "pool", "a hold")
-            if tgt in tgts:
+            if any(same_target(tgt, t) for t in tgts):
                 raise SerqError("L224", f"a hold names each pool once: `{hp.pool.dotted}` twice", hp.pool.span)
             tgts.append(tgt)
             first = first or tgt
@@ -586,7 +586,7 @@ class Linker:
         if s.lease is not None:
             lref, dur = s.lease
             lt = x.target(lref, INDEX, "pool", "a lease")
-            if lt not in tgts:
+            if not any(same_target(lt, t) for t in tgts):
                 raise SerqError("L226", "`lease P (t)` names one of the hold's pools", lref.span)
             d = x.link(dur, N.LEASE)
             self._amount(d, dur.span, "a lease's duration")

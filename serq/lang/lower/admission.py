@@ -35,7 +35,12 @@ def lower_bindings(stmts, names_out: dict):
 
 def _one(h: A.Hold, names_out: dict) -> A.Hold:
     env: dict = {}
-    for name, e, sp in h.bindings:
+    names = [n for n, _, _ in h.bindings]
+    for i, (name, e, sp) in enumerate(h.bindings):
+        for later in names[i + 1:]:
+            if _reads(e, later):
+                raise SerqError("L133", f"the binding `{name}` reads `{later}`, bound after it: a binding reads only "
+                                "the ones before it in its clause", e.span)
         if name in env:
             raise SerqError("L130", f"`{name}` is bound twice in one `at admission`", sp)
         if any(isinstance(x, A.Draw) for x in iter_expr(e)):

@@ -64,7 +64,8 @@ class Defs:
         return map_expr(e, f)
 
     def block(self, stmts, depth: int = 0) -> tuple:
-        def fs(s):
+        """Statement defs first (their bodies written in at the call), then expression defs."""
+        def calls(s):
             if isinstance(s, A.CallStmt) and s.call.fn.simple and s.call.fn.head in self.defs \
                     and s.from_ is None and s.to is None:
                 d = self.defs[s.call.fn.head]
@@ -73,10 +74,13 @@ class Defs:
                 if depth >= MAX_DEPTH:
                     raise SerqError("L041", f"`{d.name}` calls itself: a def is written out, so it cannot recurse",
                                     s.span)
-                body = subst_block(d.body, self._bind(d, s.call))
-                return list(self.block(body, depth + 1))
+                return list(self.block(subst_block(d.body, self._bind(d, s.call)), depth + 1))
+            return s
+
+        def branch_with(s):
             if isinstance(s, A.Branch) and s.with_:
                 # `branch with (p)` is `branch (~bernoulli(p))` (*Branching*)
                 return A.Branch(A.Draw("bernoulli", (s.cond,), s.cond.span), s.then, s.else_, s.span)
             return s
-        return map_block(stmts, self.expr, fs)
+        stmts = map_block(stmts, lambda e: e, calls)
+        return map_block(stmts, self.expr, branch_with)

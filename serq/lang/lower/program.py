@@ -11,7 +11,7 @@ from serq.lang.lower.defs import Defs
 from serq.lang.lower.engines import EngineInfo, engine_count_pairs, lower_engine, lower_pool_on
 from serq.lang.lower.imports import resolve
 from serq.lang.lower.inputs import resolve_inputs
-from serq.lang.lower.requests import engine_taking, expand_request
+from serq.lang.lower.requests import check_request, engine_taking, outside_names
 from serq.lang.lower.serving import Serving
 
 
@@ -47,6 +47,7 @@ def lower(prog: A.Program, inputs: dict[str, float] | None = None) -> Kernel:
     queues: dict[str, Q.QueueInfo] = {}
     workloads, servers, shares, relations, gauges, claims = [], [], [], [], [], []
 
+    sched_lets(items, consts, r.defs)
     for it in items:
         if isinstance(it, A.Pool) and it.owner is None:
             declare(it.name, "pool", it.span)
@@ -90,7 +91,7 @@ def lower(prog: A.Program, inputs: dict[str, float] | None = None) -> Kernel:
         elif isinstance(it, A.Share):
             shares.append(it)
         elif isinstance(it, A.Relation):
-            relations.append(Q.lower_relation(it, queues))
+            relations.append(Q.lower_relation(it, queues, consts))
             Q.relation_latency_stages(relations[-1:], queues, stages)
         elif isinstance(it, A.Gauge):
             declare(it.name, "gauge", it.span)
@@ -123,6 +124,13 @@ def lower(prog: A.Program, inputs: dict[str, float] | None = None) -> Kernel:
 
     wl = workloads[0] if workloads else None
     server = servers[0].body if servers else ()
+    hidden = {n for n, _ in wl.hidden} if wl is not None else set()
+    known = set(consts) | set(r.defs) | set(declared) | {p.name for p in pools} | {s.name for s in stages}
+    for qi in queues.values():
+        Q.check_entries(qi, hidden, known)
+    for info in engines.values():
+        check_request(info, hidden, known, pools)
+    outside_names(server, wl, engines)
     aggs = Aggregates(consts, set(declared))
     serving = Serving(stages, {n: qi.latency for n, qi in queues.items() if qi.latency is not None})
     calls = Q.Calls(engines, queues, relations, serving, consts)
@@ -237,3 +245,15 @@ def array_sizes(items, consts, used_inputs, supplied):
 
 
 
+
+
+def sched_lets(items, consts, defs):
+    """A schedule's let may not share its name with a def or a program's let (*Names do not collide*)."""
+    for it in items:
+        eng = it if isinstance(it, A.Engine) else it.engine if isinstance(it, A.Queue) else None
+        if eng is None or eng.schedule is None:
+            continue
+        for n, _, sp in eng.schedule.lets:
+            if n in consts or n in defs:
+                raise SerqError("L065", f"the schedule's `let {n}` shares its name with a "
+                                f"{'let' if n in consts else 'def'} of the program", sp)

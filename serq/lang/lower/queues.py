@@ -169,7 +169,10 @@ def _lease_pool(info: QueueInfo):
     return info.pools.get(local, local)
 
 
-def lower_relation(rel: A.Relation, queues: dict, stages: list | None = None) -> RelationInfo:
+def lower_relation(rel: A.Relation, queues: dict, consts) -> RelationInfo:
+    if rel.latency is not None:
+        require_constant(rel.latency, consts, "a relation's latency (a number or a constant over lets)",
+                         code="L171")
     for n in (rel.left, rel.right):
         qi = queues.get(n)
         if qi is None:
@@ -361,3 +364,17 @@ def relation_latency_stages(relations, queues, stages):
             continue
         qi = queues[poster]
         stages.append(KStage(f"{poster}.nic.latency", qi.count, A.Kind("delay", None, r.span), r.span, queue=poster))
+
+
+def check_entries(qi: QueueInfo, hidden: set[str], known: set[str]):
+    """An entry sees its own (*Queues*); the gateway's route reads the request as a server does."""
+    from serq.lang.lower.scopes import ScopeCheck, sets_of
+    own = set(qi.pools) | {qi.name, "nic", "self"} | {d.name for d in qi.q.devices}
+    for e in qi.q.entries:
+        if e.verb == "route":
+            continue
+        pools = set(qi.pools) | ({e.from_} if e.from_ else set())
+        binds = [n for h in iter_stmts(e.body) if isinstance(h, A.Hold) for n, _, _ in h.bindings]
+        ck = ScopeCheck(f"queue `{qi.name}`'s `{e.verb}` entry", e.params or (), own | ({e.from_} if e.from_ else set()),
+                        hidden, known, bindings=binds, pools=pools)
+        ck.check(e.body, sets_of(e.body))

@@ -120,3 +120,63 @@ def _engine_stmts(stmts, name):
             raise SerqError("L121", "`at admission` and `cache` are items of the request itself", s.span)
         return s
     return map_block(stmts, lambda e: e, fs)
+
+
+def check_request(info: EngineInfo, hidden: set[str], known: set[str], pools):
+    """The rules are a queue entry's (*An engine's request*); taking names the engine's pools."""
+    from serq.lang.lower.scopes import ScopeCheck, sets_of
+    req = info.eng.request
+    if info.taking is not None:
+        mine = {p.name for p in pools if info.name in (p.admit_via, p.memory)}
+        for t in info.taking[0]:
+            if t.pool.dotted not in mine:
+                raise SerqError("L128", f"`taking` names the engine's capacities and its device's: `{t.pool.dotted}` "
+                                f"is not engine `{info.name}`'s", t.pool.span)
+    if req is None:
+        return
+    before, _, bindings, after, cache = split_request(req, "the request")
+    names = [n for n, _, _ in bindings]
+    ck = ScopeCheck(f"engine `{info.name}`'s request", req.params, {info.name}, hidden, known, bindings=names)
+    ck.check(tuple(req.items), sets_of(req.items))
+    above = {s.name for s in before if isinstance(s, A.Set)}
+    for i, (n, e, sp) in enumerate(bindings):
+        ck._header_expr(e, above | set(names[:i]))
+    if info.taking is not None:
+        takes, reuse = info.taking
+        for t in takes:
+            for e in (t.units, t.reserve):
+                if e is not None:
+                    ck._header_expr(e, above)
+        if reuse is not None:
+            ck._header_expr(reuse, above)
+
+
+def outside_names(server, wl, engines):
+    """What a request sets keeps its spelling, and the rest of the program neither reads nor sets it."""
+    req_names = {}
+    for info in engines.values():
+        if info.eng.request is not None:
+            for s in iter_stmts(info.eng.request.items):
+                if isinstance(s, A.Set) and s.name not in info.eng.request.params:
+                    req_names.setdefault(s.name, info.name)
+            for it in info.eng.request.items:
+                if isinstance(it, A.AtAdmission):
+                    for n, _, _ in it.bindings:
+                        req_names.setdefault(n, info.name)
+    if not req_names:
+        return
+    blocks = [server]
+    if wl is not None:
+        blocks += [wl.init or (), wl.turn or (), wl.session or ()]
+    from serq.lang.walk import stmt_exprs
+    for b in blocks:
+        for s in iter_stmts(b):
+            if isinstance(s, A.Set) and s.name in req_names:
+                raise SerqError("L129", f"`{s.name}` is engine `{req_names[s.name]}`'s request's: the rest of the "
+                                "program neither reads nor sets it", s.span)
+            for e in stmt_exprs(s):
+                for x in iter_expr(e):
+                    if isinstance(x, A.Ref) and x.simple and x.head in req_names:
+                        raise SerqError("L129", f"`{x.head}` is engine `{req_names[x.head]}`'s request's: the rest "
+                                        "of the program neither reads nor sets it; the caller reads what it marks",
+                                        x.span)

@@ -1,0 +1,67 @@
+"""Every rule the reference states has a program that breaks it (tests/data/errors/*.sq).
+
+Each file's first line is `// expect: CODE LINE:COL`: `serq check` must fail with that code at
+that place, exit 1, and print the source line with a caret."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import pytest
+
+from serq import api
+from serq.diagnostics import SerqError
+
+HERE = os.path.dirname(__file__)
+CASES = sorted(glob.glob(os.path.join(HERE, "data", "errors", "*.sq")))
+EXPECT = re.compile(r"//\s*expect:\s*([LPI]\d{3})\s+(\d+):(\d+)")
+
+
+def _expect(path):
+    with open(path, encoding="utf-8") as fh:
+        m = EXPECT.search(fh.readline())
+    assert m, f"{path}: the first line is `// expect: CODE LINE:COL`"
+    return m.group(1), int(m.group(2)), int(m.group(3))
+
+
+@pytest.mark.parametrize("path", CASES, ids=[os.path.basename(c) for c in CASES])
+def test_rule_is_enforced(path):
+    code, line, col = _expect(path)
+    with pytest.raises(SerqError) as info:
+        api.load(path)
+    err = info.value
+    assert (err.code, err.span.line, err.span.col) == (code, line, col), err.render()
+    text = err.render()
+    assert f"error[{code}]" in text and "^" in text
+
+
+def all_codes_in_source():
+    codes = set()
+    for root, _, files in os.walk(os.path.join(HERE, "..", "serq")):
+        for f in files:
+            if f.endswith(".py"):
+                with open(os.path.join(root, f), encoding="utf-8") as fh:
+                    codes |= set(re.findall(r'"([LPI]\d{3})"', fh.read()))
+    return codes
+
+
+def test_every_code_has_a_breaking_program():
+    tested = {_expect(p)[0] for p in CASES}
+    untested = sorted(all_codes_in_source() - tested - UNTESTABLE)
+    assert not untested, f"codes without a program in tests/data/errors: {untested}"
+
+
+def test_every_code_is_documented():
+    with open(os.path.join(HERE, "..", "docs", "reference", "errors.md"), encoding="utf-8") as fh:
+        doc = fh.read()
+    missing = sorted(c for c in all_codes_in_source() if f"`{c}`" not in doc)
+    assert not missing, f"codes missing from docs/reference/errors.md: {missing}"
+
+
+# Codes that no source program can reach are listed here with the reason, and tested elsewhere.
+UNTESTABLE = {
+    "P005",  # a file that is not UTF-8: tests/test_cli.py writes one
+    "P006",  # a file that cannot be read: tests/test_cli.py
+    "I001",  # a JSON IR that is not one: tests/test_ir.py
+}
