@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import threading
 
 from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
@@ -14,15 +16,45 @@ from serq.link.program import link_kernel
 __all__ = ["load", "load_text", "load_ir", "parse_instance", "SerqError", "UsageError"]
 
 
+def _deep(file: str, fn, *args):
+    """Run fn in a thread with room to recurse: long expressions make deep trees. What still does
+    not fit is refused with a diagnostic, never a crash."""
+    out: dict = {}
+
+    def work():
+        old = sys.getrecursionlimit()
+        sys.setrecursionlimit(25000)
+        try:
+            out["v"] = fn(*args)
+        except RecursionError:
+            out["e"] = SerqError("P007", "the program nests too deeply to read", Span(file, 1, 1))
+        except BaseException as exc:  # re-raised in the caller's thread
+            out["e"] = exc
+        finally:
+            sys.setrecursionlimit(old)
+
+    old_size = threading.stack_size()
+    threading.stack_size(512 * 1024 * 1024)
+    try:
+        t = threading.Thread(target=work)
+        t.start()
+    finally:
+        threading.stack_size(old_size)
+    t.join()
+    if "e" in out:
+        raise out["e"]
+    return out["v"]
+
+
 def load(path: str, inputs: dict[str, float] | None = None, settings: I.Settings | None = None) -> I.Program:
     """Parse, lower and link a program file into its IR, with the execution settings."""
     if path.endswith(".json"):
         return load_ir(path)
-    return _finish(parse_file(path), inputs, settings)
+    return _deep(path, lambda: _finish(parse_file(path), inputs, settings))
 
 
 def load_text(text: str, file: str = "<input>", inputs=None, settings=None) -> I.Program:
-    return _finish(parse_text(text, file), inputs, settings)
+    return _deep(file, lambda: _finish(parse_text(text, file), inputs, settings))
 
 
 def _finish(ast, inputs, settings):

@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("file")
     inputs(c)
     ir = sub.add_parser("ir", help="print the resolved kernel IR as JSON")
-    ir.add_argument("file")
+    ir.add_argument("file", nargs="?")
     ir.add_argument("--seed", default="1")
     ir.add_argument("--horizon")
     ir.add_argument("--warmup", default="0")
@@ -110,6 +110,8 @@ def main(argv: list[str] | None = None) -> int:
             from serq.ir.schema import schema_text
             print(schema_text(), end="")
             return 0
+        if args.file is None:
+            raise UsageError("a program file is required")
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "check":
             print(f"{args.file}: ok", file=sys.stderr)

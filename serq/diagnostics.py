@@ -18,6 +18,7 @@ class Span:
 
 
 NOWHERE = Span("<input>", 1, 1, 1, 1)
+WIDTH = 120  # the most of a source line a diagnostic shows
 
 
 class SerqError(Exception):
@@ -44,11 +45,15 @@ class SerqError(Exception):
             lines = text.splitlines()
             if 1 <= s.line <= len(lines):
                 src = lines[s.line - 1].expandtabs(1)
-                width = 1
-                if s.end_line == s.line and s.end_col > s.col:
-                    width = s.end_col - s.col
+                col = max(1, s.col)
+                width = s.end_col - s.col if s.end_line == s.line and s.end_col > s.col else 1
+                if len(src) > WIDTH:  # a long line: a window around the column
+                    start = max(0, col - 1 - WIDTH // 3)
+                    src = ("…" if start else "") + src[start:start + WIDTH] + ("…" if start + WIDTH < len(src) else "")
+                    col = col - start + (1 if start else 0)
+                width = max(1, min(width, len(src) - col + 1))
                 out.append(f"  {s.line:>4} | {src}")
-                out.append("       | " + " " * (s.col - 1) + "^" * max(1, width))
+                out.append("       | " + " " * (col - 1) + "^" * width)
         for n in self.notes:
             out.append(f"  note: {n}")
         return "\n".join(out)

@@ -104,7 +104,7 @@ def test_at_admission_is_substituted_and_set_at_the_body_top():
 def test_defs_and_aggregates_are_written_out():
     same("pool q[3] { cap 4; }\n" + BASE + "gauge g = max j in 3 (used(q[j])) + sum j in 2 (free(q[j]));\n"
          "server { twice(n); }",
-         "pool q[3] { cap 4; }\n" + BASE + "gauge g = max(used(q[0]), used(q[1]), used(q[2])) + (free(q[0]) + free(q[1]));\n"
+         "pool q[3] { cap 4; }\n" + BASE + "gauge g = max(used(q[0]), used(q[1]), used(q[2])) + sum(free(q[0]), free(q[1]));\n"
          "server { run svc (cost(svc, double(n))); run svc (cost(svc, double(n))); }",
          head_a="def double(x) { 2 * x }\ndef twice(x) { run svc (cost(svc, double(x))); run svc (cost(svc, double(x))); }\n",
          head_b="def double(x) { 2 * x }\n")

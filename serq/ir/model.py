@@ -120,12 +120,13 @@ class If(Node):
     at: Optional[Loc] = None
 
 
-FUNCTIONS = ("min", "max", "floor", "ceil", "round", "abs", "sqrt", "log", "pow", "reusable")
+FUNCTIONS = ("min", "max", "sum", "floor", "ceil", "round", "abs", "sqrt", "log", "pow", "reusable")
 
 
 class Fn(Node):
+    """A function of numbers; `sum(a, b, …)` adds left to right (what `sum j in n (e)` writes out)."""
     k: Literal["fn"] = "fn"
-    name: Literal["min", "max", "floor", "ceil", "round", "abs", "sqrt", "log", "pow", "reusable"]
+    name: Literal["min", "max", "sum", "floor", "ceil", "round", "abs", "sqrt", "log", "pow", "reusable"]
     args: list["Expr"]
     at: Optional[Loc] = None
 

@@ -622,6 +622,7 @@ def parse_text(text: str, file: str = "<input>", fragment: str | None = None):
     """Parse a whole program, or with `fragment` one of FRAGMENTS (a list of items, statements, …).
     Raises ParseError (a SerqError) with a span and a code."""
     start = "start" if fragment is None else f"frag_{fragment}"
+    _check_depth(text, file)
     try:
         tree = _parser().parse(text, start=start)
     except UnexpectedInput as exc:
@@ -632,6 +633,43 @@ def parse_text(text: str, file: str = "<input>", fragment: str | None = None):
         if isinstance(exc.orig_exc, SerqError):
             raise exc.orig_exc from None
         raise
+
+
+MAX_DEPTH = 100
+
+
+def _check_depth(text: str, file: str):
+    """Brackets nest at most MAX_DEPTH deep: deeper text is refused where it passes the limit."""
+    depth, line, col = 0, 1, 1
+    in_str = in_line = in_block = False
+    prev = ""
+    for ch in text:
+        if in_line:
+            in_line = ch != "\n"
+        elif in_block:
+            if prev == "*" and ch == "/":
+                in_block = False
+                ch = ""
+        elif in_str:
+            in_str = ch not in ('"', "\n")
+        elif ch == '"':
+            in_str = True
+        elif prev == "/" and ch == "/":
+            in_line = True
+        elif prev == "/" and ch == "*":
+            in_block = True
+            ch = ""
+        elif ch in "([{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ParseError("P007", f"brackets nest more than {MAX_DEPTH} deep", Span(file, line, col, line, col + 1))
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "\n":
+            line, col = line + 1, 1
+        else:
+            col += 1
+        prev = ch
 
 
 def parse_file(path: str) -> A.Program:

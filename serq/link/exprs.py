@@ -10,7 +10,8 @@ from serq.lang.lower.constants import fmt
 from serq.link.names import (CLAIM_ITER_VALUES, CONTEXT_VARS, END_AGGS, ENGINE_VALUES, OBSERVABLES, POOL_OBS,
                              STAGE_OBS, SUPPLIED, Moment)
 
-FN_ARITY = {"min": (1, None), "max": (1, None), "floor": (1, 1), "ceil": (1, 1), "round": (1, 1), "abs": (1, 1),
+MAX_EXPR_DEPTH = 200
+FN_ARITY = {"min": (1, None), "max": (1, None), "sum": (1, None), "floor": (1, 1), "ceil": (1, 1), "round": (1, 1), "abs": (1, 1),
             "sqrt": (1, 1), "log": (1, 1), "pow": (2, 2), "reusable": (2, 2)}
 
 
@@ -78,7 +79,19 @@ class ExprLinker:
         return I.Loc(file=self.t.files.index(sp.file), line=sp.line, col=sp.col, end_line=sp.end_line,
                      end_col=sp.end_col)
 
+    depth = 0
+
     def link(self, e, m: Moment):
+        self.depth += 1
+        try:
+            if self.depth > MAX_EXPR_DEPTH:
+                raise SerqError("P007", f"an expression nests more than {MAX_EXPR_DEPTH} operators deep: "
+                                "name parts of it with set or def", e.span)
+            return self._link(e, m)
+        finally:
+            self.depth -= 1
+
+    def _link(self, e, m: Moment):
         at = self.loc(e.span)
         if isinstance(e, A.Num):
             return I.Num(v=e.value, at=at)

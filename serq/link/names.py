@@ -16,7 +16,7 @@ OBSERVABLES = {"used", "free", "holders", "queued", "queue", "busy", "cachedin",
 POOL_OBS = {"used", "free", "holders", "queued", "cachedin"}
 STAGE_OBS = {"queue", "busy", "budget_left", "work"}
 END_AGGS = {"total", "count", "largest", "smallest", "prefix_total"}
-FUNCTIONS = {"min", "max", "floor", "ceil", "round", "abs", "sqrt", "log", "pow", "reusable", "blocksize", "cost"}
+FUNCTIONS = {"min", "max", "sum", "floor", "ceil", "round", "abs", "sqrt", "log", "pow", "reusable", "blocksize", "cost"}
 
 # engine values: (IR name, reads the batch)
 ENGINE_VALUES = {

@@ -42,13 +42,9 @@ class Aggregates:
         if n == 0 and x.op != "sum":
             raise SerqError("L036", f"`{x.op}` over no terms has no value", x.count.span)
         terms = [subst(x.body, {x.var: A.Num(float(k), x.span)}) for k in range(n)]
-        if x.op == "sum":
-            if not terms:
-                return A.Num(0.0, x.span)
-            out = terms[0]
-            for t in terms[1:]:
-                out = A.Binary("+", out, t, x.span)
-            return out
+        if x.op == "sum" and not terms:
+            return A.Num(0.0, x.span)
+        # sum(t0, t1, …) adds left to right: the written-out chain, flat so that the IR stays shallow
         return A.Call(A.Ref((A.Seg(x.op, None, x.span),), x.span), tuple(terms), x.span)
 
 

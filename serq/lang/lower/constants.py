@@ -18,6 +18,7 @@ def _reusable(n: float, b: float) -> float:
 FUNCS = {
     "min": (1, None, lambda *a: min(a)),
     "max": (1, None, lambda *a: max(a)),
+    "sum": (1, None, lambda *a: _sum(a)),
     "floor": (1, 1, math.floor),
     "ceil": (1, 1, math.ceil),
     "round": (1, 1, lambda x: math.floor(x + 0.5)),
@@ -27,6 +28,13 @@ FUNCS = {
     "pow": (2, 2, lambda a, b: _pow(a, b)),
     "reusable": (2, 2, _reusable),
 }
+
+
+def _sum(a):
+    t = 0.0
+    for x in a:  # left to right, as a + b + c
+        t = t + x
+    return t
 
 
 def _pow(a, b):

@@ -7,7 +7,7 @@ from serq.lang import ast as A
 from serq.lang.walk import iter_expr, stmt_exprs
 from serq.link.names import BUILTIN_ATTRS, SUPPLIED
 
-FUNCS = {"min", "max", "floor", "ceil", "round", "abs", "sqrt", "log", "pow", "reusable", "blocksize", "cost",
+FUNCS = {"min", "max", "sum", "floor", "ceil", "round", "abs", "sqrt", "log", "pow", "reusable", "blocksize", "cost",
          "used", "free", "holders", "queued", "queue", "busy", "cachedin", "budget_left", "work"}
 
 
