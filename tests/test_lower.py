@@ -248,3 +248,19 @@ def test_mark_in_a_request_is_a_set_of_the_engine():
 def test_declaration_order_of_independent_items_does_not_change_links():
     a = prog("stage a : fifo; stage b : ps(1);\n" + "workload { arrive poisson(1); } server { run a (cost(a, 1)); run b (cost(b, 1)); }")
     assert [s.name for s in a.stages] == ["a", "b"]
+
+
+def test_sugar_inside_a_request_is_lowered_too():
+    p = prog("""
+      device gpu { kv cap 100; }
+      engine e on gpu { reqs cap 4; tokens cap 32;
+        request (n) { branch with (0.5) { prefill (half(n)); } else { prefill (n); } decode (sum j in 2 (j + n)); }
+        schedule { advance running; admit waiting while (running.preempted == 0); } execute (1); }
+      pool reqs on e { }
+      workload { arrive poisson(1); turn { Size n = 5; } }
+      server { e (n); }
+    """, "def half(x) { x / 2 }\n")
+    br, dec = p.server
+    assert br.k == "branch" and br.cond.k == "draw" and br.cond.dist == "bernoulli"
+    assert br.then[0].work.e.k == "bin" and br.then[0].work.e.op == "/"
+    assert dec.work.e.k == "fn" and dec.work.e.name == "sum"

@@ -1,4 +1,4 @@
-"""`def`s written out (*Syntax*: a name for an expression, or for statements), and `branch with`."""
+"""`def`s written out (*Syntax*: a name for an expression, or for statements)."""
 from __future__ import annotations
 
 from serq.diagnostics import SerqError
@@ -76,11 +76,5 @@ class Defs:
                                     s.span)
                 return list(self.block(subst_block(d.body, self._bind(d, s.call)), depth + 1))
             return s
-
-        def branch_with(s):
-            if isinstance(s, A.Branch) and s.with_:
-                # `branch with (p)` is `branch (~bernoulli(p))` (*Branching*)
-                return A.Branch(A.Draw("bernoulli", (s.cond,), s.cond.span), s.then, s.else_, s.span)
-            return s
         stmts = map_block(stmts, lambda e: e, calls)
-        return map_block(stmts, self.expr, branch_with)
+        return map_block(stmts, self.expr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from serq.diagnostics import SerqError
 from serq.lang import ast as A
 from serq.lang.kernel import Kernel, KPool, KStage
-from serq.lang.lower import admission, queues as Q
+from serq.lang.lower import admission, branch_with, queues as Q
 from serq.lang.lower.aggregates import Aggregates
 from serq.lang.lower.constants import require_count
 from serq.lang.lower.defs import Defs
@@ -135,10 +135,11 @@ def lower(prog: A.Program, inputs: dict[str, float] | None = None) -> Kernel:
     serving = Serving(stages, {n: qi.latency for n, qi in queues.items() if qi.latency is not None})
     calls = Q.Calls(engines, queues, relations, serving, consts)
 
+    calls.prep = defs.block  # an entry's or a request's body has its defs written out too
+
     def lower_block(stmts, side):
-        stmts = defs.block(stmts)
-        stmts = aggs.block(stmts)
-        stmts = calls.block(stmts, side)
+        stmts = calls.block(defs.block(stmts), side)
+        stmts = aggs.block(branch_with.lower(stmts))
         stmts = serving.lower(stmts, side)
         return admission.lower_bindings(stmts, bindings)
 

@@ -192,6 +192,7 @@ class Calls:
         self.relations: list[RelationInfo] = relations
         self.serving = serving
         self.consts = consts
+        self.prep = lambda stmts: stmts
         self.request_attrs: set[str] = set()
         self.queue_attrs: set[str] = set()
         readers = {}
@@ -217,7 +218,7 @@ class Calls:
         if fn.simple and fn.head in self.engines:
             if side != "server":
                 raise SerqError("L164", "an engine's request is called in the server", s.span)
-            stmts = expand_request(s, self.engines[fn.head])
+            stmts = self.prep(expand_request(s, self.engines[fn.head]))
             req = self.engines[fn.head].eng.request
             for st in iter_stmts(req.items):
                 if isinstance(st, A.Set):
@@ -226,7 +227,7 @@ class Calls:
         if len(fn.segs) == 2 and fn.segs[0].name in self.queues:
             if side != "server":
                 raise SerqError("L165", "a queue's entry is called in the server, not the session", s.span)
-            return list(self.block(self._entry(s), side, depth + 1))
+            return list(self.block(self.prep(self._entry(s)), side, depth + 1))
         if fn.simple:
             raise SerqError("L045", f"`{fn.head}` is no def, engine or queue entry to call", fn.span)
         raise SerqError("L045", f"`{fn.dotted}` is no queue entry: a call is `QUEUE[i].VERB (…);`", fn.span)

@@ -25,12 +25,13 @@ class ScopeCheck:
     def _names(self, e):
         """The attribute-like names an expression reads (functions, declarations and numbers aside)."""
         out = []
+        local = {x.var for x in iter_expr(e) if isinstance(x, A.Aggregate)}
         for x in iter_expr(e):
             if isinstance(x, A.Call):
                 continue
             if isinstance(x, A.Ref):
                 h = x.segs[0].name
-                if h in SUPPLIED or h in self.known or h in self.own or h in FUNCS:
+                if h in SUPPLIED or h in self.known or h in self.own or h in FUNCS or h in local:
                     continue
                 out.append((x.dotted if len(x.segs) > 1 and x.segs[0].index is None else h, x))
         return out
