@@ -13,7 +13,21 @@ from serq.lang.lower.program import lower
 from serq.lang.parse import parse_file, parse_text
 from serq.link.program import link_kernel
 
-__all__ = ["load", "load_text", "load_ir", "parse_instance", "SerqError", "UsageError"]
+__all__ = ["load", "load_text", "load_ir", "parse_instance", "run", "SerqError", "UsageError"]
+
+
+def run(program: I.Program, settings: I.Settings | None = None, progress=None) -> dict:
+    """Simulate the program; the report as the catalogue's JSON object (a dict)."""
+    from serq.interp.sim import Sim
+    return _deep(program.files[0] if program.files else "<ir>", lambda: _run(program, settings, progress))
+
+
+def _run(program, settings, progress):
+    from serq.interp.sim import Sim
+    sim = Sim(program, settings)
+    rep = sim.run(progress)
+    rep["_sim"] = sim
+    return rep
 
 
 def _deep(file: str, fn, *args):

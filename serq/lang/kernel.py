@@ -64,3 +64,4 @@ class Kernel:
     bindings: dict[str, Span] = field(default_factory=dict)             # at admission names
     request_attrs: set = field(default_factory=set)                      # names an engine's request sets
     queue_attrs: set = field(default_factory=set)                        # Q.x names a queue's entries set
+    main_span: Optional[Span] = None

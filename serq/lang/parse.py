@@ -374,6 +374,9 @@ class _ToAst(Transformer):
     def q_nic(self, meta, ch):
         return ("nic", ch[0], self.sp(meta))
 
+    def verb(self, meta, ch):
+        return str(ch[0])
+
     def q_entry(self, meta, ch):
         verb, params, from_, body = ch
         return A.Entry(str(verb), params, from_, body, self.sp(meta))

@@ -61,8 +61,11 @@ class Linker:
             blocks += [(wl.init or (), "workload"), (wl.turn or (), "workload"), (wl.session or (), "workload")]
         blocks.append((k.server, "server"))
         observed = {}
+        self.set_spans: dict[str, list] = {}
         for stmts, side in blocks:
             for s in iter_stmts(stmts):
+                if isinstance(s, (A.Set, A.Choose)):
+                    self.set_spans.setdefault(s.name, []).append(s.span)
                 if isinstance(s, A.Set):
                     self._attr(s.name, {"set": "attr", "Size": "size", "Cost": "cost"}[s.kind], side, s.span)
                 elif isinstance(s, A.CostFields):
@@ -111,8 +114,10 @@ class Linker:
             if n in k.declared or n in N.SUPPLIED or n in N.BUILTIN_ATTRS or n in N.TRACE_ATTRS or n in observed:
                 raise SerqError("L066", f"the binding `{n}` is its own name: no declaration, built-in attribute, "
                                 "context variable or let may share it", sp)
-            typ = self.attr_types.get(n)
-            if typ is not None and typ[2] != sp and not self._binding_set(n, typ[2]):
+            # the body's `set n = …` that the binding lowers to carries the binding's span; any other set is
+            # an attribute of the program's own
+            other = [x for x in self.set_spans.get(n, []) if x != sp]
+            if other:
                 raise SerqError("L066", f"the binding `{n}` is its own name: an attribute the program sets may not "
                                 "share it", sp)
         for p in k.pools:
@@ -123,9 +128,6 @@ class Linker:
                                     f"{'def' if local in k.defs else 'let'}, which its body reads bare", p.span)
         wl_hidden = {n for n, _ in wl.hidden} if wl is not None else set()
         t.hidden = wl_hidden
-
-    def _binding_set(self, name, span):
-        return True  # the set at the body's top that a binding lowers to carries the binding's span
 
     def _attr(self, name, typ, side, span):
         old = self.attr_types.get(name)
@@ -320,7 +322,7 @@ class Linker:
         wl = self.k.workload
         if wl is None:
             raise SerqError("L232", "the program has no `workload { … }`: it says how sessions arrive",
-                            Span(self.k.files[0], 1, 1))
+                            self.k.main_span or Span(self.k.files[0], 1, 1))
         for what, sp in wl.dups:
             raise SerqError("L237", f"the workload writes `{what}` twice", sp)
         if wl.arrive is None:
@@ -547,8 +549,8 @@ class Linker:
             tgts.append(tgt)
             first = first or tgt
         via = self.t.admitted_by.get(first.name)
-        hm = N.Moment(N.HEADER.name, ctx=N.HEADER.ctx, attrs=True, obs=N.HEADER.obs, registers=via is not None,
-                      engine=via)
+        hm = N.Moment(N.HEADER.name, ctx=N.HEADER.ctx, attrs=True, hidden=True, obs=N.HEADER.obs,
+                      registers=via is not None, engine=via)
         pools = []
         for hp, tgt in zip(s.pools, tgts):
             units = x.link(hp.units, hm)

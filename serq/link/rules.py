@@ -198,11 +198,10 @@ def _hidden(prog, stmts, hidden: set[str]):
         return
 
     def decide(e, tainted, at, what):
-        bad = attrs_read(e) & tainted
-        if bad:
-            n = sorted(bad)[0]
-            raise SerqError("L210", f"{what} reads `{n}`, which is hidden until a run whose work reads it has ended",
-                            span_of(prog, at))
+        for x in expr_nodes(e):
+            if x.k == "attr" and x.name in tainted:
+                raise SerqError("L210", f"{what} reads `{x.name}`, which is hidden until a run whose work reads it "
+                                "has ended", span_of(prog, x.at or at))
 
     def tgt(t, tainted, at):
         if t is not None and t.index is not None:

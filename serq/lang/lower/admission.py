@@ -25,18 +25,21 @@ def _live(e):
     return None
 
 
-def lower_bindings(stmts, names_out: dict):
+def lower_bindings(stmts, names_out: dict, taken: set = frozenset()):
     def fs(s):
         if isinstance(s, A.Hold) and s.bindings:
-            return _one(s, names_out)
+            return _one(s, names_out, taken)
         return s
     return map_block(stmts, lambda e: e, fs)
 
 
-def _one(h: A.Hold, names_out: dict) -> A.Hold:
+def _one(h: A.Hold, names_out: dict, taken) -> A.Hold:
     env: dict = {}
     names = [n for n, _, _ in h.bindings]
     for i, (name, e, sp) in enumerate(h.bindings):
+        if name in taken:
+            raise SerqError("L066", f"the binding `{name}` is its own name: a declaration, context variable or "
+                            "built-in attribute of the program already has it", sp)
         for later in names[i + 1:]:
             if _reads(e, later):
                 raise SerqError("L133", f"the binding `{name}` reads `{later}`, bound after it: a binding reads only "

@@ -7,6 +7,7 @@ import math
 from serq.diagnostics import SerqError
 from serq.lang import ast as A
 from serq.lang.lower.constants import NotConstant, fold
+from serq.lang.walk import iter_expr
 
 
 class UsageError(Exception):
@@ -36,6 +37,10 @@ def resolve_inputs(lets: list[A.Let], uses_args: bool, supplied: dict[str, float
             by_let[let.name] = (arg, float(value), arg in supplied and float(value) != dv)
             consts[let.name] = float(value)
         else:
+            for x in iter_expr(let.e):
+                if isinstance(x, A.Call) and x.fn.dotted == "args.number":
+                    raise SerqError("L011", "`args.number` is the whole initializer of a `let` inside main, not a "
+                                    "part of it", x.span)
             consts[let.name] = _const(defs.expr(let.e), consts, f"the constant `{let.name}`")
         spans[let.name] = let.span
     unknown = sorted(set(supplied) - set(args_seen))

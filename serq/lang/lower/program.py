@@ -126,12 +126,13 @@ def lower(prog: A.Program, inputs: dict[str, float] | None = None) -> Kernel:
     server = servers[0].body if servers else ()
     hidden = {n for n, _ in wl.hidden} if wl is not None else set()
     known = set(consts) | set(r.defs) | set(declared) | {p.name for p in pools} | {s.name for s in stages}
+    foreign = Q.queue_attr_names(queues)
     for qi in queues.values():
-        Q.check_entries(qi, hidden, known)
+        Q.check_entries(qi, hidden, known, foreign)
     for info in engines.values():
         check_request(info, hidden, known, pools)
     outside_names(server, wl, engines)
-    aggs = Aggregates(consts, set(declared))
+    aggs = Aggregates(consts, set(declared) | raw_attr_names(wl, server, engines, queues))
     serving = Serving(stages, {n: qi.latency for n, qi in queues.items() if qi.latency is not None})
     calls = Q.Calls(engines, queues, relations, serving, consts)
 
@@ -141,9 +142,11 @@ def lower(prog: A.Program, inputs: dict[str, float] | None = None) -> Kernel:
         stmts = calls.block(defs.block(stmts), side)
         stmts = aggs.block(branch_with.lower(stmts))
         stmts = serving.lower(stmts, side)
-        return admission.lower_bindings(stmts, bindings)
+        return admission.lower_bindings(stmts, bindings, binding_taken)
 
     bindings: dict = {}
+    from serq.link.names import BUILTIN_ATTRS, SUPPLIED, TRACE_ATTRS
+    binding_taken = set(declared) | SUPPLIED | BUILTIN_ATTRS | TRACE_ATTRS
     if wl is not None:
         wl = A.Workload(wl.arrive, wl.trace,
                         lower_block(wl.init, "workload") if wl.init is not None else None,
@@ -169,7 +172,7 @@ def lower(prog: A.Program, inputs: dict[str, float] | None = None) -> Kernel:
                   stages=stages, share=share, workload=wl, server=server,
                   server_span=servers[0].span if servers else None, gauges=gauges, claims=claims, defs=r.defs,
                   declared=declared, bindings=bindings, request_attrs=calls.request_attrs,
-                  queue_attrs=calls.queue_attrs)
+                  queue_attrs=calls.queue_attrs, main_span=main.span)
 
 
 def _opt(p: A.Pool, kind):
@@ -258,3 +261,20 @@ def sched_lets(items, consts, defs):
             if n in consts or n in defs:
                 raise SerqError("L065", f"the schedule's `let {n}` shares its name with a "
                                 f"{'let' if n in consts else 'def'} of the program", sp)
+
+
+def raw_attr_names(wl, server, engines, queues) -> set[str]:
+    """Every name a set or a choose assigns, anywhere, before lowering (and the built-in ones)."""
+    from serq.lang.walk import iter_stmts
+    from serq.link.names import BUILTIN_ATTRS, TRACE_ATTRS
+    blocks = [server]
+    if wl is not None:
+        blocks += [wl.init or (), wl.turn or (), wl.session or ()]
+    blocks += [e.eng.request.items for e in engines.values() if e.eng.request is not None]
+    blocks += [en.body for q in queues.values() for en in q.q.entries]
+    out = set(BUILTIN_ATTRS | TRACE_ATTRS)
+    for b in blocks:
+        for s in iter_stmts(b):
+            if isinstance(s, (A.Set, A.Choose, A.CostFields)):
+                out.add(s.name)
+    return out

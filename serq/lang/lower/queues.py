@@ -227,7 +227,7 @@ class Calls:
         if len(fn.segs) == 2 and fn.segs[0].name in self.queues:
             if side != "server":
                 raise SerqError("L165", "a queue's entry is called in the server, not the session", s.span)
-            return list(self.block(self.prep(self._entry(s)), side, depth + 1))
+            return list(self.block(self._entry(s), side, depth + 1))
         if fn.simple:
             raise SerqError("L045", f"`{fn.head}` is no def, engine or queue entry to call", fn.span)
         raise SerqError("L045", f"`{fn.dotted}` is no queue entry: a call is `QUEUE[i].VERB (…);`", fn.span)
@@ -238,7 +238,7 @@ class Calls:
         if vseg.index is not None:
             raise SerqError("L166", "an entry call indexes the queue, `Q[i].VERB (…)`", vseg.span)
         idx = _member(qi, qseg.index, qseg.span)
-        has_from = s.from_ is not None
+        has_from = s.from_ is not None and vseg.name != "transfer"  # a link's from/to are the KV move
         entry = qi.entries.get((vseg.name, has_from))
         if entry is None:
             other = qi.entries.get((vseg.name, not has_from))
@@ -257,6 +257,9 @@ class Calls:
                 raise SerqError("L123", "an entry's arguments are substituted, so none may draw", a.span)
         src = src_idx = None
         if entry.from_ is not None:
+            if s.from_ is None:
+                raise SerqError("L167", f"`{qi.name}.{vseg.name}` reads its KV from `{entry.from_}`: the call names it",
+                                s.span)
             if s.from_.head != entry.from_ or len(s.from_.segs) != 1:
                 raise SerqError("L167", f"`{qi.name}.{vseg.name}` reads its KV from `{entry.from_}`; a call from "
                                 "another queue is refused", s.from_.span)
@@ -314,7 +317,7 @@ class Calls:
                 return self._read(st, qi, idx, src, src_idx)
             return st
 
-        body = map_block(entry.body, lambda e: map_expr(e, rename), fs)
+        body = map_block(self.prep(entry.body), lambda e: map_expr(e, rename), fs)
         out = list(body)
         if call.to is not None:  # a link's transfer entry: the KV it read arrives and the source is given back
             pool, n = call.to
@@ -347,9 +350,7 @@ def _member(qi: QueueInfo, index, span):
         if index is not None:
             raise SerqError("L166", f"queue `{qi.name}` is a single queue: call it without an index", span)
         return None
-    if index is None:
-        if qi.count == 1:
-            return A.Num(0.0, span)  # at size one, D.kv also takes D[0]
+    if index is None:  # a family of one is still a family: D[j].decode (…)
         raise SerqError("L166", f"queue `{qi.name}` is a family: its entries are called `{qi.name}[j].VERB (…)`", span)
     return index
 
@@ -367,7 +368,14 @@ def relation_latency_stages(relations, queues, stages):
         stages.append(KStage(f"{poster}.nic.latency", qi.count, A.Kind("delay", None, r.span), r.span, queue=poster))
 
 
-def check_entries(qi: QueueInfo, hidden: set[str], known: set[str]):
+def queue_attr_names(queues) -> set[str]:
+    """What each queue's entries set or mark: `Q.x`."""
+    from serq.lang.lower.scopes import sets_of
+    return {f"{q.name}.{n}" for q in queues.values() for e in q.q.entries if e.verb != "route"
+            for n in sets_of(e.body)}
+
+
+def check_entries(qi: QueueInfo, hidden: set[str], known: set[str], foreign: set[str] = frozenset()):
     """An entry sees its own (*Queues*); the gateway's route reads the request as a server does."""
     from serq.lang.lower.scopes import ScopeCheck, sets_of
     own = set(qi.pools) | {qi.name, "nic", "self"} | {d.name for d in qi.q.devices}
@@ -377,5 +385,6 @@ def check_entries(qi: QueueInfo, hidden: set[str], known: set[str]):
         pools = set(qi.pools) | ({e.from_} if e.from_ else set())
         binds = [n for h in iter_stmts(e.body) if isinstance(h, A.Hold) for n, _, _ in h.bindings]
         ck = ScopeCheck(f"queue `{qi.name}`'s `{e.verb}` entry", e.params or (), own | ({e.from_} if e.from_ else set()),
-                        hidden, known, bindings=binds, pools=pools)
+                        hidden, known, bindings=binds, pools=pools,
+                        foreign={n for n in foreign if not n.startswith(qi.name + ".")})
         ck.check(e.body, sets_of(e.body))

@@ -51,7 +51,7 @@ def split_request(req: A.Request, what: str):
     before, after, bindings, cache, seen_adm = [], [], (), None, False
     for it in req.items:
         if cache is not None:
-            raise SerqError("L121", f"`cache (…);` is the last item of {what}", it.span)
+            raise SerqError("L121", f"`cache (…);` is the last item of {what}", cache.span)
         if isinstance(it, A.AtAdmission):
             if seen_adm:
                 raise SerqError("L121", f"{what} has one `at admission`", it.span)
@@ -88,7 +88,8 @@ def expand_request(stmt: A.CallStmt, info: EngineInfo, stage_name: str | None = 
     taking = info.taking
     if taking is None:
         if has_adm or cache is not None:
-            sp = cache.span if cache is not None else req.span
+            adm = next((it for it in req.items if isinstance(it, A.AtAdmission)), None)
+            sp = adm.span if adm is not None else cache.span
             raise SerqError("L125", "a request without `taking` holds nothing, and has no `at admission` and no "
                             "`cache`", sp)
         return list(_engine_stmts(subst_block(before + after, mapping), name))

@@ -13,8 +13,9 @@ FUNCS = {"min", "max", "sum", "floor", "ceil", "round", "abs", "sqrt", "log", "p
 
 class ScopeCheck:
     def __init__(self, what: str, params, own: set[str], hidden: set[str], known: set[str], bindings=(),
-                 pools: set[str] | None = None):
+                 pools: set[str] | None = None, foreign: set[str] = frozenset()):
         self.what = what
+        self.foreign = foreign  # other queues' attributes, Q.x
         self.pools = pools  # the pools its statements may hold, grow, load and release (None: any)
         self.params = set(params)
         self.own = own            # the pools, stage and NIC of the queue or engine, by the names it reads
@@ -31,6 +32,9 @@ class ScopeCheck:
                 continue
             if isinstance(x, A.Ref):
                 h = x.segs[0].name
+                if len(x.segs) > 1 and x.dotted in self.foreign:
+                    out.append((x.dotted, x))
+                    continue
                 if h in SUPPLIED or h in self.known or h in self.own or h in FUNCS or h in local:
                     continue
                 out.append((x.dotted if len(x.segs) > 1 and x.segs[0].index is None else h, x))
