@@ -49,6 +49,16 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--instance", metavar="FILE.json", help="an instance file: inputs and settings")
         sp.add_argument("rest", nargs="*", metavar="-- NAME=VALUE", help="inputs after --")
 
+    r = sub.add_parser("run", help="simulate the program and print the report")
+    r.add_argument("file")
+    r.add_argument("--horizon")
+    r.add_argument("--warmup", default="0")
+    r.add_argument("--seed", default="1")
+    r.add_argument("--arrivals")
+    r.add_argument("--json", action="store_true", help="the report as one JSON object")
+    r.add_argument("--dump", metavar="DIR", help="write the observations and gauge/NAME.csv")
+    r.add_argument("--quiet", action="store_true", help="no progress bar")
+    inputs(r)
     c = sub.add_parser("check", help="parse and link only; exit 1 with diagnostics")
     c.add_argument("file")
     inputs(c)
@@ -100,6 +110,61 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
     return supplied, I.Settings(**s)
 
 
+def _run(args, prog, settings) -> int:
+    from serq.interp.report import dump, text
+    progress = None
+    if not args.quiet and sys.stderr.isatty():
+        progress = _Progress(settings)
+    rep = api.run(prog, settings, progress)
+    if progress is not None:
+        progress.close()
+    sim = rep.pop("_sim")
+    if args.dump:
+        dump(sim, rep, args.dump)
+    if args.json:
+        print(json.dumps(rep, indent=1, default=_jsonable))
+    else:
+        print(text(rep, args.file))
+    return 0
+
+
+def _jsonable(v):
+    return None
+
+
+class _Progress:
+    """A progress bar on stderr for runs longer than a couple of seconds."""
+
+    def __init__(self, settings):
+        import time
+        self.t0 = time.monotonic()
+        self.last = 0.0
+        self.settings = settings
+        self.shown = False
+
+    def __call__(self, sim):
+        import time
+        t = time.monotonic()
+        if t - self.t0 < 2 or t - self.last < 0.2:
+            return
+        self.last = t
+        if sim.arrivals_n:
+            frac = min(1.0, (sim.sessions_completed + sim.sessions_rejected) / sim.arrivals_n)
+        elif sim.horizon:
+            frac = min(1.0, sim.now / sim.horizon)
+        else:
+            frac = 0.0
+        bar = "#" * int(frac * 30)
+        sys.stderr.write(f"\r[{bar:<30}] {frac * 100:5.1f}%  t={sim.now:.6g}  sessions={sim.sessions_arrived}")
+        sys.stderr.flush()
+        self.shown = True
+
+    def close(self):
+        if self.shown:
+            sys.stderr.write("\r" + " " * 79 + "\r")
+            sys.stderr.flush()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -113,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.file is None:
             raise UsageError("a program file is required")
         prog = api.load(args.file, supplied, settings)
+        if args.cmd == "run":
+            return _run(args, prog, settings)
         if args.cmd == "check":
             print(f"{args.file}: ok", file=sys.stderr)
             return 0

@@ -1,0 +1,207 @@
+"""Pools (*Semantics: Pools*, *Waiting selection*, *Ties*): admission at the head with head-of-line
+blocking, reservations, the per-session prefix cache with dead entries, eviction, growth and
+preemption, leases."""
+from __future__ import annotations
+
+import math
+
+from serq.interp.stats import TimeAverage
+
+INF = math.inf
+
+
+def round_up(u: float, b: float | None) -> float:
+    if not b or u == INF:
+        return u
+    return math.ceil(u / b - 1e-12) * b
+
+
+def round_down(u: float, b: float | None) -> float:
+    if not b or u == INF:
+        return u
+    return math.floor(u / b + 1e-12) * b
+
+
+class Entry:
+    """A cached prefix: its owner (None when dead), its units, its release time and order."""
+    __slots__ = ("owner", "units", "t", "seq", "alive")
+
+    def __init__(self, owner, units, t, seq):
+        self.owner = owner
+        self.units = units
+        self.t = t
+        self.seq = seq
+        self.alive = True
+
+
+class Alloc:
+    """One hold's (or lease's) allocation on one pool member."""
+    __slots__ = ("frame", "pool", "units", "reserve", "pos", "admission", "leased", "lease_end", "advanced",
+                 "consumed", "lease_version")
+
+    def __init__(self, frame, pool, units, reserve, pos, admission):
+        self.frame = frame
+        self.pool = pool
+        self.units = units
+        self.reserve = reserve
+        self.pos = pos
+        self.admission = admission
+        self.leased = False
+        self.lease_end = None
+        self.advanced = False   # a growing run or a load moved the position
+        self.consumed = 0.0     # the cached prefix consumed at admission
+        self.lease_version = 0
+
+
+class Pool:
+    """One member of a pool declaration."""
+
+    def __init__(self, sim, decl, index, cap: float, block: float | None):
+        self.sim = sim
+        self.decl = decl
+        self.name = decl.name
+        self.index = index
+        self.label = decl.name if index is None else f"{decl.name}[{index}]"
+        self.cap = cap
+        self.block = block
+        self.used = 0.0
+        self.reserved_extra = 0.0        # Σ max(0, r - alloc) of holders, for reserve held
+        self.reserve_held = decl.reserve_held
+        self.allocs: list[Alloc] = []    # holders and leases, in admission order
+        self.entries: list[Entry] = []   # the cache, live and dead entries
+        self.own: dict = {}              # session id -> its live entry
+        self.cached = 0.0
+        self.queue: list = []            # waiting hold frames
+        self.growers: list = []          # stalled growths, in the order they stalled
+        self.admitted = 0
+        self.rejected = 0
+        self.evicted = 0
+        self.preempted = 0
+        self.admit_seq = 0
+        self.max_used = 0.0
+        self.used_avg = TimeAverage(sim.warmup)
+        self.engine = None               # the step stage whose iterations admit this pool's queue
+        self.memory_of = None            # the step stage this pool is the memory of
+        self.over = None                 # a head asking for more than the cap, as last tried
+
+    # -- observables
+    def holders(self) -> float:
+        return float(len({a.frame.sess.id for a in self.allocs}))
+
+    def queued(self) -> float:
+        return float(len(self.queue))
+
+    def cachedin(self, sess) -> float:
+        e = self.own.get(sess.cid)
+        return e.units if e is not None else 0.0
+
+    def _note(self):
+        if self.used > self.max_used:
+            self.max_used = self.used
+        self.used_avg.set(self.sim.now, self.used)
+
+    # -- room
+    def room_for(self, r: float) -> bool:
+        """used + r <= cap (with reserve held: the reservations still unallocated count too)."""
+        extra = self.reserved_extra if self.reserve_held else 0.0
+        return self.used + extra + r <= self.cap + 1e-9
+
+    def make_room(self, need: float, keep_owner=None):
+        """Evict cache entries in the pool's order until used + cached fits (*Pools*: other entries
+        are evicted in the pool's order until allocations and cache fit)."""
+        over = self.used + self.cached + need - self.cap
+        if over <= 1e-9:
+            return
+        order = self.sim.evict_order(self)
+        for e in order:
+            if over <= 1e-9:
+                break
+            if not e.alive or (keep_owner is not None and e.owner is keep_owner):
+                continue
+            take = e.units
+            if self.block and e.units > over:  # per block from the tail of the entry
+                take = min(e.units, round_up(over, self.block))
+            self._evict(e, take)
+            over -= take
+
+    def _evict(self, e: Entry, units: float):
+        e.units -= units
+        self.cached -= units
+        self.evicted += 1
+        self.sim.spill(self, e, units)
+        if e.units <= 1e-9:
+            e.alive = False
+            self.entries.remove(e)
+            if e.owner is not None and self.own.get(e.owner.cid) is e:
+                del self.own[e.owner.cid]
+
+    # -- the cache
+    def consume(self, sess, rho: float, units: float) -> float:
+        """At admission with a cache clause: consume at most rho of the own prefix; the rest of the
+        entry stays cached, dead, with the same age."""
+        e = self.own.pop(sess.cid, None)
+        if e is None:
+            return 0.0
+        take = round_down(min(rho, e.units, units), self.block)
+        take = max(0.0, take)
+        e.units -= take
+        self.cached -= take
+        e.owner = None  # what is left is dead: unusable until evicted
+        if e.units <= 1e-9:
+            e.alive = False
+            self.entries.remove(e)
+        return take
+
+    def put_cache(self, sess, units: float):
+        units = round_down(units, self.block)
+        if units <= 0:
+            return
+        old = self.own.pop(sess.cid, None)
+        if old is not None:  # the session's previous prefix is superseded: dead
+            old.owner = None
+        self.sim.rel_seq += 1
+        e = Entry(sess, units, self.sim.now, self.sim.rel_seq)
+        self.entries.append(e)
+        self.own[sess.cid] = e
+        self.cached += units
+        # a release never leaves the pool over its cap: evict what no longer fits
+        self.make_room(0.0)
+
+    def drop(self, sess):
+        e = self.own.pop(sess.cid, None)
+        if e is not None:
+            self.cached -= e.units
+            e.alive = False
+            self.entries.remove(e)
+
+    # -- allocations
+    def allocate(self, frame, units: float, reserve: float) -> Alloc:
+        self.admit_seq += 1
+        a = Alloc(frame, self, units, reserve, 0.0, self.admit_seq)
+        self.allocs.append(a)
+        self.used += units
+        if self.reserve_held:
+            self.reserved_extra += max(0.0, reserve - units)
+        self.admitted += 1
+        self._note()
+        return a
+
+    def grow_alloc(self, a: Alloc, d: float):
+        if self.reserve_held:
+            self.reserved_extra -= max(0.0, a.reserve - a.units)
+        a.units += d
+        self.used += d
+        if self.reserve_held:
+            self.reserved_extra += max(0.0, a.reserve - a.units)
+        self._note()
+
+    def free(self, a: Alloc):
+        if a not in self.allocs:
+            return
+        self.allocs.remove(a)
+        self.used -= a.units
+        if self.used < 1e-9:
+            self.used = 0.0
+        if self.reserve_held:
+            self.reserved_extra -= max(0.0, a.reserve - a.units)
+        self._note()

@@ -1,0 +1,139 @@
+"""The report (catalogue: *The report*): the JSON object, its text form, and `--dump DIR`."""
+from __future__ import annotations
+
+import csv
+import math
+import os
+
+from serq.interp.stats import summary
+
+BOOL_NOTE = 40
+
+
+def build(sim) -> dict:
+    end = sim.end
+    obs = {}
+    for name, rows in sorted(sim.obs.items()):
+        obs[name] = summary([r[3] for r in rows])
+    notes = list(sim.notes)
+    for name, vals in sorted(sim.obs_all.items()):
+        if len(vals) >= BOOL_NOTE and all(v in (0.0, 1.0) for v in vals) and not any(vals):
+            notes.append(f"observe {name}: zero in all {len(vals)} samples")
+    pools = {}
+    growing_at_end = 0
+    stalled = []
+    for m in sim.pools:
+        over = 0
+        if m.queue:
+            fr = m.queue[0]
+            if m.over is fr:
+                over = 1
+                notes.append(f"over: pool {m.label}'s head asks for more than its cap {m.cap:g}")
+        growing_at_end += len(m.growers)
+        if m.growers:
+            holders = {a.frame.sess.id for a in m.allocs}
+            waiting = {g[0].id for g in m.growers}
+            if holders and holders <= waiting:
+                stalled.append(m.label)
+        pools[m.label] = {
+            "cap": m.cap if m.cap != math.inf else None,
+            "mean_used": m.used_avg.result(end)["mean"],
+            "max_used": m.max_used,
+            "admitted": m.admitted,
+            "rejected": m.rejected,
+            "evicted": m.evicted,
+            "preempted": m.preempted,
+            "over_cap": over,
+        }
+    if growing_at_end:
+        notes.append(f"grow: {growing_at_end} hold(s) still waiting to grow at the end")
+    for label in stalled:
+        notes.append(f"growing_stalled: every holder of pool {label} waits to grow")
+    stages = {}
+    for st in sim.stages:
+        stages[st.label] = {"utilisation": st.utilisation(end), "completed": st.completed_after_warmup}
+    gauges = {name: avg.result(end) for name, _, avg in sim.gauges}
+    return {
+        "seed": sim.seed,
+        "horizon": sim.horizon,
+        "warmup": sim.warmup,
+        "end": end,
+        "sessions": {"arrived": sim.sessions_arrived, "completed": sim.sessions_completed,
+                     "rejected": sim.sessions_rejected, "stuck": len(sim.stuck), "live_at_end": len(sim.live)},
+        "client": {k: summary(v) for k, v in sim.client.items()},
+        "observe": obs,
+        "gauges": gauges,
+        "pools": pools,
+        "stages": stages,
+        "claims": {k: dict(v) for k, v in sim.claim_state.items()},
+        "growing_at_end": growing_at_end,
+        "notes": notes,
+    }
+
+
+def _f(v, w=10):
+    if v is None:
+        return "-".rjust(w)
+    if isinstance(v, float) and (abs(v) >= 1e6 or (abs(v) < 1e-3 and v != 0)):
+        return f"{v:{w}.3e}"
+    return f"{v:{w}.4f}" if isinstance(v, float) else f"{v:>{w}}"
+
+
+def text(rep: dict, file: str) -> str:
+    out = [f"serq run {file}: seed {rep['seed']}, warm-up {rep['warmup']:g}, end {rep['end']:g}"
+           + (f" (horizon {rep['horizon']:g})" if rep["horizon"] is not None else "")]
+    s = rep["sessions"]
+    out.append(f"sessions: {s['arrived']} arrived, {s['completed']} completed, {s['rejected']} rejected, "
+               f"{s['stuck']} stuck, {s['live_at_end']} live at the end")
+
+    def table(title, rows):
+        if not rows:
+            return
+        out.append("")
+        out.append(f"{title:<24}{'count':>10}{'mean':>11}{'±95%':>11}{'p50':>11}{'p90':>11}{'p99':>11}{'max':>11}")
+        for name, st in rows.items():
+            out.append(f"{name:<24}{st['count']:>10} {_f(st['mean'])} {_f(st['ci95'])} {_f(st['p50'])} "
+                       f"{_f(st['p90'])} {_f(st['p99'])} {_f(st['max'])}")
+    table("client", {k: v for k, v in rep["client"].items() if v["count"]})
+    table("observe", rep["observe"])
+    if rep["gauges"]:
+        out.append("")
+        out.append(f"{'gauge':<24}{'mean':>11}{'±95%':>11}{'min':>11}{'max':>11}")
+        for name, g in rep["gauges"].items():
+            out.append(f"{name:<24} {_f(g['mean'])} {_f(g['ci95'])} {_f(g['min'])} {_f(g['max'])}")
+    if rep["pools"]:
+        out.append("")
+        out.append(f"{'pool':<24}{'cap':>11}{'mean used':>11}{'max used':>11}{'admitted':>10}{'rejected':>10}"
+                   f"{'evicted':>10}{'preempted':>10}")
+        for name, p in rep["pools"].items():
+            out.append(f"{name:<24} {_f(p['cap'])} {_f(p['mean_used'])} {_f(p['max_used'])}{p['admitted']:>10}"
+                       f"{p['rejected']:>10}{p['evicted']:>10}{p['preempted']:>10}")
+    if rep["stages"]:
+        out.append("")
+        out.append(f"{'stage':<24}{'utilisation':>12}{'completed':>11}")
+        for name, st in rep["stages"].items():
+            out.append(f"{name:<24} {_f(st['utilisation'], 11)}{st['completed']:>11}")
+    if rep["claims"]:
+        out.append("")
+        for name, c in rep["claims"].items():
+            extra = f" at {c['at']:g}" if c["at"] is not None else ""
+            extra += f" (session {c['session']})" if c["session"] is not None else ""
+            out.append(f"claim {name}: {c['status']}{extra}")
+    for n in rep["notes"]:
+        out.append(f"note: {n}")
+    return "\n".join(out)
+
+
+def dump(sim, rep: dict, directory: str):
+    """--dump DIR: each observation's samples, the client's, and every gauge's change points."""
+    os.makedirs(os.path.join(directory, "gauge"), exist_ok=True)
+    for name, rows in sim.obs.items():
+        with open(os.path.join(directory, f"observe_{name}.csv"), "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["time", "session", "turn", "value"])
+            w.writerows(rows)
+    for name, _, avg in sim.gauges:
+        with open(os.path.join(directory, "gauge", f"{name}.csv"), "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["time", "value"])
+            w.writerows(p for p in avg.points if p[0] <= rep["end"])

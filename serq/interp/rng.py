@@ -1,0 +1,65 @@
+"""Random streams (*Workload*): one per purpose, derived from the seed with a stable hash, so that
+a (session, turn) draws the same marks under every deployment run on one seed.
+
+A stream is SplitMix64: a 64-bit state advanced by a constant and mixed, cheap to create (a
+session makes several) and with no shared state between streams."""
+from __future__ import annotations
+
+import hashlib
+import math
+
+MASK = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+SCALE = 1.0 / (1 << 53)
+
+
+def derive(*parts) -> int:
+    """A 64-bit seed from the parts (seed, purpose, session, turn, …), stable across runs and machines."""
+    h = hashlib.blake2b("/".join(str(p) for p in parts).encode(), digest_size=8)
+    return int.from_bytes(h.digest(), "little")
+
+
+class Stream:
+    __slots__ = ("s",)
+
+    def __init__(self, seed: int):
+        self.s = seed & MASK
+
+    def random(self) -> float:
+        """Uniform on [0, 1)."""
+        s = (self.s + GOLDEN) & MASK
+        self.s = s
+        z = ((s ^ (s >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        return ((z ^ (z >> 31)) >> 11) * SCALE
+
+    def expovariate(self, rate: float) -> float:
+        return -math.log(1.0 - self.random()) / rate
+
+    def gammavariate(self, k: float, theta: float) -> float:
+        """Erlang: k a whole number of phases, each exponential of mean theta."""
+        t = 0.0
+        for _ in range(int(k)):
+            t -= math.log(1.0 - self.random())
+        return t * theta
+
+
+def _mix(z: int) -> int:
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return z ^ (z >> 31)
+
+
+_BASES: dict = {}
+
+
+def stream(seed, purpose: str, *ints: int) -> Stream:
+    """The stream of (seed, purpose, session, turn, …): a stable hash of the seed and purpose,
+    then each whole-number part mixed in."""
+    key = (seed, purpose)
+    h = _BASES.get(key)
+    if h is None:
+        h = _BASES[key] = derive(seed, purpose)
+    for x in ints:
+        h = _mix((h ^ ((x + 1) * GOLDEN)) & MASK)
+    return Stream(h)

@@ -1,0 +1,342 @@
+"""Sessions and their statements (*Semantics*, *The two sides*, *Legs*): each statement compiled
+once to an op; a session runs as a generator that yields whenever it blocks."""
+from __future__ import annotations
+
+import math
+
+from serq.interp.compile import Ctx, RunError
+from serq.interp.pools import round_up
+from serq.interp.stages import Job
+from serq.lang.lower.constants import fmt
+from serq.link.rules import expr_nodes
+
+INF = math.inf
+MAX_STEPS = 1_000_000
+
+
+class SessionEnd(Exception):
+    """`end;`, or a refusal: the session ends where it is."""
+
+    def __init__(self, refused=False):
+        super().__init__()
+        self.refused = refused
+
+
+class Preempted(Exception):
+    """Thrown into a session whose hold was preempted: the hold executes again."""
+
+    def __init__(self, frame, pos):
+        super().__init__()
+        self.frame = frame
+        self.pos = pos
+
+
+class Session:
+    __slots__ = ("sim", "id", "cid", "serial", "a", "c", "gen", "epoch", "wait", "frames", "leases", "legs", "parent",
+                 "alive", "steps", "ready_at", "ready_n", "turn_idx", "stream", "trace", "turn_rec", "leg_no",
+                 "ended", "hidden_seen", "stuck_pos", "refused", "live_legs")
+
+    def __init__(self, sim, sid, serial, attrs, stream, parent=None):
+        self.sim = sim
+        self.id = sid
+        self.cid = parent.cid if parent is not None else sid   # a leg shares the request's cached prefix
+        self.serial = serial
+        self.a = attrs
+        self.stream = stream
+        self.c = Ctx(attrs, stream, {}, self)
+        self.gen = None
+        self.epoch = 0
+        self.wait = None
+        self.frames: list = []
+        self.leases: list = []
+        self.legs: list = []
+        self.live_legs = 0
+        self.parent = parent
+        self.alive = True
+        self.steps = 0
+        self.ready_at = -1.0
+        self.ready_n = 0
+        self.turn_idx = 0
+        self.trace = None
+        self.turn_rec = None
+        self.leg_no = 0
+        self.ended = False
+        self.stuck_pos = None
+        self.refused = False
+
+
+class HoldFrame:
+    """One execution of a hold statement."""
+    __slots__ = ("sess", "spec", "members", "allocs", "units", "reserves", "admitted", "join_seq", "join_t", "head",
+                 "consumed", "rejected", "done", "pos_prev")
+
+    def __init__(self, sess, spec):
+        self.sess = sess
+        self.spec = spec
+        self.members = []
+        self.allocs = []
+        self.units = []
+        self.reserves = []
+        self.admitted = False
+        self.join_seq = 0
+        self.join_t = 0.0
+        self.head = False
+        self.consumed = 0.0
+        self.rejected = False
+        self.done = False
+        self.pos_prev = None
+
+    def cancel(self):
+        """A waiting hold leaves its queue (its session was preempted or ended)."""
+        if not self.admitted:
+            q = self.members[0].queue if self.members else None
+            if q is not None and self in q:
+                q.remove(self)
+
+
+class HoldSpec:
+    __slots__ = ("pools", "reuse", "cache", "lease", "body", "at", "has_cache", "first_name")
+
+
+def _reads_state(e) -> bool:
+    """Units that read the deployment's state are judged at every try; the rest when joining."""
+    return any(x.k in ("obs", "ctx", "step", "reg") for x in expr_nodes(e))
+
+
+def run_sync(sess, ops):
+    """A block of statements none of which blocks: no generator needed."""
+    for _, op in ops:
+        sess.steps += 1
+        op(sess)
+
+
+def run_block(sess, ops):
+    for is_gen, op in ops:
+        sess.steps += 1
+        if sess.steps > MAX_STEPS:
+            raise sess.sim.run_error("R020", f"a session executed {MAX_STEPS:,} statements without blocking",
+                                     sess.sim.cur_at)
+        if is_gen:
+            yield from op(sess)
+        else:
+            op(sess)
+
+
+class Ops:
+    """Compiles IR statements to ops: (is_generator, function of the session)."""
+
+    def __init__(self, sim):
+        self.sim = sim
+        self.x = sim.compiler
+
+    def block(self, stmts):
+        return [self.stmt(s) for s in stmts]
+
+    def stmt(self, s):
+        return getattr(self, "_" + s.k)(s)
+
+    def _err(self, code, msg, at):
+        return self.x.error(code, msg, at)
+
+    # -- simple statements
+    def _set(self, s):
+        f = self.x.expr(s.e)
+        name = s.name
+        sim = self.sim
+
+        def op(sess):
+            sim.cur_at = s.at
+            sess.a[name] = f(sess.c)
+        return (False, op)
+
+    def _observe(self, s):
+        f = self.x.expr(s.e)
+        name = s.name
+        sim = self.sim
+
+        def op(sess):
+            sim.cur_at = s.at
+            sim.observe(name, f(sess.c), sess)
+        return (False, op)
+
+    def _choose(self, s):
+        n_f = self.x.expr(s.n)
+        keys = [self.x.expr(k) for k in s.keys]
+        name = s.name
+        err = self._err
+
+        def op(sess):
+            n = n_f(sess.c)
+            if not (n >= 1 and n == int(n) and n < INF):
+                raise err("R005", f"choose picks among a whole number >= 1 of indices, not {fmt(n)}", s.at)
+            best = None
+            old = sess.a.get(name)
+            for j in range(int(n)):
+                sess.a[name] = float(j)
+                k = tuple(kf(sess.c) for kf in keys) + (j,)  # the keys, in order, then the smallest index
+                if best is None or k < best:
+                    best = k
+            if old is None:
+                pass
+            sess.a[name] = float(best[-1])
+        return (False, op)
+
+    def _end(self, s):
+        def op(sess):
+            raise SessionEnd()
+        return (False, op)
+
+    def _drop(self, s):
+        tgt = self.x.target(s.pool, s.at)
+
+        def op(sess):
+            tgt(sess.c).drop(sess)
+        return (False, op)
+
+    def _release(self, s):
+        tgt = self.x.target(s.pool, s.at)
+        sim = self.sim
+
+        def op(sess):
+            sim.release_stmt(sess, tgt(sess.c), s.at)
+        return (False, op)
+
+    def _load(self, s):
+        tgt = self.x.target(s.pool, s.at)
+        f = self.x.expr(s.e)
+        sim = self.sim
+
+        def op(sess):
+            n = sim.amount(f(sess.c), s.at, "a load")
+            sim.load(sess, tgt(sess.c), n, s.at)
+        return (False, op)
+
+    def _grow(self, s):
+        tgt = self.x.target(s.pool, s.at)
+        f = self.x.expr(s.e)
+        sim = self.sim
+
+        def op(sess):
+            d = sim.amount(f(sess.c), s.at, "a grow")
+            pool = tgt(sess.c)
+            a = sim.innermost(sess, pool, s.at, "grow")
+            yield from sim.grow(sess, a, round_up(a.units + d, pool.block) - a.units, s.at)
+        return (True, op)
+
+    # -- control
+    def _guard(self, f, at):
+        err = self._err
+
+        def g(c):
+            v = f(c)
+            if v == 1.0:
+                return True
+            if v == 0.0:
+                return False
+            raise err("R006", f"a guard is 0 or 1, not {fmt(v)}: a test has two answers", at)
+        return g
+
+    def _branch(self, s):
+        g = self._guard(self.x.expr(s.cond), s.at)
+        then, else_ = self.block(s.then), self.block(s.else_)
+
+        def op(sess):
+            yield from run_block(sess, then if g(sess.c) else else_)
+        return (True, op)
+
+    def _while(self, s):
+        g = self._guard(self.x.expr(s.cond), s.at)
+        body = self.block(s.body)
+
+        def op(sess):
+            while g(sess.c):
+                yield from run_block(sess, body)
+        return (True, op)
+
+    def _loop(self, s):
+        body = self.block(s.body)
+
+        def op(sess):
+            while True:
+                yield from run_block(sess, body)
+        return (True, op)
+
+    def _fork(self, s):
+        body = self.block(s.body)
+        sim = self.sim
+
+        def op(sess):
+            sim.fork(sess, body, s.at)
+        return (False, op)
+
+    def _join(self, s):
+        sim = self.sim
+
+        def op(sess):
+            if sess.live_legs:
+                sess.wait = "join"
+                yield
+        return (True, op)
+
+    def _turn(self, s):
+        sim = self.sim
+
+        def op(sess):
+            yield from sim.turn(sess, s.at)
+        return (True, op)
+
+    # -- runs
+    def _run(self, s):
+        tgts = [self.x.target(t, s.at) for t in s.stages]
+        f = self.x.expr(s.work)
+        sim = self.sim
+        grow_t = self.x.target(s.growing, s.at) if s.growing is not None else None
+        mode = s.mode
+        if mode is not None:
+            return (True, sim.engine_run_op(s, tgts[0], f, grow_t))
+
+        def op(sess):
+            sim.cur_at = s.at
+            work = sim.amount(f(sess.c), s.at, "a run's work")
+            stages = [t(sess.c) for t in tgts]
+            a = None
+            if grow_t is not None:  # the hold grows with the run: to the position it will reach
+                pool = grow_t(sess.c)
+                a = sim.innermost(sess, pool, s.at, "growing")
+                target = a.pos + work
+                if target > a.units:
+                    yield from sim.grow(sess, a, round_up(target, pool.block) - a.units, s.at)
+            if work > 0:
+                job = Job(sess, work, stages, sim.job_done, sim.next_seq(), sim.now)
+                sess.wait = job
+                stages[0].submit(job)
+                yield
+            if a is not None:
+                a.pos += work
+                a.advanced = True  # the position, not the allocation, is what it computed
+        return (True, op)
+
+    # -- holds
+    def _hold(self, s):
+        x = self.x
+        spec = HoldSpec()
+        spec.pools = []
+        for hp in s.pools:
+            spec.pools.append((x.target(hp.pool, s.at), x.expr(hp.units),
+                               x.expr(hp.reserve) if hp.reserve is not None else None,
+                               not _reads_state(hp.units) and not (hp.reserve is not None and _reads_state(hp.reserve))))
+        spec.reuse = x.expr(s.reuse) if s.reuse is not None else None
+        spec.cache = x.expr(s.cache) if s.cache is not None else None
+        spec.has_cache = s.cache is not None
+        spec.lease = None
+        if s.lease is not None:
+            li = next(i for i, hp in enumerate(s.pools) if hp.pool.name == s.lease.pool.name)
+            spec.lease = (li, x.expr(s.lease.duration))
+        spec.body = self.block(s.body)
+        spec.at = s.at
+        spec.first_name = s.pools[0].pool.name
+        sim = self.sim
+
+        def op(sess):
+            yield from sim.hold(sess, spec)
+        return (True, op)

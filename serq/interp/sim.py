@@ -1,0 +1,846 @@
+"""The interpreter: events and settling (*Events and settling*), the workload (*Workload*),
+sessions, holds, growth and preemption (*Pools*), and the run's end (*A finite run*)."""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+from serq.diagnostics import Span
+from serq.interp.compile import Compiler, Ctx, RunError
+from serq.interp.pools import Pool, round_up
+from serq.interp.rng import stream
+from serq.interp.sessions import HoldFrame, Ops, Preempted, Session, SessionEnd, run_block, run_sync
+from serq.interp.stages import PS, Fifo, FlowNet, FlowStage, Job
+from serq.interp.stats import TimeAverage
+from serq.interp.trace import load_trace
+from serq.ir import model as I
+from serq.lang.lower.constants import fmt
+from serq.link.exprs import const_value
+from serq.link.rules import _exprs, expr_nodes, header_exprs, walk
+
+INF = math.inf
+MAX_READY = 1000
+
+
+class TurnRec:
+    __slots__ = ("start", "first", "ntok", "last")
+
+    def __init__(self, start):
+        self.start = start
+        self.first = None
+        self.ntok = 0
+        self.last = None
+
+
+class Sim:
+    def __init__(self, prog: I.Program, settings: I.Settings | None = None):
+        self.prog = prog
+        st = settings or prog.settings
+        self.seed = st.seed
+        self.horizon = st.horizon
+        self.warmup = st.warmup
+        self.arrivals_n = st.arrivals
+        self.now = 0.0
+        self.heap: list = []
+        self.seq = 0
+        self.ready: deque = deque()
+        self.running = None
+        self.cur_at = None
+        self.rel_seq = 0
+        self.compiler = Compiler(self)
+        self.machine = Ctx({}, stream(self.seed, "machine"), {}, None)
+        self.sessions_arrived = 0
+        self.sessions_completed = 0
+        self.sessions_rejected = 0
+        self.stuck: set = set()
+        self.live: dict = {}
+        self.next_id = 0
+        self.obs: dict[str, list] = {}          # after warm-up: (t, serial, turn, value)
+        self.obs_all: dict[str, list] = {}      # warm-up included, for claims at end
+        self.client = {"ttft": [], "tpot": [], "response": []}
+        self.client_all = {"ttft": [], "tpot": [], "response": []}
+        self.notes: list[str] = []
+        self._build()
+
+    # ------------------------------------------------------------ building
+    def run_error(self, code, msg, at):
+        return self.compiler.error(code, msg, at)
+
+    def machine_ctx(self, x=None):
+        return Ctx({}, self.machine.rng, x or {}, None)
+
+    def next_seq(self):
+        self.seq += 1
+        return self.seq
+
+    def members(self, name):
+        return self._members[name]
+
+    def _build(self):
+        prog = self.prog
+        self._members: dict[str, list] = {}
+        self.pools: list[Pool] = []
+        for p in prog.pools:
+            cap = const_value(p.cap)
+            block = const_value(p.block) if p.block is not None else None
+            ms = [Pool(self, p, i if p.count is not None else None, cap, block) for i in range(p.count or 1)]
+            self._members[p.name] = ms
+            self.pools += ms
+        for p in prog.stages:
+            if p.kind.k == "step":
+                raise RunError("R100", f"stage `{p.name}` is a step engine, which this interpreter does not run yet",
+                               self.compiler.span(p.at))
+        flow_stages = self._flow_stage_names()
+        self.flownet = FlowNet(self, prog.share or "maxmin") if flow_stages else None
+        if self.flownet is not None:
+            self.flownet.members = []
+        self.stages = []
+        for p in prog.stages:
+            ms = []
+            for i in range(p.count or 1):
+                idx = i if p.count is not None else None
+                k = p.kind
+                if p.name in flow_stages:
+                    st = FlowStage(self, p.name, idx, const_value(k.phi), self.flownet)
+                    self.flownet.members.append(st)
+                elif k.k == "fifo":
+                    st = Fifo(self, p.name, idx, const_value(k.servers))
+                else:
+                    delay = k.phi.k == "ctx" and k.phi.name == "present"
+                    phi_c = const_value(k.phi)
+                    st = PS(self, p.name, idx, None if delay else self.compiler.expr(k.phi), phi_c)
+                ms.append(st)
+            self._members[p.name] = ms
+            self.stages += ms
+        # pool orders
+        self._evict_keys = {}
+        self._queue_keys = {}
+        self._preempt_keys = {}
+        for p in prog.pools:
+            if p.evict.k == "by":
+                self._evict_keys[p.name] = [self.compiler.expr(k) for k in p.evict.keys]
+            if p.queue.k == "by":
+                self._queue_keys[p.name] = [self.compiler.expr(k) for k in p.queue.keys]
+            if p.preempt.k == "by":
+                self._preempt_keys[p.name] = [self.compiler.expr(k) for k in p.preempt.keys]
+        ops = Ops(self)
+        wl = prog.workload
+        self.init_ops = ops.block(wl.init)
+        self.turn_ops = ops.block(wl.turn)
+        # streams are made only for blocks that draw (a stream costs a hash)
+        self.init_draws = _draws(wl.init)
+        self.turn_draws = _draws(wl.turn)
+        self.init_sync = not any(g for g, _ in self.init_ops)
+        self.session_ops = ops.block(wl.session) if wl.session is not None else None
+        self.server_ops = ops.block(prog.server)
+        self.session_draws = _draws(prog.server) or _draws(wl.session or [])
+        self.gauges = [(g.name, self.compiler.expr(g.e), TimeAverage(self.warmup)) for g in prog.gauges]
+        self.trace = load_trace(wl.trace.file) if wl.trace is not None else None
+        self.trace_rng = stream(self.seed, "trace")
+        self.trace_next = 0
+        self.claims_end = [(c, self.compiler.expr(c.e), self.compiler.expr(c.given) if c.given is not None else None)
+                           for c in prog.claims if c.form == "end"]
+        self.claims_given = [(c, self.compiler.expr(c.given)) for c in prog.claims if c.given is not None]
+        self.claim_state = {c.name: {"status": "not_evaluated", "at": None, "session": None} for c in prog.claims}
+        self.spill_specs = {}
+        for p in prog.pools:
+            if p.spill is not None:
+                sp = p.spill
+                self.spill_specs[p.name] = (self.compiler.target(sp.pool, p.at), self.compiler.target(sp.via, p.at),
+                                            self.compiler.expr(sp.amount), self.compiler.expr(sp.when))
+
+    def _flow_stage_names(self):
+        names = set()
+        blocks = [self.prog.server, self.prog.workload.init, self.prog.workload.turn, self.prog.workload.session or []]
+        for b in blocks:
+            for s in walk(b):
+                if s.k == "run" and len(s.stages) > 1:
+                    names |= {t.name for t in s.stages}
+        return names
+
+    # ------------------------------------------------------------ observables
+    def observable(self, fn, tgt):
+        if fn == "used":
+            return lambda c: tgt(c).used
+        if fn == "free":
+            return lambda c: (lambda m: m.cap - m.used)(tgt(c))
+        if fn == "holders":
+            return lambda c: tgt(c).holders()
+        if fn == "queued":
+            return lambda c: tgt(c).queued()
+        if fn == "cachedin":
+            return lambda c: tgt(c).cachedin(c.sess) if c.sess is not None else 0.0
+        if fn == "queue":
+            return lambda c: tgt(c).queue_len()
+        if fn == "busy":
+            return lambda c: tgt(c).busy()
+        if fn == "work":
+            return lambda c: tgt(c).work_left()
+        raise RunError("R100", f"`{fn}` reads a step engine, which this interpreter does not run yet", None)
+
+    def step_var(self, e):
+        raise RunError("R100", "step engine values are not simulated yet", self.compiler.span(e.at))
+
+    def register(self, e):
+        raise RunError("R100", "step engine registers are not simulated yet", self.compiler.span(e.at))
+
+    def end_aggregate(self, fn, name):
+        def values():
+            if name in self.client_all:
+                return self.client_all[name]
+            return self.obs_all.get(name, [])
+        if fn == "total":
+            return lambda c: math.fsum(values())
+        if fn == "count":
+            return lambda c: float(len(values()))
+        if fn == "largest":
+            return lambda c: max(values(), default=0.0)
+        if fn == "smallest":
+            return lambda c: min(values(), default=0.0)
+        if fn == "prefix_total":
+            def f(c):
+                t = acc = 0.0
+                for v in sorted(values()):
+                    acc += v
+                    t += acc
+                return t
+            return f
+        raise ValueError(fn)
+
+    # ------------------------------------------------------------ events
+    def at(self, t, fn, arg=None):
+        self.seq += 1
+        heapq.heappush(self.heap, (t, self.seq, fn, arg))
+
+    def wake(self, sess, value=None):
+        if sess.ready_at == self.now:
+            sess.ready_n += 1
+            if sess.ready_n > MAX_READY:
+                raise self.run_error("R021", f"a session became ready {MAX_READY:,} times at one instant", self.cur_at)
+        else:
+            sess.ready_at, sess.ready_n = self.now, 1
+        self.ready.append((sess, sess.epoch, value))
+
+    def job_done(self, job):
+        sess = job.sess
+        if sess is not None and sess.wait is job:
+            sess.wait = None
+            self.wake(sess)
+        elif sess is None and job.done_cb is not None:
+            job.done_cb()
+
+    def amount(self, v, at, what):
+        if v != v or v < 0:
+            raise self.run_error("R007", f"{what} is an amount, not negative and not NaN: this one is {fmt(v)}", at)
+        return v
+
+    def _step(self, sess, value):
+        self.running = sess
+        sess.steps = 0
+        try:
+            if isinstance(value, BaseException):
+                sess.gen.throw(value)
+            else:
+                sess.gen.send(None)
+        except StopIteration:
+            pass
+        finally:
+            self.running = None
+
+    def settle(self):
+        """Run every ready session in the order it became ready, then retry growers and admissions
+        at every pool not served by a stage, until nothing changes."""
+        while True:
+            ready = self.ready
+            while ready:
+                sess, epoch, value = ready.popleft()
+                if epoch != sess.epoch or not sess.alive:
+                    continue
+                self._step(sess, value)
+            if not self._retry_pools():
+                break
+
+    def _retry_pools(self) -> bool:
+        changed = False
+        for m in self.pools:
+            while m.growers:
+                g = m.growers[0]
+                sess, a, delta = g
+                if a.pool.room_for(delta - self._own_extra(a)):
+                    m.growers.pop(0)
+                    m.make_room(delta)
+                    m.grow_alloc(a, delta)
+                    sess.wait = None
+                    self.wake(sess)
+                    changed = True
+                else:
+                    break
+            if m.engine is not None:
+                continue
+            while m.queue:
+                fr = self._head(m)
+                if not self._try_admit(fr):
+                    break
+                changed = True
+        return changed
+
+    # ------------------------------------------------------------ the run
+    def run(self, progress=None):
+        wl = self.prog.workload
+        arr = wl.arrive
+        if self.horizon is None and self.arrivals_n is None and arr.k in ("poisson", "renewal"):
+            raise RunError("R030", "an open workload runs until --horizon T or for --arrivals N; give one", None)
+        if self.arrivals_n is not None and arr.k not in ("poisson", "renewal"):
+            raise RunError("R031", "--arrivals N counts open arrivals (poisson or renewal); this workload is "
+                           f"{arr.k}", None)
+        if arr.k == "closed" and self.horizon is None:
+            raise RunError("R030", "a closed workload's population never ends: give --horizon T", None)
+        self.arrival_rng = stream(self.seed, "arrival")
+        if arr.k == "poisson":
+            self.rate = const_value(arr.rate)
+            self.at(0.0, self._arrive_open)
+        elif arr.k == "renewal":
+            self.gap_f = self.compiler.expr(arr.gap)
+            self.at(self._gap(), self._arrive_open)
+        elif arr.k in ("closed", "batch"):
+            for _ in range(arr.n):
+                self.at(0.0, self._arrive_one)
+        horizon = self.horizon
+        heap = self.heap
+        last_t = 0.0
+        while True:
+            self.settle()
+            if self.gauges and (not heap or heap[0][0] > self.now):
+                self._gauges()
+            if not heap:
+                break
+            t = heap[0][0]
+            if horizon is not None and t > horizon:
+                break
+            t, _, fn, arg = heapq.heappop(heap)
+            self.now = t
+            if fn is not None:
+                fn(arg) if arg is not None else fn()
+            if progress is not None and t - last_t > 0:
+                progress(self)
+                last_t = t
+        drained = not heap and not self.live
+        self.end = self.now if (horizon is None or drained) else horizon
+        if horizon is not None and not drained:
+            self.now = horizon
+        if self.arrivals_n is not None:
+            if not drained:
+                raise RunError("R032", f"--arrivals {self.arrivals_n}: the sessions did not drain by the horizon "
+                               f"{fmt(horizon)}", None)
+            if self.end <= self.warmup:
+                raise RunError("R033", f"--arrivals {self.arrivals_n}: the run drained at {fmt(self.end)}, at or "
+                               f"before the warm-up {fmt(self.warmup)}", None)
+        self._gauges()
+        self._claims_at_end()
+        from serq.interp.report import build
+        return build(self)
+
+    def _gap(self):
+        v = self.gap_f(Ctx({}, self.arrival_rng, {}, None))
+        if not (0 < v < INF):
+            raise self.run_error("R034", f"a renewal gap must be positive and finite, not {fmt(v)}", None)
+        return self.now + v
+
+    def _arrive_open(self):
+        if self.arrivals_n is not None and self.sessions_arrived >= self.arrivals_n:
+            return
+        self._arrive_one()
+        if self.arrivals_n is not None and self.sessions_arrived >= self.arrivals_n:
+            return
+        if self.prog.workload.arrive.k == "poisson":
+            self.at(self.now + self.arrival_rng.expovariate(self.rate), self._arrive_open)
+        else:
+            self.at(self._gap(), self._arrive_open)
+
+    def _arrive_one(self):
+        serial = self.sessions_arrived
+        self.sessions_arrived += 1
+        self.next_id += 1
+        attrs = {"serial": float(serial), "turn_no": 0.0, "cached": 0.0, "computed": 0.0}
+        sess = Session(self, self.next_id, serial, attrs,
+                       stream(self.seed, "session", serial) if self.session_draws else None)
+        if self.trace is not None:
+            n = len(self.trace)
+            if self.prog.workload.trace.ordered:
+                sess.trace = [self.trace[serial % n], 0]
+            else:
+                sess.trace = [self.trace[int(self.trace_rng.random() * n)], 0]
+        self.live[sess.id] = sess
+        sess.gen = self._session_main(sess)
+        self.wake(sess)
+
+    def _session_main(self, sess):
+        refused = False
+        try:
+            c = sess.c
+            if self.init_ops:
+                c.rng = stream(self.seed, "init", sess.serial) if self.init_draws else None
+                if self.init_sync:
+                    run_sync(sess, self.init_ops)
+                else:
+                    yield from run_block(sess, self.init_ops)
+                c.rng = sess.stream
+            self._given(sess)
+            if self.session_ops is not None:
+                yield from run_block(sess, self.session_ops)
+            else:
+                yield from self.turn(sess, None)
+        except SessionEnd as e:
+            refused = e.refused
+        self._finish(sess, refused)
+
+    def _given(self, sess):
+        """given (e) is read for each session once its init block has run (*Claims*)."""
+        for c, g in self.claims_given:
+            st = self.claim_state[c.name]
+            if st["status"] == "out_of_scope":
+                continue
+            if g(sess.c) == 0:
+                st.update(status="out_of_scope", session=sess.serial)
+
+    def turn(self, sess, at):
+        tr = sess.trace
+        if tr is not None:
+            rows, i = tr
+            if i >= len(rows):
+                raise self.run_error("R035", f"session {sess.serial} replays a trace session of {len(rows)} turn(s) "
+                                     "and asks for another", at)
+            row = rows[i]
+            tr[1] = i + 1
+            if row["think"] > 0:
+                self.at(self.now + row["think"], self.wake, sess)
+                sess.wait = "think"
+                yield
+            a = sess.a
+            a["new"], a["out"], a["think"], a["forced"] = row["new"], row["out"], row["think"], row["forced"]
+            a["more"] = 1.0 if i + 1 < len(rows) else 0.0
+        t = sess.turn_idx
+        sess.a["turn_no"] = float(t)
+        c = sess.c
+        if self.turn_ops:
+            c.rng = stream(self.seed, "turn", sess.serial, t) if self.turn_draws else None
+            run_sync(sess, self.turn_ops)
+            c.rng = sess.stream
+        rec = TurnRec(self.now)
+        sess.turn_rec = rec
+        yield from run_block(sess, self.server_ops)
+        sess.turn_rec = None
+        sess.turn_idx += 1
+        self._answered(rec)
+
+    def _answered(self, rec: TurnRec):
+        now = self.now
+        resp = now - rec.start
+        self.client_all["response"].append(resp)
+        if now >= self.warmup:
+            self.client["response"].append(resp)
+        if rec.ntok > 1 and rec.first is not None:
+            tpot = (now - rec.first) / (rec.ntok - 1)
+            self.client_all["tpot"].append(tpot)
+            if now >= self.warmup:
+                self.client["tpot"].append(tpot)
+
+    def _finish(self, sess, refused):
+        """The session ends: every hold released (caches kept), leases ended."""
+        for fr in reversed(list(sess.frames)):
+            self.release_frame(fr)
+        sess.frames.clear()
+        for a in list(sess.leases):
+            self._end_lease(a)
+        if sess.wait is not None and hasattr(sess.wait, "cancel"):
+            sess.wait.cancel()
+        sess.alive = False
+        sess.epoch += 1
+        if sess.parent is not None:
+            return
+        if sess.live_legs and not refused:
+            raise self.run_error("R040", "a session may not end while a leg runs: `join;` first", self.cur_at)
+        self.live.pop(sess.id, None)
+        if refused:
+            self.sessions_rejected += 1
+        else:
+            self.sessions_completed += 1
+        if self.prog.workload.arrive.k == "closed":
+            self._arrive_one()
+
+    # ------------------------------------------------------------ observations
+    def observe(self, name, v, sess):
+        self.obs_all.setdefault(name, []).append(v)
+        rows = self.obs.setdefault(name, [])
+        if self.now >= self.warmup:
+            rows.append((self.now, sess.serial, sess.turn_idx, v))
+
+    def _gauges(self):
+        c = self.machine
+        for name, f, avg in self.gauges:
+            avg.set(self.now, f(c))
+
+    def _claims_at_end(self):
+        live = bool(self.live)
+        for c, f, _ in self.claims_end:
+            st = self.claim_state[c.name]
+            if st["status"] == "out_of_scope":
+                continue
+            if live:
+                st["status"] = "not_evaluated"
+                continue
+            ok = f(self.machine) != 0
+            st.update(status="held" if ok else "failed", at=self.end)
+
+    # ------------------------------------------------------------ legs
+    def fork(self, sess, body, at):
+        sess.leg_no += 1
+        self.next_id += 1
+        leg = Session(self, self.next_id, sess.serial, dict(sess.a), stream(self.seed, "leg", sess.serial, sess.leg_no),
+                      parent=sess)
+        leg.turn_rec = sess.turn_rec
+        leg.turn_idx = sess.turn_idx
+        sess.live_legs += 1
+        leg.gen = self._leg_main(leg, body)
+        self.wake(leg)
+
+    def _leg_main(self, leg, body):
+        refused = False
+        try:
+            yield from run_block(leg, body)
+        except SessionEnd as e:
+            refused = e.refused
+        parent = leg.parent
+        # what the leg leases passes to the session
+        leases = list(leg.leases)
+        leg.leases.clear()
+        self._finish(leg, refused)
+        for a in leases:
+            a.frame.sess = parent
+            parent.leases.append(a)
+        parent.live_legs -= 1
+        if refused and parent.alive:  # a refused leg ends its session
+            self._kill(parent, refused=True)
+        elif parent.wait == "join" and parent.live_legs == 0:
+            parent.wait = None
+            self.wake(parent)
+
+    def _kill(self, sess, refused):
+        if sess.wait is not None and hasattr(sess.wait, "cancel"):
+            sess.wait.cancel()
+        sess.epoch += 1
+        self.ready.append((sess, sess.epoch, SessionEnd(refused)))
+
+    # ------------------------------------------------------------ holds
+    def hold(self, sess, spec):
+        computed = 0.0
+        head = False
+        c = sess.c
+        while True:
+            self.cur_at = spec.at
+            sess.a["computed"] = computed
+            fr = HoldFrame(sess, spec)
+            fr.members = [t(c) for t, _, _, _ in spec.pools]
+            if len({id(m) for m in fr.members}) != len(fr.members):
+                raise self.run_error("R041", "two indices of one hold name one member", spec.at)
+            for i, (t, uf, rf, static) in enumerate(spec.pools):
+                if static:
+                    m = fr.members[i]
+                    u = round_up(self.amount(uf(c), spec.at, "a hold's units"), m.block)
+                    r = self.amount(rf(c), spec.at, "a hold's reserve") if rf is not None else 0.0
+                    if max(u, r) > m.cap:
+                        m.rejected += 1
+                        raise SessionEnd(refused=True)
+            self._join(fr, head)
+            sess.wait = fr
+            yield
+            sess.frames.append(fr)
+            try:
+                yield from run_block(sess, spec.body)
+            except Preempted as p:
+                if p.frame is not fr:
+                    raise
+                computed = p.pos
+                head = self._requeue_head(fr)
+                continue
+            if fr in sess.frames:
+                sess.frames.remove(fr)
+            self.release_frame(fr)
+            sess.a["computed"] = 0.0
+            return
+
+    def _requeue_head(self, fr):
+        for m in fr.members:
+            if m.decl.preempt.k == "by" and m.decl.preempt.requeue == "tail":
+                return False
+        return True
+
+    def _join(self, fr, head):
+        m = fr.members[0]
+        fr.join_seq = self.next_seq()
+        fr.join_t = self.now
+        fr.head = head
+        if head:  # a preempted hold re-enters at the head, ahead of the keys
+            m.queue.insert(0, fr)
+        else:
+            m.queue.append(fr)
+
+    def _head(self, m):
+        q = m.queue
+        if q[0].head:
+            return q[0]
+        keys = self._queue_keys.get(m.name)
+        if keys is None:
+            return q[0]
+        best = None
+        bk = None
+        for fr in q:
+            if fr.head:
+                return fr
+            c = fr.sess.c
+            c.x["waited"] = self.now - fr.join_t
+            k = tuple(f(c) for f in keys) + (fr.join_seq,)
+            if bk is None or k < bk:
+                best, bk = fr, k
+        return best
+
+    def _try_admit(self, fr) -> bool:
+        spec = fr.spec
+        sess = fr.sess
+        c = sess.c
+        units, reserves = [], []
+        for i, (t, uf, rf, static) in enumerate(spec.pools):
+            m = fr.members[i]
+            if t(c) is not m:
+                raise self.run_error("R041", "a hold's index names another member at admission than when it joined",
+                                     spec.at)
+            self.cur_at = spec.at
+            u = round_up(self.amount(uf(c), spec.at, "a hold's units"), m.block)
+            r = self.amount(rf(c), spec.at, "a hold's reserve") if rf is not None else 0.0
+            need = max(u, r)
+            if need > m.cap:
+                m.over = fr
+                return False
+            if not m.room_for(need):
+                return False
+            units.append(u)
+            reserves.append(r)
+        rho = INF
+        if spec.reuse is not None:
+            rho = self.amount(spec.reuse(c), spec.at, "a hold's reuse")
+        consumed = []
+        for i, m in enumerate(fr.members):
+            got = m.consume(sess, rho, units[i]) if spec.has_cache else 0.0
+            consumed.append(got)
+        sess.a["cached"] = consumed[0] if consumed else 0.0
+        for i, m in enumerate(fr.members):
+            m.make_room(units[i])
+            a = m.allocate(fr, units[i], reserves[i])
+            a.pos = a.consumed = consumed[i]
+            fr.allocs.append(a)
+        fr.members[0].queue.remove(fr)
+        fr.admitted = True
+        sess.wait = None
+        self.wake(sess)
+        return True
+
+    def release_frame(self, fr, preempted=False):
+        """The scope's end (or a preemption): each allocation given back, caching per the clause;
+        a leased pool's allocation stays the session's."""
+        spec = fr.spec
+        sess = fr.sess
+        for i, a in enumerate(fr.allocs):
+            if a.leased or a not in a.pool.allocs:
+                continue
+            if spec.lease is not None and spec.lease[0] == i and not preempted:
+                dur = self.amount(spec.lease[1](sess.c), spec.at, "a lease's duration")
+                a.leased = True
+                sess.leases.append(a)
+                if dur < INF:
+                    a.lease_version += 1
+                    self.at(self.now + dur, self._lease_expired, (a, a.lease_version))
+                continue
+            self._give_back(a, sess, preempted)
+        fr.done = True
+
+    def _computed(self, a, preempted):
+        if a.advanced:
+            return a.pos
+        return a.consumed if preempted else a.units
+
+    def _give_back(self, a, sess, preempted=False):
+        spec = a.frame.spec
+        a.pool.free(a)
+        if spec.has_cache:
+            ell = self.amount(spec.cache(sess.c), spec.at, "a hold's cache")
+            a.pool.put_cache(sess, min(ell, self._computed(a, preempted)))
+
+    def _lease_expired(self, arg):
+        a, version = arg
+        if a.lease_version == version and a.leased and a in a.pool.allocs:
+            self._end_lease(a)
+
+    def _end_lease(self, a):
+        sess = a.frame.sess
+        a.leased = False
+        if a in sess.leases:
+            sess.leases.remove(a)
+        self._give_back(a, sess)
+
+    def innermost(self, sess, pool, at, what):
+        for fr in reversed(sess.frames):
+            for a in fr.allocs:
+                if a.pool is pool and not a.leased and a in pool.allocs:
+                    return a
+        raise self.run_error("R042", f"`{what} {pool.label}`: the session holds no allocation on {pool.label} here",
+                             at)
+
+    def release_stmt(self, sess, pool, at):
+        for fr in reversed(sess.frames):
+            for a in fr.allocs:
+                if a.pool is pool and not a.leased and a in pool.allocs:
+                    self._give_back(a, sess)
+                    return
+        for a in list(sess.leases):
+            if a.pool is pool:
+                self._end_lease(a)
+                return
+        # a session that holds and leases nothing on the pool releases nothing
+
+    def load(self, sess, pool, n, at):
+        a = self.innermost(sess, pool, at, "load")
+        if a.pos + n > a.units + 1e-9:
+            raise self.run_error("R043", f"`load {pool.label}` of {fmt(n)} takes the position to {fmt(a.pos + n)}, "
+                                 f"past the hold's allocation {fmt(a.units)}", at)
+        a.pos += n
+        a.advanced = True
+
+    def spill(self, pool, entry, units):
+        spec = self.spill_specs.get(pool.name)
+        if spec is None or entry.owner is None:
+            return
+        tier_t, via_t, amount_f, when_f = spec
+        c = entry.owner.c
+        if when_f(c) == 0:
+            return
+        tier, via = tier_t(c), via_t(c)
+        work = self.amount(amount_f(c), None, "a spill")
+        owner = entry.owner
+
+        def arrived():
+            tier.put_cache(owner, units + tier.cachedin(owner))
+        job = Job(None, work, [via], self.job_done, self.next_seq(), self.now)
+        job.done_cb = arrived
+        via.submit(job)
+
+    # ------------------------------------------------------------ growth and preemption
+    def _own_extra(self, a):
+        return max(0.0, a.reserve - a.units) if a.pool.reserve_held else 0.0
+
+    def grow(self, sess, a, delta, at):
+        if delta <= 0:
+            return
+        m = a.pool
+        while True:
+            if m.room_for(delta - self._own_extra(a)):
+                m.make_room(delta)
+                m.grow_alloc(a, delta)
+                return
+            victim = self._victim(m, a)
+            if victim is None:
+                # preempt none, or nothing the pool's preempt may take: wait for room another frees
+                g = (sess, a, delta)
+                m.growers.append(g)
+                sess.wait = _Grower(m, g)
+                yield
+                return
+            self._preempt(victim.frame, m, victim)
+
+    def _victim(self, m, grower):
+        p = m.decl.preempt
+        if p.k != "by":
+            return None
+        cands = [x for x in m.allocs if not x.leased and not x.frame.done]
+        if not cands:
+            return None
+        keys = self._preempt_keys[m.name]
+        best, bk = None, None
+        for rank, x in enumerate(cands):
+            c = x.frame.sess.c
+            c.x["admission"] = float(rank)
+            c.x["position"] = x.pos
+            c.x["decoding"] = 0.0
+            c.x["remaining"] = 0.0
+            k = tuple(f(c) for f in keys) + (-rank,)  # ties to the one admitted last
+            if bk is None or k < bk:
+                best, bk = x, k
+        return best
+
+    def _preempt(self, fr, m, victim):
+        sess = fr.sess
+        m.preempted += 1
+        pos = self._computed(victim, True)
+        # inner holds of the victim's session go with it
+        if fr in sess.frames:
+            i = sess.frames.index(fr)
+            inner = sess.frames[i:]
+            del sess.frames[i:]
+        else:
+            inner = [fr]
+        for f in reversed(inner):
+            self.release_frame(f, preempted=True)
+        if sess.wait is not None and hasattr(sess.wait, "cancel"):
+            sess.wait.cancel()
+        sess.wait = None
+        if sess.stuck_pos is not None and pos <= sess.stuck_pos:
+            self.stuck.add(sess.serial)
+        sess.stuck_pos = pos
+        exc = Preempted(fr, pos)
+        if sess is self.running:
+            raise exc
+        sess.epoch += 1
+        self.ready.append((sess, sess.epoch, exc))
+
+    # ------------------------------------------------------------ eviction order
+    def evict_order(self, m):
+        keys = self._evict_keys.get(m.name)
+        ents = [e for e in m.entries if e.alive]
+        if keys is None:
+            return sorted(ents, key=lambda e: (e.t, e.seq))  # lru: release time, then release order
+        out = []
+        for e in ents:
+            c = e.owner.c if e.owner is not None else self.machine
+            out.append((tuple(f(c) for f in keys), e.seq, e))
+        out.sort(key=lambda x: (x[0], x[1]))
+        return [x[2] for x in out]
+
+
+class _Grower:
+    __slots__ = ("pool", "g")
+
+    def __init__(self, pool, g):
+        self.pool = pool
+        self.g = g
+
+    def cancel(self):
+        if self.g in self.pool.growers:
+            self.pool.growers.remove(self.g)
+
+
+def span_of(sim, at) -> Span | None:
+    return sim.compiler.span(at)
+
+
+
+def _draws(stmts) -> bool:
+    """Whether a block draws anywhere (its streams are made lazily otherwise)."""
+    for s in walk(stmts):
+        es = list(_exprs(s))
+        if s.k == "hold":
+            es += header_exprs(s)
+        if s.k == "run":
+            es += [t.index for t in s.stages if t.index is not None]
+        if any(x.k == "draw" for e in es for x in expr_nodes(e)):
+            return True
+    return False

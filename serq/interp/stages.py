@@ -1,0 +1,342 @@
+"""Stages (*Stages*): fifo(c), ps(φ) (delay is ps(present)), and flows, runs holding several
+stages at once whose rates the program's share sets, recomputed at every arrival and departure."""
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+
+from serq.interp.stats import TimeAverage
+
+INF = math.inf
+EPS = 1e-12
+
+
+class Job:
+    __slots__ = ("sess", "work", "left", "stages", "done", "seq", "tag", "rate", "start", "alive", "started",
+                 "done_cb")
+
+    def __init__(self, sess, work, stages, done, seq, now):
+        self.sess = sess
+        self.work = work
+        self.left = work
+        self.stages = stages
+        self.done = done      # called when the job completes
+        self.seq = seq
+        self.tag = 0.0
+        self.rate = 0.0
+        self.start = now
+        self.started = False
+        self.alive = True
+        self.done_cb = None
+
+    def cancel(self):
+        """A preemption takes the job off its stages."""
+        if self.alive:
+            self.alive = False
+            for st in self.stages:
+                st.remove(self)
+
+
+class Stage:
+    """One member of a stage declaration."""
+
+    def __init__(self, sim, name: str, index):
+        self.sim = sim
+        self.name = name
+        self.index = index
+        self.label = name if index is None else f"{name}[{index}]"
+        self.completed = 0
+        self.busy_avg = TimeAverage(sim.warmup)
+        self.n = 0
+        self.completed_after_warmup = 0
+
+    def _done(self, job):
+        self.completed += 1
+        if self.sim.now >= self.sim.warmup:
+            self.completed_after_warmup += 1
+
+    # observables
+    def queue_len(self):
+        return float(self.n)
+
+    def busy(self):
+        return 1.0 if self.n else 0.0
+
+    def work_left(self):
+        return 0.0
+
+    def utilisation(self, end):
+        return self.busy_avg.result(end)["mean"]
+
+
+class Fifo(Stage):
+    """c servers, one job each at rate 1, jobs in arrival order."""
+
+    def __init__(self, sim, name, index, servers: float):
+        super().__init__(sim, name, index)
+        self.c = servers
+        self.waiting = deque()
+        self.serving = 0
+        self.running: dict = {}  # job -> finish time
+
+    def submit(self, job):
+        self.n += 1
+        if self.serving < self.c:
+            self._start(job)
+        else:
+            self.waiting.append(job)
+
+    def _start(self, job):
+        sim = self.sim
+        self.serving += 1
+        job.started = True
+        job.start = sim.now
+        fin = sim.now + job.work
+        self.running[job] = fin
+        sim.at(fin, self._finish, job)
+        self._util()
+
+    def _finish(self, job):
+        if not job.alive or self.running.pop(job, None) is None:
+            return
+        self.serving -= 1
+        self.n -= 1
+        job.alive = False
+        self._done(job)
+        self._next()
+        job.done(job)
+
+    def _next(self):
+        while self.waiting and self.serving < self.c:
+            j = self.waiting.popleft()
+            if j.alive:
+                self._start(j)
+        self._util()
+
+    def remove(self, job):
+        if job in self.running:
+            del self.running[job]
+            self.serving -= 1
+            self.n -= 1
+            self._next()
+        else:
+            try:
+                self.waiting.remove(job)
+                self.n -= 1
+            except ValueError:
+                pass
+
+    def _util(self):
+        self.busy_avg.set(self.sim.now, self.serving / self.c if self.c != INF else float(self.serving > 0))
+
+    def busy(self):
+        return float(self.serving)
+
+    def work_left(self):
+        now = self.sim.now
+        return sum(max(0.0, f - now) for f in self.running.values()) + sum(j.work for j in self.waiting if j.alive)
+
+
+class PS(Stage):
+    """Every job at once, each at φ(present)/present. Virtual time: every job's finish tag is the
+    virtual time at its start plus its work; ties finish in the order they started."""
+
+    def __init__(self, sim, name, index, phi, phi_const: float | None):
+        super().__init__(sim, name, index)
+        self.phi = phi              # closure of `present`, or None when φ is present itself (delay)
+        self.phi_const = phi_const
+        self.heap: list = []
+        self.v = 0.0                # virtual time: the work each present job has received
+        self.last = 0.0
+        self.rate = 0.0
+        self.version = 0
+        self.ctx = sim.machine_ctx({"present": 0.0})
+
+    def _advance(self):
+        now = self.sim.now
+        if self.n:
+            self.v += self.rate * (now - self.last)
+        self.last = now
+
+    def _rate(self):
+        n = self.n
+        if n == 0:
+            return 0.0
+        if self.phi is None:
+            return 1.0
+        if self.phi_const is not None:
+            return self.phi_const / n
+        self.ctx.x["present"] = float(n)
+        phi = self.phi(self.ctx)
+        if not phi > 0 or phi != phi:
+            raise self.sim.run_error("R010", f"stage `{self.label}`'s capacity ps(φ) is {phi} with {n} present: "
+                                     "it must be above 0", None)
+        return phi / n
+
+    def _schedule(self):
+        self.version += 1
+        self.rate = self._rate()
+        self.busy_avg.set(self.sim.now, 1.0 if self.n else 0.0)
+        while self.heap and not self.heap[0][2].alive:
+            heapq.heappop(self.heap)
+        if self.heap and self.rate > 0:
+            tag = self.heap[0][0]
+            dt = max(0.0, (tag - self.v) / self.rate)
+            self.sim.at(self.sim.now + dt, self._fire, self.version)
+
+    def submit(self, job):
+        self._advance()
+        job.tag = self.v + job.work
+        job.started = True
+        self.n += 1
+        heapq.heappush(self.heap, (job.tag, job.seq, job))
+        self._schedule()
+
+    def _fire(self, version):
+        if version != self.version:
+            return
+        self._advance()
+        done = []
+        while self.heap and (self.heap[0][0] <= self.v + EPS * max(1.0, abs(self.v)) or not self.heap[0][2].alive):
+            tag, seq, job = heapq.heappop(self.heap)
+            if job.alive:
+                job.alive = False
+                self.n -= 1
+                done.append(job)
+        self._schedule()
+        for job in done:
+            self._done(job)
+            job.done(job)
+
+    def remove(self, job):
+        self._advance()
+        self.n -= 1
+        job.alive = False
+        self._schedule()
+
+    def work_left(self):
+        self._advance()
+        return sum(max(0.0, t - self.v) for t, _, j in self.heap if j.alive)
+
+
+class FlowNet:
+    """Stages shared by runs over several stages: every job on them is a flow with one rate, set by
+    the share policy from the stages' constant capacities (*Stages*)."""
+
+    def __init__(self, sim, policy: str):
+        self.sim = sim
+        self.policy = policy
+        self.flows: list = []
+        self.last = 0.0
+        self.version = 0
+
+    def _advance(self):
+        now = self.sim.now
+        dt = now - self.last
+        if dt > 0:
+            for f in self.flows:
+                f.left -= f.rate * dt
+        self.last = now
+
+    def add(self, job):
+        self._advance()
+        job.started = True
+        self.flows.append(job)
+        for st in job.stages:
+            st.n += 1
+        self._rates()
+
+    def remove(self, job):
+        if job in self.flows:
+            self._advance()
+            self.flows.remove(job)
+            for st in job.stages:
+                st.n -= 1
+            job.alive = False
+            self._rates()
+
+    def _rates(self):
+        flows = self.flows
+        stages = {}
+        for f in flows:
+            for st in f.stages:
+                stages.setdefault(st, []).append(f)
+        if self.policy == "bottleneck":
+            for f in flows:
+                f.rate = min(st.cap / len(stages[st]) for st in f.stages)
+        else:  # maxmin: every flow's rate rises together until a stage fills
+            left = {st: st.cap for st in stages}
+            active = set(flows)
+            for f in flows:
+                f.rate = 0.0
+            while active:
+                share = min(left[st] / sum(1 for f in stages[st] if f in active) for st in stages
+                            if any(f in active for f in stages[st]))
+                for f in active:
+                    f.rate += share
+                for st in stages:
+                    n = sum(1 for f in stages[st] if f in active)
+                    left[st] -= share * n
+                full = [st for st in stages if left[st] <= EPS * st.cap and any(f in active for f in stages[st])]
+                for st in full:
+                    for f in stages[st]:
+                        active.discard(f)
+                if not full:
+                    break
+        for st in stages:
+            st.flow_rate = sum(f.rate for f in stages[st])
+        now = self.sim.now
+        for st in self._all_stages():
+            st.busy_avg.set(now, (st.flow_rate / st.cap) if st.n else 0.0)
+            if not st.n:
+                st.flow_rate = 0.0
+        self.version += 1
+        nxt = None
+        for f in flows:
+            if f.rate > 0:
+                t = f.left / f.rate
+                if nxt is None or t < nxt:
+                    nxt = t
+        if nxt is not None:
+            self.sim.at(now + max(0.0, nxt), self._fire, self.version)
+
+    def _all_stages(self):
+        return self.members
+
+    def _fire(self, version):
+        if version != self.version:
+            return
+        self._advance()
+        done = [f for f in self.flows if f.left <= EPS * max(1.0, f.work)]
+        done.sort(key=lambda f: f.seq)
+        for f in done:
+            self.flows.remove(f)
+            for st in f.stages:
+                st.n -= 1
+            f.alive = False
+        self._rates()
+        for f in done:
+            for st in f.stages:
+                st._done(f)
+            f.done(f)
+
+
+class FlowStage(Stage):
+    """A ps stage with a constant capacity, held by flows."""
+
+    def __init__(self, sim, name, index, cap: float, net: FlowNet):
+        super().__init__(sim, name, index)
+        self.cap = cap
+        self.net = net
+        self.flow_rate = 0.0
+
+    def submit(self, job):
+        self.net.add(job)
+
+    def remove(self, job):
+        self.net.remove(job)
+
+    def work_left(self):
+        self.net._advance()
+        return sum(f.left for f in self.net.flows if self in f.stages)

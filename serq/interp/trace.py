@@ -1,0 +1,95 @@
+"""Trace files (catalogue: *Trace files*): a CSV with a header; `session`, `turn`, `new`, `out`
+required; `think` and `forced` optional. A malformed file is an error naming file, line, column."""
+from __future__ import annotations
+
+import csv
+import math
+
+from serq.diagnostics import SerqError, Span
+
+REQUIRED = ("session", "turn", "new", "out")
+
+
+def _err(path, line, col, msg):
+    return SerqError("T001", msg, Span(path, line, col, line, col + 1))
+
+
+def load_trace(path: str) -> list[list[dict]]:
+    """The trace's sessions, in file order, each the list of its turns."""
+    try:
+        fh = open(path, encoding="utf-8", newline="")
+    except OSError as exc:
+        raise SerqError("T002", f"cannot read the trace: {exc.strerror}", Span(path, 1, 1)) from None
+    with fh:
+        try:
+            text = fh.read()
+        except UnicodeDecodeError:
+            raise _err(path, 1, 1, "the trace is not UTF-8 text") from None
+    lines = text.splitlines()
+    rows = list(csv.reader(lines))
+    if not rows:
+        raise _err(path, 1, 1, "the trace is empty: it needs a header")
+    header = [h.strip() for h in rows[0]]
+    for need in REQUIRED:
+        if need not in header:
+            raise _err(path, 1, 1, f"the header has no `{need}` column (required: {', '.join(REQUIRED)})")
+    col = {h: i for i, h in enumerate(header)}
+    cols = {h: _col_starts(lines[0]) for h in header}
+    sessions: list[list[dict]] = []
+    last_key = None
+    for ln, row in enumerate(rows[1:], start=2):
+        if not row or all(not x.strip() for x in row):
+            continue
+        starts = _col_starts(lines[ln - 1])
+        if len(row) != len(header):
+            raise _err(path, ln, 1, f"{len(row)} field(s) where the header has {len(header)}")
+
+        def num(name, default=None, whole=False, lo=0.0):
+            if name not in col:
+                return default
+            i = col[name]
+            s = row[i].strip()
+            c = starts[i] if i < len(starts) else 1
+            try:
+                v = float(s)
+            except ValueError:
+                raise _err(path, ln, c, f"`{name}` is {s!r}, not a number") from None
+            if v != v or math.isinf(v) or v < lo or (whole and v != math.floor(v)):
+                kind = "a whole number" if whole else "a number"
+                raise _err(path, ln, c, f"`{name}` is {s!r}: {kind} >= {lo:g} is needed")
+            return v
+
+        sess = row[col["session"]].strip()
+        turn = num("turn", whole=True)
+        rec = {"new": num("new"), "out": num("out", whole=True, lo=1.0), "think": num("think", 0.0),
+               "forced": num("forced", 0.0, whole=True), "turn": turn}
+        if rec["forced"] not in (0.0, 1.0):
+            raise _err(path, ln, starts[col["forced"]], "`forced` is 0 or 1")
+        if sess != last_key:
+            if any(s and s[0]["_session"] == sess for s in sessions):
+                raise _err(path, ln, starts[col["session"]], f"the rows of session {sess!r} are not contiguous")
+            sessions.append([])
+            last_key = sess
+        cur = sessions[-1]
+        if turn != len(cur):
+            raise _err(path, ln, starts[col["turn"]], f"session {sess!r}: turn {turn:g} where turn {len(cur)} "
+                       "comes next (rows are ordered by turn, from 0)")
+        rec["_session"] = sess
+        cur.append(rec)
+    if not sessions:
+        raise _err(path, 1, 1, "the trace has no rows")
+    _ = cols
+    return sessions
+
+
+def _col_starts(line: str) -> list[int]:
+    """The 1-based column where each field of a CSV line starts (quotes respected)."""
+    starts, i, q = [1], 0, False
+    while i < len(line):
+        ch = line[i]
+        if ch == '"':
+            q = not q
+        elif ch == "," and not q:
+            starts.append(i + 2)
+        i += 1
+    return starts
