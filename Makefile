@@ -16,7 +16,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/serq check examples/multi-turn/vllm.sq
-	$(BIN)/serq ir examples/multi-turn/vllm.sq > /dev/null && echo "serq ir examples/multi-turn/vllm.sq: ok"
+	$(BIN)/serq run examples/single-turn/mg1.sq --horizon 20000 --warmup 500
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
