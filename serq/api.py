@@ -18,7 +18,6 @@ __all__ = ["load", "load_text", "load_ir", "parse_instance", "run", "SerqError",
 
 def run(program: I.Program, settings: I.Settings | None = None, progress=None) -> dict:
     """Simulate the program; the report as the catalogue's JSON object (a dict)."""
-    from serq.interp.sim import Sim
     return _deep(program.files[0] if program.files else "<ir>", lambda: _run(program, settings, progress))
 
 

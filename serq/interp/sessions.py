@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from serq.interp.compile import Ctx, RunError
+from serq.interp.compile import Ctx
 from serq.interp.pools import round_up
 from serq.interp.stages import Job
 from serq.lang.lower.constants import fmt
@@ -270,8 +270,6 @@ class Ops:
         return (False, op)
 
     def _join(self, s):
-        sim = self.sim
-
         def op(sess):
             if sess.live_legs:
                 sess.wait = "join"

@@ -8,7 +8,7 @@ from serq.ir import model as I
 from serq.lang import ast as A
 from serq.lang.lower.constants import fmt
 from serq.link.names import (CLAIM_ITER_VALUES, CONTEXT_VARS, END_AGGS, ENGINE_VALUES, OBSERVABLES, POOL_OBS,
-                             STAGE_OBS, SUPPLIED, Moment)
+                             SUPPLIED, Moment)
 
 MAX_EXPR_DEPTH = 200
 FN_ARITY = {"min": (1, None), "max": (1, None), "sum": (1, None), "floor": (1, 1), "ceil": (1, 1), "round": (1, 1), "abs": (1, 1),

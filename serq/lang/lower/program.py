@@ -4,7 +4,7 @@ from __future__ import annotations
 from serq.diagnostics import SerqError
 from serq.lang import ast as A
 from serq.lang.kernel import Kernel, KPool, KStage
-from serq.lang.lower import admission, branch_with, queues as Q
+from serq.lang.lower import admission, branch_with, queues as Q, relations as R
 from serq.lang.lower.aggregates import Aggregates
 from serq.lang.lower.constants import require_count
 from serq.lang.lower.defs import Defs
@@ -91,8 +91,8 @@ def lower(prog: A.Program, inputs: dict[str, float] | None = None) -> Kernel:
         elif isinstance(it, A.Share):
             shares.append(it)
         elif isinstance(it, A.Relation):
-            relations.append(Q.lower_relation(it, queues, consts))
-            Q.relation_latency_stages(relations[-1:], queues, stages)
+            relations.append(R.lower_relation(it, queues, consts))
+            R.relation_latency_stages(relations[-1:], queues, stages)
         elif isinstance(it, A.Gauge):
             declare(it.name, "gauge", it.span)
             gauges.append(it)

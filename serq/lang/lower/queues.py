@@ -1,6 +1,5 @@
-"""Queues and roles to named pools and stages; entries expanded at the call; `mark` to `set`;
-`pull`/`push` relations to the kernel's runs (*Queues*). Engine calls expand here too, so that
-one pass owns every call statement."""
+"""Queues and roles to named pools and stages; entries expanded at the call; `mark` to `set`
+(*Queues*). Engine calls expand here too, so that one pass owns every call statement."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,8 +9,9 @@ from serq.lang import ast as A
 from serq.lang.kernel import KPool, KStage
 from serq.lang.lower.constants import require_constant, require_count
 from serq.lang.lower.defs import substitute_ref
-from serq.lang.lower.engines import EngineInfo, cost, lower_engine, lower_pool_on, ref
+from serq.lang.lower.engines import EngineInfo, lower_engine, lower_pool_on, ref
 from serq.lang.lower.requests import expand_request
+from serq.lang.lower.relations import read
 from serq.lang.lower.serving import kv_move
 from serq.lang.walk import iter_expr, iter_stmts, map_block, map_expr
 
@@ -36,17 +36,6 @@ class QueueInfo:
         self.entries: dict[tuple[str, bool], A.Entry] = {}
         self.lease_pool: str | None = None
         self.engine: EngineInfo | None = None
-
-
-class RelationInfo:
-    def __init__(self, rel: A.Relation, reader: str, source: str):
-        self.rel = rel
-        self.reader = reader
-        self.source = source
-        self.kind = rel.kind
-        self.latency = rel.latency
-        self.policy = rel.policy
-        self.span = rel.span
 
 
 def lower_queue(q: A.Queue, consts, pools: list, stages: list, queues: dict, declare) -> QueueInfo:
@@ -169,27 +158,13 @@ def _lease_pool(info: QueueInfo):
     return info.pools.get(local, local)
 
 
-def lower_relation(rel: A.Relation, queues: dict, consts) -> RelationInfo:
-    if rel.latency is not None:
-        require_constant(rel.latency, consts, "a relation's latency (a number or a constant over lets)",
-                         code="L171")
-    for n in (rel.left, rel.right):
-        qi = queues.get(n)
-        if qi is None:
-            raise SerqError("L160", f"`{n}` is no queue declared above the relation", rel.span)
-        if not qi.nic:
-            raise SerqError("L161", f"queue `{n}` has no `nic`, which the relation's copies cross", rel.span)
-    reader, source = (rel.left, rel.right) if rel.kind == "pull" else (rel.right, rel.left)
-    return RelationInfo(rel, reader, source)
-
-
 class Calls:
     """Expands `E(args);` and `Q[i].VERB(args) [from …] [to …];` at the call."""
 
     def __init__(self, engines, queues, relations, serving, consts):
         self.engines: dict[str, EngineInfo] = engines
         self.queues: dict[str, QueueInfo] = queues
-        self.relations: list[RelationInfo] = relations
+        self.relations = relations
         self.serving = serving
         self.consts = consts
         self.prep = lambda stmts: stmts
@@ -314,7 +289,7 @@ class Calls:
                     raise SerqError("L168", f"`run (…)` runs on the queue's own stage; queue `{q}` has none", st.span)
                 return A.Run((member(q, st.span),), None, st.work, None, st.span)
             if isinstance(st, A.Transfer) and st.on is None and st.index is None:
-                return self._read(st, qi, idx, src, src_idx)
+                return read(self.readers.get(qi.name), st, qi, idx, src, src_idx)
             return st
 
         body = map_block(self.prep(entry.body), lambda e: map_expr(e, rename), fs)
@@ -326,25 +301,6 @@ class Calls:
             out += kv_move(A.Transfer(None, None, A.Num(0.0, call.span), call.from_, pool, n, call.span))
         return out
 
-    def _read(self, st: A.Transfer, qi: QueueInfo, idx, src, src_idx):
-        rel = self.readers.get(qi.name)
-        if rel is None:
-            raise SerqError("L170", f"a `transfer` without `on` is the read of a pull or push relation; queue "
-                            f"`{qi.name}` reads from none", st.span)
-        if src is None or rel.source != src.name:
-            raise SerqError("L170", f"queue `{qi.name}` reads from `{rel.source}`: an entry from another queue is an "
-                            "error", st.span)
-        sp = st.span
-        out = []
-        if rel.latency is not None:
-            waiter, widx = (qi.name, idx) if rel.kind == "pull" else (src.name, src_idx)
-            lname = f"{waiter}.nic.latency"
-            out.append(A.Run((ref(lname, sp, widx),), None, cost([lname], rel.latency, sp), None, sp))
-        a, b = f"{src.name}.nic", f"{qi.name}.nic"
-        out.append(A.Run((ref(a, sp, src_idx), ref(b, sp, idx)), None, cost([a, b], st.amount, sp), None, sp))
-        return out + kv_move(st)
-
-
 def _member(qi: QueueInfo, index, span):
     if qi.count is None:
         if index is not None:
@@ -353,19 +309,6 @@ def _member(qi: QueueInfo, index, span):
     if index is None:  # a family of one is still a family: D[j].decode (…)
         raise SerqError("L166", f"queue `{qi.name}` is a family: its entries are called `{qi.name}[j].VERB (…)`", span)
     return index
-
-
-def relation_latency_stages(relations, queues, stages):
-    """The delay stage `Q.nic.latency` of each poster (one latency per poster)."""
-    made = {s.name for s in stages}
-    for r in relations:
-        if r.latency is None:
-            continue
-        poster = r.reader if r.kind == "pull" else r.source
-        if f"{poster}.nic.latency" in made:
-            continue
-        qi = queues[poster]
-        stages.append(KStage(f"{poster}.nic.latency", qi.count, A.Kind("delay", None, r.span), r.span, queue=poster))
 
 
 def queue_attr_names(queues) -> set[str]:
