@@ -13,10 +13,11 @@ BOOL_NOTE = 40
 def build(sim) -> dict:
     end = sim.end
     obs = {}
-    for name, rows in sorted(sim.obs.items()):
-        obs[name] = summary([r[3] for r in rows])
+    for name, ser in sorted(sim.obs.items()):
+        obs[name] = summary(ser.after())
     notes = list(sim.notes)
-    for name, vals in sorted(sim.obs_all.items()):
+    for name, ser in sorted(sim.obs.items()):
+        vals = ser.v
         if len(vals) >= BOOL_NOTE and all(v in (0.0, 1.0) for v in vals) and not any(vals):
             notes.append(f"observe {name}: zero in all {len(vals)} samples")
     pools = {}
@@ -60,7 +61,7 @@ def build(sim) -> dict:
         "end": end,
         "sessions": {"arrived": sim.sessions_arrived, "completed": sim.sessions_completed,
                      "rejected": sim.sessions_rejected, "stuck": len(sim.stuck), "live_at_end": len(sim.live)},
-        "client": {k: summary(v) for k, v in sim.client.items()},
+        "client": {k: summary(v.after()) for k, v in sim.client.items()},
         "observe": obs,
         "gauges": gauges,
         "pools": pools,
@@ -127,11 +128,17 @@ def text(rep: dict, file: str) -> str:
 def dump(sim, rep: dict, directory: str):
     """--dump DIR: each observation's samples, the client's, and every gauge's change points."""
     os.makedirs(os.path.join(directory, "gauge"), exist_ok=True)
-    for name, rows in sim.obs.items():
+    for name, ser in sim.obs.items():
         with open(os.path.join(directory, f"observe_{name}.csv"), "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
             w.writerow(["time", "session", "turn", "value"])
-            w.writerows(rows)
+            w.writerows(ser.dump_rows())
+    for name, ser in sim.client.items():
+        if ser.v:
+            with open(os.path.join(directory, f"client_{name}.csv"), "w", newline="", encoding="utf-8") as fh:
+                w = csv.writer(fh)
+                w.writerow(["value"])
+                w.writerows([v] for v in ser.after())
     for name, _, avg in sim.gauges:
         with open(os.path.join(directory, "gauge", f"{name}.csv"), "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import random
 
 MASK = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
@@ -53,13 +54,45 @@ def _mix(z: int) -> int:
 _BASES: dict = {}
 
 
-def stream(seed, purpose: str, *ints: int) -> Stream:
-    """The stream of (seed, purpose, session, turn, …): a stable hash of the seed and purpose,
-    then each whole-number part mixed in."""
+def base(seed, purpose: str) -> int:
     key = (seed, purpose)
     h = _BASES.get(key)
     if h is None:
         h = _BASES[key] = derive(seed, purpose)
+    return h
+
+
+def stream(seed, purpose: str, *ints: int) -> Stream:
+    """The stream of (seed, purpose, session, turn, …): a stable hash of the seed and purpose,
+    then each whole-number part mixed in."""
+    h = base(seed, purpose)
     for x in ints:
         h = _mix((h ^ ((x + 1) * GOLDEN)) & MASK)
     return Stream(h)
+
+
+def stream1(b: int, x: int) -> Stream:
+    """stream(seed, purpose, x) from the purpose's base b, without the general path."""
+    z = (b ^ ((x + 1) * GOLDEN)) & MASK
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return Stream(z ^ (z >> 31))
+
+
+def stream2(b: int, x: int, y: int) -> Stream:
+    """stream(seed, purpose, x, y) from the purpose's base b."""
+    return stream1(stream1(b, x).s, y)
+
+
+class LongStream(random.Random):
+    """A stream drawn from for the whole run (the arrival law, the trace, the machine): Python's
+    Mersenne Twister, costly to seed and cheap to draw from, seeded from the same stable hash."""
+
+    def __init__(self, seed, purpose: str):
+        super().__init__(derive(seed, purpose))
+
+    def gammavariate(self, k: float, theta: float) -> float:
+        t = 0.0
+        for _ in range(int(k)):
+            t -= math.log(1.0 - self.random())
+        return t * theta

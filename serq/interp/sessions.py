@@ -32,9 +32,9 @@ class Preempted(Exception):
 
 
 class Session:
-    __slots__ = ("sim", "id", "cid", "serial", "a", "c", "gen", "epoch", "wait", "frames", "leases", "legs", "parent",
+    __slots__ = ("sim", "id", "cid", "serial", "a", "c", "gen", "epoch", "wait", "frames", "leases", "parent",
                  "alive", "steps", "ready_at", "ready_n", "turn_idx", "stream", "trace", "turn_rec", "leg_no",
-                 "ended", "hidden_seen", "stuck_pos", "refused", "live_legs")
+                 "stuck_pos", "live_legs")
 
     def __init__(self, sim, sid, serial, attrs, stream, parent=None):
         self.sim = sim
@@ -49,7 +49,6 @@ class Session:
         self.wait = None
         self.frames: list = []
         self.leases: list = []
-        self.legs: list = []
         self.live_legs = 0
         self.parent = parent
         self.alive = True
@@ -60,9 +59,7 @@ class Session:
         self.trace = None
         self.turn_rec = None
         self.leg_no = 0
-        self.ended = False
         self.stuck_pos = None
-        self.refused = False
 
 
 class HoldFrame:
@@ -292,6 +289,23 @@ class Ops:
         mode = s.mode
         if mode is not None:
             return (True, sim.engine_run_op(s, tgts[0], f, grow_t))
+        if grow_t is None and len(tgts) == 1:
+            t0 = tgts[0]
+            at = s.at
+
+            def plain(sess):  # the common run: one stage, nothing grows
+                c = sess.c
+                work = f(c)
+                if not work >= 0:
+                    sim.amount(work, at, "a run's work")
+                if work > 0:
+                    st = t0(c)
+                    sim.seq += 1
+                    job = Job(sess, work, (st,), sim.seq, sim.now)
+                    sess.wait = job
+                    st.submit(job)
+                    yield
+            return (True, plain)
 
         def op(sess):
             sim.cur_at = s.at
@@ -305,7 +319,8 @@ class Ops:
                 if target > a.units:
                     yield from sim.grow(sess, a, round_up(target, pool.block) - a.units, s.at)
             if work > 0:
-                job = Job(sess, work, stages, sim.job_done, sim.next_seq(), sim.now)
+                sim.seq += 1
+                job = Job(sess, work, stages, sim.seq, sim.now)
                 sess.wait = job
                 stages[0].submit(job)
                 yield

@@ -2,6 +2,7 @@
 sessions, holds, growth and preemption (*Pools*), and the run's end (*A finite run*)."""
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from collections import deque
@@ -9,10 +10,10 @@ from collections import deque
 from serq.diagnostics import Span
 from serq.interp.compile import Compiler, Ctx, RunError
 from serq.interp.pools import Pool, round_up
-from serq.interp.rng import stream
+from serq.interp.rng import LongStream, base, stream, stream1
 from serq.interp.sessions import HoldFrame, Ops, Preempted, Session, SessionEnd, run_block, run_sync
 from serq.interp.stages import PS, Fifo, FlowNet, FlowStage, Job
-from serq.interp.stats import TimeAverage
+from serq.interp.stats import Series, TimeAverage
 from serq.interp.trace import load_trace
 from serq.ir import model as I
 from serq.lang.lower.constants import fmt
@@ -49,19 +50,21 @@ class Sim:
         self.cur_at = None
         self.rel_seq = 0
         self.compiler = Compiler(self)
-        self.machine = Ctx({}, stream(self.seed, "machine"), {}, None)
+        self.machine = Ctx({}, LongStream(self.seed, "machine"), {}, None)
         self.sessions_arrived = 0
         self.sessions_completed = 0
         self.sessions_rejected = 0
         self.stuck: set = set()
         self.live: dict = {}
         self.next_id = 0
-        self.obs: dict[str, list] = {}          # after warm-up: (t, serial, turn, value)
-        self.obs_all: dict[str, list] = {}      # warm-up included, for claims at end
-        self.client = {"ttft": [], "tpot": [], "response": []}
-        self.client_all = {"ttft": [], "tpot": [], "response": []}
+        self.obs: dict[str, Series] = {}        # warm-up included (claims at end read all of it)
+        self.client = {k: Series(self.warmup) for k in ("ttft", "tpot", "response")}
         self.notes: list[str] = []
+        self.c_response = self.client["response"]
         self._build()
+        k = prog.workload.arrive.k
+        self.closed = k == "closed"
+        self.poisson = k == "poisson"
 
     # ------------------------------------------------------------ building
     def run_error(self, code, msg, at):
@@ -135,9 +138,16 @@ class Sim:
         self.session_ops = ops.block(wl.session) if wl.session is not None else None
         self.server_ops = ops.block(prog.server)
         self.session_draws = _draws(prog.server) or _draws(wl.session or [])
+        self.b_init, self.b_turn, self.b_session = (base(self.seed, p) for p in ("init", "turn", "session"))
+        # the server's statements as one generator function (a single blocking op is called directly)
+        sops = self.server_ops
+        if len(sops) == 1 and sops[0][0]:
+            self.server_gen = sops[0][1]
+        else:
+            self.server_gen = lambda sess: run_block(sess, sops)
         self.gauges = [(g.name, self.compiler.expr(g.e), TimeAverage(self.warmup)) for g in prog.gauges]
         self.trace = load_trace(wl.trace.file) if wl.trace is not None else None
-        self.trace_rng = stream(self.seed, "trace")
+        self.trace_rng = LongStream(self.seed, "trace")
         self.trace_next = 0
         self.claims_end = [(c, self.compiler.expr(c.e), self.compiler.expr(c.given) if c.given is not None else None)
                            for c in prog.claims if c.form == "end"]
@@ -187,9 +197,10 @@ class Sim:
 
     def end_aggregate(self, fn, name):
         def values():
-            if name in self.client_all:
-                return self.client_all[name]
-            return self.obs_all.get(name, [])
+            if name in self.client:
+                return self.client[name].v
+            s = self.obs.get(name)
+            return s.v if s is not None else []
         if fn == "total":
             return lambda c: math.fsum(values())
         if fn == "count":
@@ -214,12 +225,14 @@ class Sim:
         heapq.heappush(self.heap, (t, self.seq, fn, arg))
 
     def wake(self, sess, value=None):
-        if sess.ready_at == self.now:
+        now = self.now
+        if sess.ready_at == now:
             sess.ready_n += 1
             if sess.ready_n > MAX_READY:
                 raise self.run_error("R021", f"a session became ready {MAX_READY:,} times at one instant", self.cur_at)
         else:
-            sess.ready_at, sess.ready_n = self.now, 1
+            sess.ready_at = now
+            sess.ready_n = 1
         self.ready.append((sess, sess.epoch, value))
 
     def job_done(self, job):
@@ -239,27 +252,41 @@ class Sim:
         self.running = sess
         sess.steps = 0
         try:
-            if isinstance(value, BaseException):
-                sess.gen.throw(value)
-            else:
+            if value is None:
                 sess.gen.send(None)
+            else:
+                sess.gen.throw(value)
         except StopIteration:
             pass
-        finally:
-            self.running = None
+        self.running = None
 
     def settle(self):
         """Run every ready session in the order it became ready, then retry growers and admissions
         at every pool not served by a stage, until nothing changes."""
+        ready = self.ready
+        pop = ready.popleft
         while True:
-            ready = self.ready
             while ready:
-                sess, epoch, value = ready.popleft()
+                sess, epoch, value = pop()
                 if epoch != sess.epoch or not sess.alive:
                     continue
-                self._step(sess, value)
-            if not self._retry_pools():
+                # run the session until it blocks (inlined _step: the hot path)
+                self.running = sess
+                sess.steps = 0
+                try:
+                    if value is None:
+                        sess.gen.send(None)
+                    else:
+                        sess.gen.throw(value)
+                except StopIteration:
+                    pass
+                self.running = None
+            if not (self.pools and self._retry_pools()):
                 break
+
+    def live_jobs(self, stage):
+        """The jobs in service at a fifo stage (for work(S)): the events it scheduled."""
+        return [arg for t, _, fn, arg in self.heap if getattr(fn, "__self__", None) is stage and arg.alive]
 
     def _retry_pools(self) -> bool:
         changed = False
@@ -287,6 +314,16 @@ class Sim:
 
     # ------------------------------------------------------------ the run
     def run(self, progress=None):
+        # a run allocates many short-lived objects and few cycles: collect the young generation
+        # less often (restored after the run)
+        old = gc.get_threshold()
+        gc.set_threshold(max(old[0], 20000), old[1], old[2])
+        try:
+            return self._run(progress)
+        finally:
+            gc.set_threshold(*old)
+
+    def _run(self, progress=None):
         wl = self.prog.workload
         arr = wl.arrive
         if self.horizon is None and self.arrivals_n is None and arr.k in ("poisson", "renewal"):
@@ -296,7 +333,7 @@ class Sim:
                            f"{arr.k}", None)
         if arr.k == "closed" and self.horizon is None:
             raise RunError("R030", "a closed workload's population never ends: give --horizon T", None)
-        self.arrival_rng = stream(self.seed, "arrival")
+        self.arrival_rng = LongStream(self.seed, "arrival")
         if arr.k == "poisson":
             self.rate = const_value(arr.rate)
             self.at(0.0, self._arrive_open)
@@ -307,21 +344,26 @@ class Sim:
             for _ in range(arr.n):
                 self.at(0.0, self._arrive_one)
         horizon = self.horizon
+        hz = horizon if horizon is not None else INF
         heap = self.heap
+        ready = self.ready
+        pools = bool(self.pools)
+        gauges = bool(self.gauges)
+        pop = heapq.heappop
         last_t = 0.0
         while True:
-            self.settle()
-            if self.gauges and (not heap or heap[0][0] > self.now):
+            if ready or pools:
+                self.settle()
+            if gauges and (not heap or heap[0][0] > self.now):
                 self._gauges()
-            if not heap:
+            if not heap or heap[0][0] > hz:
                 break
-            t = heap[0][0]
-            if horizon is not None and t > horizon:
-                break
-            t, _, fn, arg = heapq.heappop(heap)
+            t, _, fn, arg = pop(heap)
             self.now = t
-            if fn is not None:
-                fn(arg) if arg is not None else fn()
+            if arg is not None:
+                fn(arg)
+            else:
+                fn()
             if progress is not None and t - last_t > 0:
                 progress(self)
                 last_t = t
@@ -348,12 +390,10 @@ class Sim:
         return self.now + v
 
     def _arrive_open(self):
-        if self.arrivals_n is not None and self.sessions_arrived >= self.arrivals_n:
-            return
         self._arrive_one()
         if self.arrivals_n is not None and self.sessions_arrived >= self.arrivals_n:
             return
-        if self.prog.workload.arrive.k == "poisson":
+        if self.poisson:
             self.at(self.now + self.arrival_rng.expovariate(self.rate), self._arrive_open)
         else:
             self.at(self._gap(), self._arrive_open)
@@ -364,7 +404,7 @@ class Sim:
         self.next_id += 1
         attrs = {"serial": float(serial), "turn_no": 0.0, "cached": 0.0, "computed": 0.0}
         sess = Session(self, self.next_id, serial, attrs,
-                       stream(self.seed, "session", serial) if self.session_draws else None)
+                       stream1(self.b_session, serial) if self.session_draws else None)
         if self.trace is not None:
             n = len(self.trace)
             if self.prog.workload.trace.ordered:
@@ -380,17 +420,30 @@ class Sim:
         try:
             c = sess.c
             if self.init_ops:
-                c.rng = stream(self.seed, "init", sess.serial) if self.init_draws else None
+                c.rng = stream1(self.b_init, sess.serial) if self.init_draws else None
                 if self.init_sync:
                     run_sync(sess, self.init_ops)
                 else:
                     yield from run_block(sess, self.init_ops)
                 c.rng = sess.stream
-            self._given(sess)
+            if self.claims_given:
+                self._given(sess)
             if self.session_ops is not None:
                 yield from run_block(sess, self.session_ops)
-            else:
+            elif self.trace is not None:
                 yield from self.turn(sess, None)
+            else:  # one turn, written in place (the common case: no generator between)
+                sess.a["turn_no"] = 0.0
+                if self.turn_ops:
+                    c.rng = stream1(self.b_turn, sess.serial << 32) if self.turn_draws else None
+                    run_sync(sess, self.turn_ops)
+                    c.rng = sess.stream
+                rec = TurnRec(self.now)
+                sess.turn_rec = rec
+                yield from self.server_gen(sess)
+                sess.turn_rec = None
+                sess.turn_idx = 1
+                self._answered(rec)
         except SessionEnd as e:
             refused = e.refused
         self._finish(sess, refused)
@@ -424,39 +477,36 @@ class Sim:
         sess.a["turn_no"] = float(t)
         c = sess.c
         if self.turn_ops:
-            c.rng = stream(self.seed, "turn", sess.serial, t) if self.turn_draws else None
+            c.rng = stream1(self.b_turn, (sess.serial << 32) | t) if self.turn_draws else None
             run_sync(sess, self.turn_ops)
             c.rng = sess.stream
         rec = TurnRec(self.now)
         sess.turn_rec = rec
-        yield from run_block(sess, self.server_ops)
+        yield from self.server_gen(sess)
         sess.turn_rec = None
         sess.turn_idx += 1
         self._answered(rec)
 
     def _answered(self, rec: TurnRec):
         now = self.now
-        resp = now - rec.start
-        self.client_all["response"].append(resp)
-        if now >= self.warmup:
-            self.client["response"].append(resp)
+        self.c_response.add(now, now - rec.start)
         if rec.ntok > 1 and rec.first is not None:
-            tpot = (now - rec.first) / (rec.ntok - 1)
-            self.client_all["tpot"].append(tpot)
-            if now >= self.warmup:
-                self.client["tpot"].append(tpot)
+            self.client["tpot"].add(now, (now - rec.first) / (rec.ntok - 1))
 
     def _finish(self, sess, refused):
         """The session ends: every hold released (caches kept), leases ended."""
-        for fr in reversed(list(sess.frames)):
-            self.release_frame(fr)
-        sess.frames.clear()
-        for a in list(sess.leases):
-            self._end_lease(a)
+        if sess.frames:
+            for fr in reversed(list(sess.frames)):
+                self.release_frame(fr)
+            sess.frames.clear()
+        if sess.leases:
+            for a in list(sess.leases):
+                self._end_lease(a)
         if sess.wait is not None and hasattr(sess.wait, "cancel"):
             sess.wait.cancel()
         sess.alive = False
         sess.epoch += 1
+        sess.c.sess = None  # no cycle left for the collector
         if sess.parent is not None:
             return
         if sess.live_legs and not refused:
@@ -466,15 +516,15 @@ class Sim:
             self.sessions_rejected += 1
         else:
             self.sessions_completed += 1
-        if self.prog.workload.arrive.k == "closed":
+        if self.closed:
             self._arrive_one()
 
     # ------------------------------------------------------------ observations
     def observe(self, name, v, sess):
-        self.obs_all.setdefault(name, []).append(v)
-        rows = self.obs.setdefault(name, [])
-        if self.now >= self.warmup:
-            rows.append((self.now, sess.serial, sess.turn_idx, v))
+        s = self.obs.get(name)
+        if s is None:
+            s = self.obs[name] = Series(self.warmup, rows=True)
+        s.add(self.now, v, sess.serial, sess.turn_idx)
 
     def _gauges(self):
         c = self.machine
@@ -730,7 +780,7 @@ class Sim:
 
         def arrived():
             tier.put_cache(owner, units + tier.cachedin(owner))
-        job = Job(None, work, [via], self.job_done, self.next_seq(), self.now)
+        job = Job(None, work, [via], self.next_seq(), self.now)
         job.done_cb = arrived
         via.submit(job)
 

@@ -13,22 +13,20 @@ EPS = 1e-12
 
 
 class Job:
-    __slots__ = ("sess", "work", "left", "stages", "done", "seq", "tag", "rate", "start", "alive", "started",
-                 "done_cb")
+    __slots__ = ("sess", "work", "left", "stages", "seq", "tag", "rate", "start", "alive", "started", "done_cb")
 
-    def __init__(self, sess, work, stages, done, seq, now):
+    def __init__(self, sess, work, stages, seq, now):
         self.sess = sess
         self.work = work
         self.left = work
         self.stages = stages
-        self.done = done      # called when the job completes
         self.seq = seq
         self.tag = 0.0
         self.rate = 0.0
         self.start = now
         self.started = False
         self.alive = True
-        self.done_cb = None
+        self.done_cb = None   # a machine job's (a spill's) continuation
 
     def cancel(self):
         """A preemption takes the job off its stages."""
@@ -78,12 +76,12 @@ class Fifo(Stage):
         self.c = servers
         self.waiting = deque()
         self.serving = 0
-        self.running: dict = {}  # job -> finish time
 
     def submit(self, job):
         self.n += 1
         if self.serving < self.c:
             self._start(job)
+            self._util()
         else:
             self.waiting.append(job)
 
@@ -91,35 +89,37 @@ class Fifo(Stage):
         sim = self.sim
         self.serving += 1
         job.started = True
-        job.start = sim.now
-        fin = sim.now + job.work
-        self.running[job] = fin
-        sim.at(fin, self._finish, job)
-        self._util()
+        job.start = now = sim.now
+        job.tag = fin = now + job.work
+        sim.seq += 1
+        heapq.heappush(sim.heap, (fin, sim.seq, self._finish, job))
 
     def _finish(self, job):
-        if not job.alive or self.running.pop(job, None) is None:
+        if not job.alive:
             return
         self.serving -= 1
         self.n -= 1
         job.alive = False
-        self._done(job)
-        self._next()
-        job.done(job)
+        self.completed += 1
+        if job.tag >= self.sim.warmup:
+            self.completed_after_warmup += 1
+        if self.waiting:
+            self._next()
+        self._util()
+        self.sim.job_done(job)
 
     def _next(self):
         while self.waiting and self.serving < self.c:
             j = self.waiting.popleft()
             if j.alive:
                 self._start(j)
-        self._util()
 
     def remove(self, job):
-        if job in self.running:
-            del self.running[job]
+        if job.started:
             self.serving -= 1
             self.n -= 1
             self._next()
+            self._util()
         else:
             try:
                 self.waiting.remove(job)
@@ -135,7 +135,8 @@ class Fifo(Stage):
 
     def work_left(self):
         now = self.sim.now
-        return sum(max(0.0, f - now) for f in self.running.values()) + sum(j.work for j in self.waiting if j.alive)
+        return sum(max(0.0, j.tag - now) for j in self.sim.live_jobs(self) if j.started) + \
+            sum(j.work for j in self.waiting if j.alive)
 
 
 class PS(Stage):
@@ -207,7 +208,7 @@ class PS(Stage):
         self._schedule()
         for job in done:
             self._done(job)
-            job.done(job)
+            self.sim.job_done(job)
 
     def remove(self, job):
         self._advance()
@@ -319,7 +320,7 @@ class FlowNet:
         for f in done:
             for st in f.stages:
                 st._done(f)
-            f.done(f)
+            self.sim.job_done(f)
 
 
 class FlowStage(Stage):

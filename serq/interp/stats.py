@@ -3,6 +3,8 @@ batch-means 95% interval over 20 batches, and time averages over [warmup, end] o
 from __future__ import annotations
 
 import math
+from array import array
+from bisect import bisect_left, bisect_right
 
 BATCHES = 20
 # Student's t, 0.975 quantile, 19 degrees of freedom (20 batches)
@@ -49,57 +51,85 @@ def summary(values) -> dict:
 
 class TimeAverage:
     """A piecewise-constant signal's time average over [start, end], with the batch-means interval
-    over 20 equal windows and the least and greatest value held for a positive time."""
+    over 20 equal windows and the least and greatest value held for a positive time.
 
-    __slots__ = ("start", "v", "points")
+    Each change point keeps its time, value and the integral up to it, so a window's integral is
+    two bisections at the end, whatever the number of changes."""
+
+    __slots__ = ("start", "v", "t", "vals", "cum")
 
     def __init__(self, start: float, v0: float = 0.0):
         self.start = start
         self.v = v0
-        self.points = [(0.0, v0)]   # change points (time, value)
+        self.t = array("d", [0.0])      # change times
+        self.vals = array("d", [v0])    # the value from each change on
+        self.cum = array("d", [0.0])    # the integral up to each change
 
     def set(self, t: float, v: float):
         if v == self.v:
             return
-        pts = self.points
-        if pts[-1][0] == t:
-            pts[-1] = (t, v)
-            if len(pts) > 1 and pts[-2][1] == v:
-                pts.pop()
+        ts = self.t
+        last = ts[-1]
+        if last == t:  # a second change at one instant: the instant's last state is what is held
+            self.vals[-1] = v
         else:
-            pts.append((t, v))
+            self.cum.append(self.cum[-1] + self.v * (t - last))
+            ts.append(t)
+            self.vals.append(v)
         self.v = v
+
+    @property
+    def points(self):
+        return list(zip(self.t, self.vals))
+
+    def integral(self, x: float) -> float:
+        """The integral from 0 to x."""
+        i = bisect_right(self.t, x) - 1
+        return self.cum[i] + self.vals[i] * (x - self.t[i])
 
     def result(self, end: float) -> dict:
         start = self.start
         span = end - start
         if span <= 0:
             return {"mean": None, "ci95": None, "min": None, "max": None}
-        pts = self.points
-        # the value held on [start, end]: integrate each window
         edges = [start + span * i / BATCHES for i in range(BATCHES + 1)]
-        win = [0.0] * BATCHES
-        total = 0.0
-        lo = hi = None
-        for i, (t0, v) in enumerate(pts):
-            t1 = pts[i + 1][0] if i + 1 < len(pts) else end
-            a, b = max(t0, start), min(t1, end)
-            if b <= a:
-                continue
-            lo = v if lo is None else min(lo, v)
-            hi = v if hi is None else max(hi, v)
-            total += v * (b - a)
-            w = min(BATCHES - 1, int((a - start) / span * BATCHES))
-            while w > 0 and edges[w] > a:
-                w -= 1
-            while w < BATCHES and edges[w] < b:  # spread over the windows it covers
-                x0, x1 = max(a, edges[w]), min(b, edges[w + 1])
-                if x1 > x0:
-                    win[w] += v * (x1 - x0)
-                w += 1
-        mean = total / span
+        ints = [self.integral(x) for x in edges]
+        mean = (ints[-1] - ints[0]) / span
         wl = span / BATCHES
-        means = [x / wl for x in win]
+        means = [(ints[k + 1] - ints[k]) / wl for k in range(BATCHES)]
         m = math.fsum(means) / BATCHES
         var = math.fsum((x - m) ** 2 for x in means) / (BATCHES - 1)
-        return {"mean": mean, "ci95": T19 * math.sqrt(var / BATCHES), "min": lo, "max": hi}
+        # the values held for a positive time inside [start, end]
+        ts, vs = self.t, self.vals
+        i0 = max(0, bisect_right(ts, start) - 1)
+        i1 = bisect_left(ts, end)
+        held = vs[i0:i1]
+        return {"mean": mean, "ci95": T19 * math.sqrt(var / BATCHES), "min": min(held) if held else None,
+                "max": max(held) if held else None}
+
+
+class Series:
+    """Samples in the order they were recorded (time never goes back), warm-up included; those
+    from `warm` on were recorded after the warm-up. `rows` keeps (time, session, turn) for --dump."""
+    __slots__ = ("v", "rows", "warm", "warmup")
+
+    def __init__(self, warmup: float, rows: bool = False):
+        self.v: list = []
+        self.rows = [] if rows else None
+        self.warm = None
+        self.warmup = warmup
+
+    def add(self, now: float, v: float, serial=None, turn=None):
+        if self.warm is None and now >= self.warmup:
+            self.warm = len(self.v)
+        self.v.append(v)
+        if self.rows is not None:
+            self.rows.append((now, serial, turn))
+
+    def after(self) -> list:
+        return self.v[self.warm:] if self.warm is not None else []
+
+    def dump_rows(self):
+        if self.warm is None:
+            return []
+        return [(t, s, k, v) for (t, s, k), v in zip(self.rows[self.warm:], self.v[self.warm:])]
