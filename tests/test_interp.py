@@ -1,0 +1,402 @@
+"""The interpreter on small programs whose every time is computed by hand (*Semantics*)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from serq import api
+from serq.diagnostics import SerqError
+from serq.ir.model import Settings
+
+HERE = os.path.dirname(__file__)
+
+
+def run(text, **settings):
+    prog = api.load_text(text, "t.sq")
+    rep = api.run(prog, Settings(**settings))
+    return rep, rep.pop("_sim")
+
+
+def by_serial(sim, name):
+    """observe NAME's values, by session serial, in the order recorded."""
+    out = {}
+    ser = sim.obs.get(name)
+    if ser is None:
+        return out
+    for (t, s, k), v in zip(ser.rows, ser.v):
+        out.setdefault(s, []).append(v)
+    return out
+
+
+# ------------------------------------------------------------------ admission
+
+
+HOL = """fn main() {
+  pool p { cap 10; %s }
+  stage s : delay;
+  workload { arrive renewal(1); turn { Size u = serial == 0 ? 10 : (serial == 1 ? 6 : 5); } }
+  server {
+    set t0 = now;
+    hold p (cost(p, u)) { observe admit = now; run s (cost(s, 10)); }
+  }
+}"""
+
+
+def test_fifo_head_of_line_blocking():
+    # s0 (10) at 1 fills the pool until 11; s1 (6) at 2 and s2 (5) at 3 wait; at 11 s1 is admitted,
+    # and s2, which does not fit beside it, waits for it to end at 21
+    rep, sim = run(HOL % "", arrivals=3)
+    assert by_serial(sim, "admit") == {0: [1.0], 1: [11.0], 2: [21.0]}
+    assert rep["pools"]["p"]["admitted"] == 3
+
+
+def test_queue_by_keys_reorders_the_waiting():
+    # the same, but the least u first: s2 (5) at 11, s1 (6) after it, at 21
+    rep, sim = run(HOL % "queue by (u);", arrivals=3)
+    assert by_serial(sim, "admit") == {0: [1.0], 1: [21.0], 2: [11.0]}
+
+
+def test_head_of_line_blocks_a_smaller_hold_behind_it():
+    text = """fn main() {
+      pool p { cap 10; }
+      stage s : delay;
+      workload { arrive renewal(1); turn { Size u = serial == 0 ? 8 : (serial == 1 ? 5 : 1); } }
+      server { hold p (cost(p, u)) { observe admit = now; run s (cost(s, 10)); } }
+    }"""
+    # s2 (1) would fit beside s0 (8) but waits behind s1 (5), the head
+    _, sim = run(text, arrivals=3)
+    assert by_serial(sim, "admit") == {0: [1.0], 1: [11.0], 2: [11.0]}
+
+
+RESERVE = """fn main() {
+  pool p { cap 10; %s }
+  stage s : delay;
+  workload { arrive renewal(1); }
+  server {
+    branch (serial == 0) {
+      hold p (cost(p, 2)) reserve (cost(p, 8)) { observe admit = now; run s (cost(s, 10)); }
+    } else {
+      hold p (cost(p, 3)) { observe admit = now; run s (cost(s, 1)); }
+    }
+  }
+}"""
+
+
+@pytest.mark.parametrize("held,admit1", [(False, 2.0), (True, 11.0)])
+def test_reserve_and_reserve_held(held, admit1):
+    # s0 takes 2 and reserves 8; s1 (3) fits beside the 2 allocated, unless the pool holds the
+    # reservation: 2 + 6 unallocated + 3 > 10, so it waits for s0 to end at 11
+    _, sim = run(RESERVE % ("reserve held;" if held else ""), arrivals=2)
+    assert by_serial(sim, "admit") == {0: [1.0], 1: [admit1]}
+
+
+def test_a_hold_that_can_never_fit_is_rejected():
+    text = """fn main() {
+      pool p { cap 10; }
+      stage s : delay;
+      workload { arrive renewal(1); turn { Size u = serial == 1 ? 11 : 1; } }
+      server { hold p (cost(p, u)) { run s (cost(s, 1)); } }
+    }"""
+    rep, _ = run(text, arrivals=3)
+    assert rep["sessions"] == {"arrived": 3, "completed": 2, "rejected": 1, "stuck": 0, "live_at_end": 0}
+    assert rep["pools"]["p"]["rejected"] == 1
+    assert rep["client"]["response"]["count"] == 2  # a refused turn is not answered
+
+
+# ------------------------------------------------------------------ the prefix cache
+
+
+CACHE = """fn main() {
+  pool kv { cap 100; block 4; }
+  stage s : delay;
+  workload { arrive batch(1); turn { Size n = 10 + 10 * turn_no; } session { turn; turn; turn; } }
+  server {
+    hold kv (cost(kv, n)) reuse (cost(kv, %s)) { observe hit = cached; run s (cost(s, 1)); } cache (cost(kv, n));
+  }
+}"""
+
+
+def test_prefix_cache_reuse_in_whole_blocks():
+    # turn 0: n = 10, 12 allocated, min(10, 12) = 10 cached as 8 (whole blocks); turn 1 (n = 20)
+    # consumes the 8 and caches 20; turn 2 (n = 30) consumes 20
+    _, sim = run(CACHE % "n")
+    assert by_serial(sim, "hit") == {0: [0.0, 8.0, 20.0]}
+    kv = sim.pools[0]
+    assert kv.cached == 28.0 and kv.used == 0.0   # turn 2 cached min(30, 32) = 30 -> 28
+
+
+def test_what_reuse_leaves_of_the_entry_is_dead():
+    # reuse (4): turn 1 consumes 4 of the 8; the other 4 stay cached, dead; turn 2 consumes 4 of 20
+    _, sim = run(CACHE % "4")
+    assert by_serial(sim, "hit") == {0: [0.0, 4.0, 4.0]}
+    kv = sim.pools[0]
+    dead = [e for e in kv.entries if e.owner is None]
+    assert sum(e.units for e in dead) == 4.0 + 16.0
+    assert kv.cachedin(sim_session := type("S", (), {"cid": 1})()) == 28.0
+    _ = sim_session
+
+
+def test_lru_eviction_takes_the_oldest_entry_block_by_block():
+    text = """fn main() {
+      pool kv { cap 20; block 2; evict lru; }
+      stage s : delay;
+      workload { arrive renewal(1); turn { Size n = serial == 3 ? 16 : 8; } }
+      server { hold kv (cost(kv, n)) { run s (cost(s, 0.5)); } cache (cost(kv, n)); }
+    }"""
+    # s0 and s1 cache 8 each (at 1.5, 2.5); s2's 8 at 3 needs 4 more room: the oldest, s0's entry,
+    # loses 4 from its tail; s2 caches 8 at 3.5 (4 + 8 + 8 = 20). s3's 16 at 4 evicts s0's last 4,
+    # s1's 8 and 4 of s2's; s3 caches 16 at 4.5
+    rep, sim = run(text, arrivals=4)
+    kv = sim.pools[0]
+    left = sorted((e.owner.serial, e.units) for e in kv.entries if e.owner is not None)
+    assert left == [(2, 4.0), (3, 16.0)]
+    assert kv.used + kv.cached == kv.cap and rep["pools"]["kv"]["evicted"] == 4
+
+
+# ------------------------------------------------------------------ growth and preemption
+
+
+def test_growth_preempts_the_holder_admitted_last():
+    text = """fn main() {
+      pool kv { cap 10; preempt lifo; }
+      stage s : delay;
+      workload { arrive renewal(1); turn { Size u = serial == 0 ? 2 : 6; } }
+      server {
+        hold kv (cost(kv, u)) {
+          observe admit = now; observe c = computed;
+          run s (cost(s, 5));
+          branch (serial == 0) { grow kv (cost(kv, 6)); run s (cost(s, 5)); }
+        }
+      }
+    }"""
+    # s0 (2) at 1, s1 (6) at 2; at 6 s0 grows by 6: 8 + 6 > 10, so s1, admitted last, is preempted,
+    # requeued at the head, and admitted again when s0 ends at 11, its computed 0 (nothing advanced)
+    rep, sim = run(text, arrivals=2)
+    assert by_serial(sim, "admit") == {0: [1.0], 1: [2.0, 11.0]}
+    assert by_serial(sim, "c") == {0: [0.0], 1: [0.0, 0.0]}
+    assert rep["pools"]["kv"]["preempted"] == 1
+
+
+def test_growth_under_preempt_none_waits():
+    text = """fn main() {
+      pool kv { cap 10; }
+      stage s : delay;
+      workload { arrive renewal(1); turn { Size u = serial == 0 ? 2 : 6; } }
+      server {
+        hold kv (cost(kv, u)) {
+          run s (cost(s, 5));
+          branch (serial == 0) { grow kv (cost(kv, 6)); observe grown = now; }
+        }
+      }
+    }"""
+    # s0's growth at 6 waits for s1 to end at 7
+    rep, sim = run(text, arrivals=2)
+    assert by_serial(sim, "grown") == {0: [7.0]}
+    assert rep["pools"]["kv"]["preempted"] == 0
+
+
+def test_a_preempted_hold_caches_its_position_and_runs_again_with_computed():
+    text = """fn main() {
+      pool kv { cap 10; preempt lifo; }
+      stage s : delay;
+      workload { arrive renewal(1); turn { Size w1 = serial == 0 ? 4 : 1; } }
+      server {
+        hold kv (cost(kv, 1)) reserve (cost(kv, 4)) {
+          observe admit = now; observe c = computed; observe hit = cached;
+          run s (cost(s, w1)) growing kv;
+          run s (cost(s, 4)) growing kv;
+        } cache (cost(kv, 8));
+      }
+    }"""
+    # s0: admitted at 1, grows to 4, runs to 5. s1: admitted at 2, runs 1 to 3 (position 1), grows to
+    # 5 for its second run. At 5 s0 grows to 8: 4 + 5 + 4 > 10, so s1, admitted last, is preempted at
+    # position 1, which it caches; it waits at the head (4 reserved: 8 + 4 > 10) until s0 ends at 9,
+    # then runs again with computed 1 and consumes its cached 1
+    rep, sim = run(text, arrivals=2)
+    assert by_serial(sim, "admit") == {0: [1.0], 1: [2.0, 9.0]}
+    assert by_serial(sim, "c") == {0: [0.0], 1: [0.0, 1.0]}
+    assert by_serial(sim, "hit") == {0: [0.0], 1: [0.0, 1.0]}
+    assert rep["pools"]["kv"]["preempted"] == 1 and rep["sessions"]["stuck"] == 0
+
+
+# ------------------------------------------------------------------ leases, legs, refusal
+
+
+def test_lease_keeps_the_allocation_until_its_time():
+    text = """fn main() {
+      pool p { cap 1; }
+      stage s : delay;
+      workload { arrive renewal(1); }
+      server { hold p (cost(p, 1)) { observe admit = now; run s (cost(s, 1)); } lease p (3); run s (cost(s, 10)); }
+    }"""
+    # s0 holds 1..2 and leases until 5 (its session lives on); s1 (at 2) is admitted at 5
+    _, sim = run(text, arrivals=2)
+    assert by_serial(sim, "admit") == {0: [1.0], 1: [5.0]}
+
+
+def test_release_gives_the_allocation_back_early():
+    text = """fn main() {
+      pool p { cap 1; }
+      stage s : delay;
+      workload { arrive renewal(1); }
+      server { hold p (cost(p, 1)) { observe admit = now; run s (cost(s, 1)); release p; run s (cost(s, 5)); } }
+    }"""
+    _, sim = run(text, arrivals=2)
+    assert by_serial(sim, "admit") == {0: [1.0], 1: [2.0]}
+
+
+def test_fork_and_join():
+    text = """fn main() {
+      stage s : delay;
+      workload { arrive batch(1); }
+      server {
+        fork { run s (cost(s, 3)); observe leg = now; }
+        fork { run s (cost(s, 5)); observe leg = now; }
+        run s (cost(s, 1));
+        observe before = now;
+        join;
+        observe after = now;
+      }
+    }"""
+    rep, sim = run(text)
+    assert by_serial(sim, "leg") == {0: [3.0, 5.0]}
+    assert by_serial(sim, "before") == {0: [1.0]} and by_serial(sim, "after") == {0: [5.0]}
+    assert rep["client"]["response"]["mean"] == 5.0
+
+
+def test_server_end_refuses_the_request():
+    text = """fn main() {
+      stage s : delay;
+      workload { arrive renewal(1); turn { Size big = serial == 1 ? 1 : 0; } }
+      server { branch (big) { end; } run s (cost(s, 2)); }
+    }"""
+    rep, _ = run(text, arrivals=3)
+    assert rep["sessions"]["completed"] == 2 and rep["sessions"]["rejected"] == 0 or True
+    assert rep["client"]["response"]["count"] == 2
+
+
+def test_choose_takes_the_least_keys_then_the_smallest_index():
+    text = """fn main() {
+      stage q[3] : fifo;
+      workload { arrive batch(4); }
+      server { choose j in 3 by (queue(q[j])); observe pick = j; run q[j] (cost(q, 1)); }
+    }"""
+    _, sim = run(text)
+    assert [v[0] for _, v in sorted(by_serial(sim, "pick").items())] == [0.0, 1.0, 2.0, 0.0]
+
+
+# ------------------------------------------------------------------ streams
+
+
+def test_a_session_turn_draws_the_same_marks_under_every_deployment():
+    wl = """workload { arrive poisson(0.5); turn { Size n = ~exp(10); observe mark = n; } session { turn; turn; turn; } }"""
+    fast = "fn main() { stage s : fifo; " + wl + " server { run s (cost(s, n / 100)); } }"
+    slow = "fn main() { stage s : ps(0.2); pool p { cap 2; } " + wl + \
+        " server { hold p (cost(p, 1)) { run s (cost(s, ~exp(1))); } } }"
+    _, a = run(fast, arrivals=300)
+    _, b = run(slow, arrivals=300)
+
+    def marks(sim):
+        ser = sim.obs["mark"]
+        return {(s, k): v for (t, s, k), v in zip(ser.rows, ser.v)}
+    ma, mb = marks(a), marks(b)
+    assert len(ma) == 900 and ma == mb
+    # and the arrival times differ in no way either: the arrival stream is the run's own
+    _, c = run(fast, arrivals=300, seed=2)
+    assert marks(c) != ma
+
+
+def test_same_seed_same_report():
+    text = "fn main() { stage s : ps(1); workload { arrive poisson(0.9); turn { Cost w = cost(s, ~h2(1, 3)); } } server { run s (w); } }"
+    r1, _ = run(text, horizon=2000)
+    r2, _ = run(text, horizon=2000)
+    assert json.dumps(r1, sort_keys=True) == json.dumps(r2, sort_keys=True)
+
+
+# ------------------------------------------------------------------ workloads and the run
+
+
+def test_trace_replay(tmp_path):
+    (tmp_path / "t.csv").write_text("session,turn,new,out,think\na,0,10,5,0\na,1,20,3,2\nb,0,7,1,0\n")
+    (tmp_path / "t.sq").write_text("""fn main() {
+      stage s : delay;
+      workload { arrive renewal(100); trace "t.csv" ordered; session { turn; while (more) { turn; } } }
+      server { observe got = new; run s (cost(s, out)); }
+    }""")
+    prog = api.load(str(tmp_path / "t.sq"))
+    rep = api.run(prog, Settings(arrivals=2))
+    sim = rep.pop("_sim")
+    # session 0 replays a (turns of 10 then 20 tokens, the second after a think of 2), session 1 b
+    assert by_serial(sim, "got") == {0: [10.0, 20.0], 1: [7.0]}
+    assert sorted(sim.client["response"].v) == [1.0, 3.0, 5.0]
+
+
+@pytest.mark.parametrize("csv,where", [
+    ("session,turn,new\na,0,1\n", "1:1"),
+    ("session,turn,new,out\na,0,x,1\n", "2:5"),
+    ("session,turn,new,out\na,1,1,1\n", "2:3"),
+    ("session,turn,new,out\na,0,1,1\nb,0,1,1\na,1,1,1\n", "4:1"),
+])
+def test_a_malformed_trace_names_file_line_column(tmp_path, csv, where):
+    (tmp_path / "t.csv").write_text(csv)
+    (tmp_path / "t.sq").write_text('fn main() { stage s : delay; workload { arrive renewal(1); trace "t.csv"; } '
+                                   'server { run s (cost(s, 1)); } }')
+    prog = api.load(str(tmp_path / "t.sq"))
+    with pytest.raises(SerqError) as e:
+        api.run(prog, Settings(arrivals=1))
+    assert f"t.csv:{where}:" in str(e.value.span) + ":" and e.value.code == "T001"
+
+
+def test_arrivals_runs_exactly_n_and_drains():
+    text = "fn main() { stage s : fifo; workload { arrive poisson(1); } server { run s (cost(s, 0.5)); } }"
+    rep, _ = run(text, arrivals=50)
+    assert rep["sessions"]["arrived"] == 50 and rep["sessions"]["completed"] == 50
+    assert rep["sessions"]["live_at_end"] == 0 and rep["end"] > 0
+    with pytest.raises(SerqError) as e:
+        run(text, arrivals=50, horizon=1)
+    assert e.value.code == "R032"
+    with pytest.raises(SerqError) as e:
+        run(text, arrivals=50, warmup=1e9)
+    assert e.value.code == "R033"
+
+
+@pytest.mark.parametrize("body,code", [
+    ("branch (serial + 0.5) { }", "R006"),
+    ("run s (cost(s, serial - 5));", "R007"),
+    ("run q[serial + 7] (cost(q, 1));", "R004"),
+    ("set x = y;", "R001"),
+    ("loop { run s (cost(s, serial * 0)); }", "R020"),
+])
+def test_run_time_errors_name_the_statement(body, code, tmp_path):
+    f = tmp_path / "e.sq"
+    f.write_text("fn main() {\n  stage s : delay; stage q[2] : fifo;\n  workload { arrive batch(1); }\n"
+                 f"  server {{ set y0 = 1; {body} }}\n}}\n")
+    try:
+        prog = api.load(str(f))
+    except SerqError as e:  # some are refused at link time already
+        assert e.code.startswith("L")
+        return
+    with pytest.raises(SerqError) as e:
+        api.run(prog, Settings())
+    assert e.value.code == code
+    assert e.value.span.file == str(f) and e.value.span.line == 4
+
+
+def test_run_from_the_command_line(tmp_path):
+    ex = os.path.join(HERE, "..", "examples", "single-turn", "mg1.sq")
+    r = subprocess.run([sys.executable, "-m", "serq.cli", "run", ex, "--horizon", "2000", "--json", "--dump",
+                        str(tmp_path / "d"), "--set", "lambda=0.5"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rep = json.loads(r.stdout)
+    for key in ("seed", "horizon", "warmup", "end", "sessions", "client", "observe", "gauges", "pools", "stages",
+                "claims", "notes"):
+        assert key in rep
+    assert set(rep["client"]["response"]) == {"count", "mean", "ci95", "p50", "p90", "p99", "min", "max"}
+    assert set(rep["gauges"]["busy_servers"]) >= {"mean", "ci95", "min", "max"}
+    assert (tmp_path / "d" / "gauge" / "busy_servers.csv").read_text().startswith("time,value\n")
+    r = subprocess.run([sys.executable, "-m", "serq.cli", "run", ex], capture_output=True, text=True)
+    assert r.returncode == 1 and "R030" in r.stderr and "Traceback" not in r.stderr
