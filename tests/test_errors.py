@@ -12,10 +12,12 @@ import pytest
 
 from serq import api
 from serq.diagnostics import SerqError
+from serq.ir.model import Settings
 
 HERE = os.path.dirname(__file__)
 CASES = sorted(glob.glob(os.path.join(HERE, "data", "errors", "*.sq")))
-EXPECT = re.compile(r"//\s*expect:\s*([LPI]\d{3})\s+(\d+):(\d+)")
+EXPECT = re.compile(r"//\s*expect:\s*([LPIRT]\d{3})\s+(\d+):(\d+)")
+SETTINGS = re.compile(r"//\s*run:\s*(.*)")
 
 
 def _expect(path):
@@ -25,11 +27,28 @@ def _expect(path):
     return m.group(1), int(m.group(2)), int(m.group(3))
 
 
+def _settings(path):
+    """A second line `// run: arrivals=3 horizon=10`: a run-time rule, broken when the program runs."""
+    with open(path, encoding="utf-8") as fh:
+        fh.readline()
+        m = SETTINGS.search(fh.readline())
+    if not m:
+        return None
+    kw = {}
+    for part in m.group(1).split():
+        k, v = part.split("=")
+        kw[k] = float(v) if k in ("horizon", "warmup") else int(v)
+    return Settings(**kw)
+
+
 @pytest.mark.parametrize("path", CASES, ids=[os.path.basename(c) for c in CASES])
 def test_rule_is_enforced(path):
     code, line, col = _expect(path)
+    settings = _settings(path)
     with pytest.raises(SerqError) as info:
-        api.load(path)
+        prog = api.load(path)
+        if settings is not None:
+            api.run(prog, settings)
     err = info.value
     assert (err.code, err.span.line, err.span.col) == (code, line, col), err.render()
     text = err.render()
@@ -42,7 +61,7 @@ def all_codes_in_source():
         for f in files:
             if f.endswith(".py"):
                 with open(os.path.join(root, f), encoding="utf-8") as fh:
-                    codes |= set(re.findall(r'"([LPI]\d{3})"', fh.read()))
+                    codes |= set(re.findall(r'"([LPIRT]\d{3})"', fh.read()))
     return codes
 
 
@@ -65,4 +84,6 @@ UNTESTABLE = {
     "P006",  # a file that cannot be read: tests/test_cli.py
     "I001",  # a JSON IR that is not one: tests/test_cli.py
     "L014",  # needs a supplied input: tests/test_lower.py::test_an_input_may_not_change_an_array_size
+    "R002",  # a context variable with no value: every moment that reads one supplies it (an internal guard)
+    "T002",  # an unreadable trace: the linker checks it exists (L236); as root every file is readable
 }

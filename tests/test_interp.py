@@ -399,4 +399,4 @@ def test_run_from_the_command_line(tmp_path):
     assert set(rep["gauges"]["busy_servers"]) >= {"mean", "ci95", "min", "max"}
     assert (tmp_path / "d" / "gauge" / "busy_servers.csv").read_text().startswith("time,value\n")
     r = subprocess.run([sys.executable, "-m", "serq.cli", "run", ex], capture_output=True, text=True)
-    assert r.returncode == 1 and "R030" in r.stderr and "Traceback" not in r.stderr
+    assert r.returncode == 2 and "--horizon" in r.stderr and "Traceback" not in r.stderr

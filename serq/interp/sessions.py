@@ -34,7 +34,7 @@ class Preempted(Exception):
 class Session:
     __slots__ = ("sim", "id", "cid", "serial", "a", "c", "gen", "epoch", "wait", "frames", "leases", "parent",
                  "alive", "steps", "ready_at", "ready_n", "turn_idx", "stream", "trace", "turn_rec", "leg_no",
-                 "stuck_pos", "live_legs")
+                 "stuck_pos", "live_legs", "fork_at")
 
     def __init__(self, sim, sid, serial, attrs, stream, parent=None):
         self.sim = sim
@@ -60,6 +60,7 @@ class Session:
         self.turn_rec = None
         self.leg_no = 0
         self.stuck_pos = None
+        self.fork_at = None
 
 
 class HoldFrame:
@@ -102,17 +103,16 @@ def _reads_state(e) -> bool:
 
 def run_sync(sess, ops):
     """A block of statements none of which blocks: no generator needed."""
-    for _, op in ops:
+    for _, op, _ in ops:
         sess.steps += 1
         op(sess)
 
 
 def run_block(sess, ops):
-    for is_gen, op in ops:
+    for is_gen, op, at in ops:
         sess.steps += 1
         if sess.steps > MAX_STEPS:
-            raise sess.sim.run_error("R020", f"a session executed {MAX_STEPS:,} statements without blocking",
-                                     sess.sim.cur_at)
+            raise sess.sim.run_error("R020", f"a session executed {MAX_STEPS:,} statements without blocking", at)
         if is_gen:
             yield from op(sess)
         else:
@@ -127,7 +127,8 @@ class Ops:
         self.x = sim.compiler
 
     def block(self, stmts):
-        return [self.stmt(s) for s in stmts]
+        """The ops of a block: (is_generator, function of the session, where the statement is)."""
+        return [self.stmt(s) + (s.at,) for s in stmts]
 
     def stmt(self, s):
         return getattr(self, "_" + s.k)(s)
@@ -264,6 +265,7 @@ class Ops:
 
         def op(sess):
             sim.fork(sess, body, s.at)
+            sess.fork_at = s.at
         return (False, op)
 
     def _join(self, s):

@@ -17,6 +17,7 @@ from serq.interp.stats import Series, TimeAverage
 from serq.interp.trace import load_trace
 from serq.ir import model as I
 from serq.lang.lower.constants import fmt
+from serq.lang.lower.inputs import UsageError
 from serq.link.exprs import const_value
 from serq.link.rules import _exprs, expr_nodes, header_exprs, walk
 
@@ -113,6 +114,7 @@ class Sim:
                     delay = k.phi.k == "ctx" and k.phi.name == "present"
                     phi_c = const_value(k.phi)
                     st = PS(self, p.name, idx, None if delay else self.compiler.expr(k.phi), phi_c)
+                st.at = p.at
                 ms.append(st)
             self._members[p.name] = ms
             self.stages += ms
@@ -134,7 +136,7 @@ class Sim:
         # streams are made only for blocks that draw (a stream costs a hash)
         self.init_draws = _draws(wl.init)
         self.turn_draws = _draws(wl.turn)
-        self.init_sync = not any(g for g, _ in self.init_ops)
+        self.init_sync = not any(g for g, _, _ in self.init_ops)
         self.session_ops = ops.block(wl.session) if wl.session is not None else None
         self.server_ops = ops.block(prog.server)
         self.session_draws = _draws(prog.server) or _draws(wl.session or [])
@@ -327,12 +329,11 @@ class Sim:
         wl = self.prog.workload
         arr = wl.arrive
         if self.horizon is None and self.arrivals_n is None and arr.k in ("poisson", "renewal"):
-            raise RunError("R030", "an open workload runs until --horizon T or for --arrivals N; give one", None)
+            raise UsageError("an open workload runs until --horizon T or for --arrivals N: give one")
         if self.arrivals_n is not None and arr.k not in ("poisson", "renewal"):
-            raise RunError("R031", "--arrivals N counts open arrivals (poisson or renewal); this workload is "
-                           f"{arr.k}", None)
+            raise UsageError(f"--arrivals N counts open arrivals (poisson or renewal); this workload is {arr.k}")
         if arr.k == "closed" and self.horizon is None:
-            raise RunError("R030", "a closed workload's population never ends: give --horizon T", None)
+            raise UsageError("a closed workload's population never ends: give --horizon T")
         self.arrival_rng = LongStream(self.seed, "arrival")
         if arr.k == "poisson":
             self.rate = const_value(arr.rate)
@@ -372,12 +373,13 @@ class Sim:
         if horizon is not None and not drained:
             self.now = horizon
         if self.arrivals_n is not None:
+            where = self.compiler.span(self.prog.workload.arrive.at)
             if not drained:
                 raise RunError("R032", f"--arrivals {self.arrivals_n}: the sessions did not drain by the horizon "
-                               f"{fmt(horizon)}", None)
+                               f"{fmt(horizon)}", where)
             if self.end <= self.warmup:
                 raise RunError("R033", f"--arrivals {self.arrivals_n}: the run drained at {fmt(self.end)}, at or "
-                               f"before the warm-up {fmt(self.warmup)}", None)
+                               f"before the warm-up {fmt(self.warmup)}", where)
         self._gauges()
         self._claims_at_end()
         from serq.interp.report import build
@@ -386,7 +388,8 @@ class Sim:
     def _gap(self):
         v = self.gap_f(Ctx({}, self.arrival_rng, {}, None))
         if not (0 < v < INF):
-            raise self.run_error("R034", f"a renewal gap must be positive and finite, not {fmt(v)}", None)
+            raise self.run_error("R034", f"a renewal gap must be positive and finite, not {fmt(v)}: the run stops",
+                                 self.prog.workload.arrive.at)
         return self.now + v
 
     def _arrive_open(self):
@@ -510,7 +513,8 @@ class Sim:
         if sess.parent is not None:
             return
         if sess.live_legs and not refused:
-            raise self.run_error("R040", "a session may not end while a leg runs: `join;` first", self.cur_at)
+            raise self.run_error("R040", "a session may not end while a leg it forked here runs: `join;` first",
+                                 sess.fork_at)
         self.live.pop(sess.id, None)
         if refused:
             self.sessions_rejected += 1

@@ -39,6 +39,8 @@ class Job:
 class Stage:
     """One member of a stage declaration."""
 
+    at = None  # the declaration's place, for run-time errors
+
     def __init__(self, sim, name: str, index):
         self.sim = sim
         self.name = name
@@ -172,7 +174,7 @@ class PS(Stage):
         phi = self.phi(self.ctx)
         if not phi > 0 or phi != phi:
             raise self.sim.run_error("R010", f"stage `{self.label}`'s capacity ps(φ) is {phi} with {n} present: "
-                                     "it must be above 0", None)
+                                     "it must be above 0", self.at)
         return phi / n
 
     def _schedule(self):

@@ -427,25 +427,30 @@ class Stage(Node):
 class Poisson(Node):
     k: Literal["poisson"] = "poisson"
     rate: Expr
+    at: Optional[Loc] = None
 
 
 class Renewal(Node):
     k: Literal["renewal"] = "renewal"
     gap: Expr
+    at: Optional[Loc] = None
 
 
 class Closed(Node):
     k: Literal["closed"] = "closed"
     n: int
+    at: Optional[Loc] = None
 
 
 class Batch(Node):
     k: Literal["batch"] = "batch"
     n: int
+    at: Optional[Loc] = None
 
 
 class NoArrivals(Node):
     k: Literal["none"] = "none"
+    at: Optional[Loc] = None
 
 
 class Trace(Node):

@@ -351,6 +351,7 @@ class Linker:
             arrive = I.Closed(n=int(v)) if law == "closed" else I.Batch(n=int(v))
         else:
             arrive = I.NoArrivals()
+        arrive = arrive.model_copy(update={"at": self.x.loc(sp)})
         trace = None
         if wl.trace is not None:
             path, ordered, tsp = wl.trace
