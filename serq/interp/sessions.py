@@ -122,9 +122,10 @@ def run_block(sess, ops):
 class Ops:
     """Compiles IR statements to ops: (is_generator, function of the session)."""
 
-    def __init__(self, sim):
+    def __init__(self, sim, side: str = "session"):
         self.sim = sim
         self.x = sim.compiler
+        self.side = side  # a server's `end;` refuses the request
 
     def block(self, stmts):
         """The ops of a block: (is_generator, function of the session, where the statement is)."""
@@ -180,8 +181,10 @@ class Ops:
         return (False, op)
 
     def _end(self, s):
+        refused = self.side == "server"
+
         def op(sess):
-            raise SessionEnd()
+            raise SessionEnd(refused)
         return (False, op)
 
     def _drop(self, s):

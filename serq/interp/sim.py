@@ -138,7 +138,7 @@ class Sim:
         self.turn_draws = _draws(wl.turn)
         self.init_sync = not any(g for g, _, _ in self.init_ops)
         self.session_ops = ops.block(wl.session) if wl.session is not None else None
-        self.server_ops = ops.block(prog.server)
+        self.server_ops = Ops(self, "server").block(prog.server)
         self.session_draws = _draws(prog.server) or _draws(wl.session or [])
         self.b_init, self.b_turn, self.b_session = (base(self.seed, p) for p in ("init", "turn", "session"))
         # the server's statements as one generator function (a single blocking op is called directly)
