@@ -275,6 +275,7 @@ class Ops:
         def op(sess):
             if sess.live_legs:
                 sess.wait = "join"
+                sess.fork_at = s.at
                 yield
         return (True, op)
 

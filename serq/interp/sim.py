@@ -368,6 +368,13 @@ class Sim:
             if progress is not None and t - last_t > 0:
                 progress(self)
                 last_t = t
+        if not heap and self.live:
+            # nothing will ever happen again: a session at a join whose legs wait on what it holds
+            for sess in self.live.values():
+                if sess.wait == "join":
+                    raise self.run_error("R044", "the run ends with this session waiting at a join for legs that "
+                                         "wait for what it holds (a hold-and-wait cycle; a finite lease breaks it)",
+                                         sess.fork_at)
         drained = not heap and not self.live
         self.end = self.now if (horizon is None or drained) else horizon
         if horizon is not None and not drained:
