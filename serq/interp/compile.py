@@ -154,7 +154,9 @@ class Compiler:
         return self.sim.register(e)
 
     def _obs(self, e):
-        return self.sim.observable(e.fn, self.target(e.of, e.at))
+        # a constant target (no index) reads its member's method directly
+        const = self.sim.members(e.of.name)[0] if e.of.index is None else None
+        return self.sim.observable(e.fn, self.target(e.of, e.at), const)
 
     def _agg(self, e):
         return self.sim.end_aggregate(e.fn, e.name)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-from serq.interp.compile import Ctx
 from serq.interp.pools import round_up
 from serq.interp.stages import Job
 from serq.lang.lower.constants import fmt
@@ -12,6 +11,7 @@ from serq.link.rules import expr_nodes
 
 INF = math.inf
 MAX_STEPS = 1_000_000
+NO_X: dict = {}  # shared and never written: a session's x until a moment needs one
 
 
 class SessionEnd(Exception):
@@ -32,7 +32,8 @@ class Preempted(Exception):
 
 
 class Session:
-    __slots__ = ("sim", "id", "cid", "serial", "a", "c", "gen", "epoch", "wait", "frames", "leases", "parent",
+    # a session is its own evaluation context (a, rng, x and sess, as a Ctx has them)
+    __slots__ = ("sim", "id", "cid", "serial", "a", "rng", "x", "gen", "epoch", "wait", "frames", "leases", "parent",
                  "alive", "steps", "ready_at", "ready_n", "turn_idx", "stream", "trace", "turn_rec", "leg_no",
                  "stuck_pos", "live_legs", "fork_at")
 
@@ -43,7 +44,8 @@ class Session:
         self.serial = serial
         self.a = attrs
         self.stream = stream
-        self.c = Ctx(attrs, stream, {}, self)
+        self.rng = stream
+        self.x = NO_X
         self.gen = None
         self.epoch = 0
         self.wait = None
@@ -61,6 +63,20 @@ class Session:
         self.leg_no = 0
         self.stuck_pos = None
         self.fork_at = None
+
+    @property
+    def c(self):
+        return self
+
+    @property
+    def sess(self):
+        return self
+
+    def xdict(self) -> dict:
+        """The context variables of a moment, written just before it reads them."""
+        if self.x is NO_X:
+            self.x = {}
+        return self.x
 
 
 class HoldFrame:

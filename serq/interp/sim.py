@@ -172,7 +172,19 @@ class Sim:
         return names
 
     # ------------------------------------------------------------ observables
-    def observable(self, fn, tgt):
+    def observable(self, fn, tgt, const=None):
+        if const is not None:
+            m = const
+            if fn == "used":
+                return lambda c: m.used
+            if fn == "free":
+                return lambda c: m.cap - m.used
+            if fn in ("holders", "queued", "busy"):
+                f = getattr(m, fn)
+                return lambda c: f()
+            if fn == "queue":
+                f = m.queue_len
+                return lambda c: f()
         if fn == "used":
             return lambda c: tgt(c).used
         if fn == "free":
@@ -516,7 +528,6 @@ class Sim:
             sess.wait.cancel()
         sess.alive = False
         sess.epoch += 1
-        sess.c.sess = None  # no cycle left for the collector
         if sess.parent is not None:
             return
         if sess.live_legs and not refused:
@@ -539,8 +550,11 @@ class Sim:
 
     def _gauges(self):
         c = self.machine
-        for name, f, avg in self.gauges:
-            avg.set(self.now, f(c))
+        now = self.now
+        for _, f, avg in self.gauges:
+            v = f(c)
+            if v != avg.v:
+                avg.set(now, v)
 
     def _claims_at_end(self):
         live = bool(self.live)
@@ -660,7 +674,7 @@ class Sim:
             if fr.head:
                 return fr
             c = fr.sess.c
-            c.x["waited"] = self.now - fr.join_t
+            c.xdict()["waited"] = self.now - fr.join_t
             k = tuple(f(c) for f in keys) + (fr.join_seq,)
             if bk is None or k < bk:
                 best, bk = fr, k
@@ -829,10 +843,11 @@ class Sim:
         best, bk = None, None
         for rank, x in enumerate(cands):
             c = x.frame.sess.c
-            c.x["admission"] = float(rank)
-            c.x["position"] = x.pos
-            c.x["decoding"] = 0.0
-            c.x["remaining"] = 0.0
+            xd = c.xdict()
+            xd["admission"] = float(rank)
+            xd["position"] = x.pos
+            xd["decoding"] = 0.0
+            xd["remaining"] = 0.0
             k = tuple(f(c) for f in keys) + (-rank,)  # ties to the one admitted last
             if bk is None or k < bk:
                 best, bk = x, k

@@ -130,7 +130,9 @@ class Fifo(Stage):
                 pass
 
     def _util(self):
-        self.busy_avg.set(self.sim.now, self.serving / self.c if self.c != INF else float(self.serving > 0))
+        v = self.serving / self.c if self.c != INF else float(self.serving > 0)
+        if v != self.busy_avg.v:
+            self.busy_avg.set(self.sim.now, v)
 
     def busy(self):
         return float(self.serving)
