@@ -53,7 +53,7 @@ def simpy_run():
     return dt, total[0] / total[1], total[1]
 
 
-ROUNDS = int(os.environ.get("MM1_ROUNDS", 3))
+ROUNDS = int(os.environ.get("MM1_ROUNDS", 5))
 
 if __name__ == "__main__":
     # alternate the two, best of ROUNDS each: the machine's noise hits both alike

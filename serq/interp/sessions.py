@@ -33,36 +33,40 @@ class Preempted(Exception):
 
 class Session:
     # a session is its own evaluation context (a, rng, x and sess, as a Ctx has them)
-    __slots__ = ("sim", "id", "cid", "serial", "a", "rng", "x", "gen", "epoch", "wait", "frames", "leases", "parent",
-                 "alive", "steps", "ready_at", "ready_n", "turn_idx", "stream", "trace", "turn_rec", "leg_no",
-                 "stuck_pos", "live_legs", "fork_at")
+    # the hot fields in slots; the rare ones (a leg's parent, a trace, ...) default on the class and
+    # are written to the instance's __dict__ only when a session uses them
+    __slots__ = ("sim", "id", "cid", "serial", "a", "rng", "x", "gen", "epoch", "wait", "frames", "leases",
+                 "alive", "steps", "ready_at", "ready_n", "turn_idx", "stream", "turn_rec", "live_legs", "__dict__")
+    parent = None
+    trace = None
+    leg_no = 0
+    stuck_pos = None
+    fork_at = None
 
     def __init__(self, sim, sid, serial, attrs, stream, parent=None):
         self.sim = sim
         self.id = sid
-        self.cid = parent.cid if parent is not None else sid   # a leg shares the request's cached prefix
         self.serial = serial
         self.a = attrs
         self.stream = stream
         self.rng = stream
         self.x = NO_X
-        self.gen = None
         self.epoch = 0
         self.wait = None
         self.frames: list = []
         self.leases: list = []
         self.live_legs = 0
-        self.parent = parent
         self.alive = True
         self.steps = 0
         self.ready_at = -1.0
         self.ready_n = 0
         self.turn_idx = 0
-        self.trace = None
         self.turn_rec = None
-        self.leg_no = 0
-        self.stuck_pos = None
-        self.fork_at = None
+        if parent is None:
+            self.cid = sid
+        else:  # a leg shares the request's cached prefix
+            self.cid = parent.cid
+            self.parent = parent
 
     @property
     def c(self):

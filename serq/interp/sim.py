@@ -424,7 +424,7 @@ class Sim:
         serial = self.sessions_arrived
         self.sessions_arrived += 1
         self.next_id += 1
-        attrs = {"serial": float(serial), "turn_no": 0.0, "cached": 0.0, "computed": 0.0}
+        attrs = {"serial": float(serial), "turn_no": 0.0, "cached": 0.0, "computed": 0.0}  # turn_no 0: the first
         sess = Session(self, self.next_id, serial, attrs,
                        stream1(self.b_session, serial) if self.session_draws else None)
         if self.trace is not None:
@@ -440,14 +440,13 @@ class Sim:
     def _session_main(self, sess):
         refused = False
         try:
-            c = sess.c
             if self.init_ops:
-                c.rng = stream1(self.b_init, sess.serial) if self.init_draws else None
+                sess.rng = stream1(self.b_init, sess.serial) if self.init_draws else None
                 if self.init_sync:
                     run_sync(sess, self.init_ops)
                 else:
                     yield from run_block(sess, self.init_ops)
-                c.rng = sess.stream
+                sess.rng = sess.stream
             if self.claims_given:
                 self._given(sess)
             if self.session_ops is not None:
@@ -455,17 +454,19 @@ class Sim:
             elif self.trace is not None:
                 yield from self.turn(sess, None)
             else:  # one turn, written in place (the common case: no generator between)
-                sess.a["turn_no"] = 0.0
                 if self.turn_ops:
-                    c.rng = stream1(self.b_turn, sess.serial << 32) if self.turn_draws else None
+                    sess.rng = stream1(self.b_turn, sess.serial << 32) if self.turn_draws else None
                     run_sync(sess, self.turn_ops)
-                    c.rng = sess.stream
-                rec = TurnRec(self.now)
-                sess.turn_rec = rec
+                    sess.rng = sess.stream
+                start = self.now
+                rec = sess.turn_rec = TurnRec(start)
                 yield from self.server_gen(sess)
                 sess.turn_rec = None
                 sess.turn_idx = 1
-                self._answered(rec)
+                if rec.ntok:
+                    self._answered(rec)
+                else:
+                    self.c_response.add(self.now, self.now - start)
         except SessionEnd as e:
             refused = e.refused
         self._finish(sess, refused)
