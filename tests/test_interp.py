@@ -525,3 +525,37 @@ def test_spill_writes_an_evicted_prefix_to_a_tier():
     host = [p for p in sim.pools if p.name == "host"][0]
     assert [(e.owner.serial, e.units) for e in host.entries] == [(0, 8.0)]
     assert rep["stages"]["link"]["completed"] == 1
+
+
+def test_what_a_leg_leases_passes_to_the_session():
+    text = """fn main() {
+      pool p { cap 1; }
+      stage s : delay;
+      workload { arrive renewal(1); }
+      server {
+        fork { hold p (cost(p, 1)) { run s (cost(s, 1)); } lease p (inf); }
+        join;
+        run s (cost(s, 2));
+        release p;
+        observe freed = now;
+        run s (cost(s, 10));
+      }
+    }"""
+    # s0's leg holds p from 1 to 2 and leases it; the session takes the lease over at the join and
+    # releases it at 4, when s1's leg (waiting since 2) is admitted; s1 holds 4..5, runs 5..7, frees at 7
+    rep, sim = run(text, arrivals=2)
+    assert by_serial(sim, "freed") == {0: [4.0], 1: [7.0]}
+
+
+def test_load_advances_the_position_that_is_cached():
+    text = """fn main() {
+      pool kv { cap 100; }
+      stage s : delay;
+      workload { arrive batch(1); session { turn; turn; } }
+      server {
+        hold kv (cost(kv, 50)) { observe hit = cached; load kv (cost(kv, 20)); run s (cost(s, 1)); } cache (cost(kv, 40));
+      }
+    }"""
+    # turn 0 loads 20 of its 50: it computed 20, so min(40, 20) = 20 stays cached for turn 1
+    _, sim = run(text)
+    assert by_serial(sim, "hit") == {0: [0.0, 20.0]}
