@@ -559,3 +559,51 @@ def test_load_advances_the_position_that_is_cached():
     # turn 0 loads 20 of its 50: it computed 20, so min(40, 20) = 20 stays cached for turn 1
     _, sim = run(text)
     assert by_serial(sim, "hit") == {0: [0.0, 20.0]}
+
+
+def test_a_hold_over_two_pools_waits_for_both():
+    text = """fn main() {
+      pool p { cap 2; } pool q { cap 2; }
+      stage s : delay;
+      workload { arrive renewal(1); turn { Size a = serial == 1 ? 2 : 1; } }
+      server { hold p (cost(p, 1)), q (cost(q, a)) { observe admit = now; run s (cost(s, 5)); } }
+    }"""
+    # s0 takes p 1, q 1 at 1; s1 needs q 2: p has room, q does not, so it waits until 6; s2 (p 1, q 1)
+    # queues behind it in p's queue (a hold on several pools waits in its first pool's)
+    _, sim = run(text, arrivals=3)
+    assert by_serial(sim, "admit") == {0: [1.0], 1: [6.0], 2: [11.0]}
+
+
+def test_queue_keys_read_waited():
+    text = """fn main() {
+      pool p { cap 1; queue by (-waited); }
+      stage s : delay;
+      workload { arrive renewal(1); }
+      server { hold p (cost(p, 1)) { observe admit = now; run s (cost(s, 10)); } }
+    }"""
+    # the longest waiting first: at 11, s1 (waited 9) before s2 (waited 8); it is fifo here, by keys
+    _, sim = run(text, arrivals=3)
+    assert by_serial(sim, "admit") == {0: [1.0], 1: [11.0], 2: [21.0]}
+    _, sim = run(text.replace("-waited", "waited"), arrivals=3)
+    assert by_serial(sim, "admit") == {0: [1.0], 1: [21.0], 2: [11.0]}
+
+
+def test_a_session_preempted_again_without_advancing_is_stuck():
+    text = """fn main() {
+      pool kv { cap 10; preempt by (victim); }
+      stage s : delay;
+      workload { arrive renewal(1); turn { Size victim = serial == 1 ? 0 : 1; Size u = serial == 1 ? 6 : 2; } }
+      server {
+        hold kv (cost(kv, u)) {
+          observe admit = now;
+          branch (serial == 0) { run s (cost(s, 5)); grow kv (cost(kv, 6)); run s (cost(s, 10)); }
+          branch (serial == 1) { run s (cost(s, 5)); }
+          branch (serial == 2) { run s (cost(s, 15)); grow kv (cost(kv, 3)); }
+        }
+      }
+    }"""
+    # s1 is the victim by its key: at 6 (s0 grows) at position 0, readmitted at 16 when s0 ends; at 18
+    # (s2 grows) preempted again at position 0: stuck. It is admitted again at 18 when s2 ends.
+    rep, sim = run(text, arrivals=3)
+    assert by_serial(sim, "admit") == {0: [1.0], 1: [2.0, 16.0, 18.0], 2: [3.0]}
+    assert rep["sessions"]["stuck"] == 1 and rep["pools"]["kv"]["preempted"] == 2
