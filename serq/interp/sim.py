@@ -9,6 +9,7 @@ from collections import deque
 
 from serq.diagnostics import Span
 from serq.interp.compile import Compiler, Ctx, RunError
+from serq.interp.engine import Iterations
 from serq.interp.pools import Pool, round_up
 from serq.interp.rng import LongStream, base, stream, stream1
 from serq.interp.sessions import HoldFrame, Ops, Preempted, Session, SessionEnd, run_block, run_sync
@@ -26,16 +27,17 @@ MAX_READY = 1000
 
 
 class TurnRec:
-    __slots__ = ("start", "first", "ntok", "last")
+    """What the client sees of a turn: its start, its first token, its output tokens."""
+    __slots__ = ("start", "first", "ntok", "pf")
 
     def __init__(self, start):
         self.start = start
         self.first = None
         self.ntok = 0
-        self.last = None
+        self.pf = None  # the end of the last prefill before the first decode token
 
 
-class Sim:
+class Sim(Iterations):
     def __init__(self, prog: I.Program, settings: I.Settings | None = None):
         self.prog = prog
         st = settings or prog.settings
@@ -91,16 +93,14 @@ class Sim:
             ms = [Pool(self, p, i if p.count is not None else None, cap, block) for i in range(p.count or 1)]
             self._members[p.name] = ms
             self.pools += ms
-        for p in prog.stages:
-            if p.kind.k == "step":
-                raise RunError("R100", f"stage `{p.name}` is a step engine, which this interpreter does not run yet",
-                               self.compiler.span(p.at))
         flow_stages = self._flow_stage_names()
         self.flownet = FlowNet(self, prog.share or "maxmin") if flow_stages else None
         if self.flownet is not None:
             self.flownet.members = []
         self.stages = []
         for p in prog.stages:
+            if p.kind.k == "step":
+                continue
             ms = []
             for i in range(p.count or 1):
                 idx = i if p.count is not None else None
@@ -118,6 +118,7 @@ class Sim:
                 ms.append(st)
             self._members[p.name] = ms
             self.stages += ms
+        self._build_engines()
         # pool orders
         self._evict_keys = {}
         self._queue_keys = {}
@@ -155,6 +156,7 @@ class Sim:
                            for c in prog.claims if c.form == "end"]
         self.claims_given = [(c, self.compiler.expr(c.given)) for c in prog.claims if c.given is not None]
         self.claim_state = {c.name: {"status": "not_evaluated", "at": None, "session": None} for c in prog.claims}
+        self._compile_engines()
         self.spill_specs = {}
         for p in prog.pools:
             if p.spill is not None:
@@ -180,7 +182,7 @@ class Sim:
             if fn == "free":
                 return lambda c: m.cap - m.used
             if fn in ("holders", "queued", "busy"):
-                f = getattr(m, fn)
+                f = getattr(m, "busy_now" if fn == "busy" and hasattr(m, "busy_now") else fn)
                 return lambda c: f()
             if fn == "queue":
                 f = m.queue_len
@@ -198,16 +200,12 @@ class Sim:
         if fn == "queue":
             return lambda c: tgt(c).queue_len()
         if fn == "busy":
-            return lambda c: tgt(c).busy()
+            return lambda c: (lambda s: s.busy_now() if hasattr(s, "busy_now") else s.busy())(tgt(c))
         if fn == "work":
             return lambda c: tgt(c).work_left()
-        raise RunError("R100", f"`{fn}` reads a step engine, which this interpreter does not run yet", None)
-
-    def step_var(self, e):
-        raise RunError("R100", "step engine values are not simulated yet", self.compiler.span(e.at))
-
-    def register(self, e):
-        raise RunError("R100", "step engine registers are not simulated yet", self.compiler.span(e.at))
+        if fn == "budget_left":
+            return lambda c: tgt(c).budget_left()
+        raise ValueError(fn)
 
     def end_aggregate(self, fn, name):
         def values():
@@ -367,6 +365,10 @@ class Sim:
         while True:
             if ready or pools:
                 self.settle()
+            if self.want and (not heap or heap[0][0] > self.now):
+                # a scheduler step sees every arrival up to it: engines start once nothing else is pending
+                self.start_iterations()
+                continue
             if gauges and (not heap or heap[0][0] > self.now):
                 self._gauges()
             if not heap or heap[0][0] > hz:
@@ -463,7 +465,7 @@ class Sim:
                 yield from self.server_gen(sess)
                 sess.turn_rec = None
                 sess.turn_idx = 1
-                if rec.ntok:
+                if rec.ntok or rec.pf is not None:
                     self._answered(rec)
                 else:
                     self.c_response.add(self.now, self.now - start)
@@ -513,6 +515,10 @@ class Sim:
     def _answered(self, rec: TurnRec):
         now = self.now
         self.c_response.add(now, now - rec.start)
+        if rec.first is None and rec.pf is not None:  # one output token: the prefill's
+            rec.first = rec.pf
+            rec.ntok = 1
+            self.client["ttft"].add(now, rec.first - rec.start)
         if rec.ntok > 1 and rec.first is not None:
             self.client["tpot"].add(now, (now - rec.first) / (rec.ntok - 1))
 
@@ -661,6 +667,8 @@ class Sim:
             m.queue.insert(0, fr)
         else:
             m.queue.append(fr)
+        if m.engine is not None:
+            self.engine_wants(m.engine)
 
     def _head(self, m):
         q = m.queue
@@ -681,7 +689,7 @@ class Sim:
                 best, bk = fr, k
         return best
 
-    def _try_admit(self, fr) -> bool:
+    def _try_admit(self, fr, sync=False) -> bool:
         spec = fr.spec
         sess = fr.sess
         c = sess.c
@@ -718,7 +726,8 @@ class Sim:
         fr.members[0].queue.remove(fr)
         fr.admitted = True
         sess.wait = None
-        self.wake(sess)
+        if not sync:
+            self.wake(sess)
         return True
 
     def release_frame(self, fr, preempted=False):
@@ -748,6 +757,9 @@ class Sim:
     def _give_back(self, a, sess, preempted=False):
         spec = a.frame.spec
         a.pool.free(a)
+        for e in (a.pool.engine, a.pool.memory_of):
+            if e is not None:  # room freed: the engine may admit at its next step
+                self.engine_wants(e)
         if spec.has_cache:
             ell = self.amount(spec.cache(sess.c), spec.at, "a hold's cache")
             a.pool.put_cache(sess, min(ell, self._computed(a, preempted)))

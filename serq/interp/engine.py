@@ -1,0 +1,544 @@
+"""The step stage (*Engines*, *The iteration as a program*, *Engines on devices*): an engine runs
+iterations; each serves the running requests their tokens, growing their holds block by block and
+preempting when memory runs out, then admits the waiting; its tokens are applied when it ends."""
+from __future__ import annotations
+
+import math
+
+from serq.interp.pools import round_up
+from serq.interp.stats import TimeAverage
+
+INF = math.inf
+
+
+class Req:
+    """A run on the engine: `run E prefill|decode (w) [growing P]`."""
+    __slots__ = ("sess", "mode", "work", "left", "alloc", "served", "alive", "seq", "pos0")
+
+    def __init__(self, sess, mode, work, alloc, seq):
+        self.sess = sess
+        self.mode = mode
+        self.work = work
+        self.left = work
+        self.alloc = alloc      # the growing hold's allocation, or None
+        self.served = 0.0       # the tokens the iteration being planned gives it
+        self.alive = True
+        self.seq = seq
+        self.pos0 = 0.0
+
+    def cancel(self):
+        if self.alive:
+            self.alive = False
+            eng = self.sess.sim.engine_of_req.get(id(self))
+            if eng is not None:
+                eng.drop(self)
+
+
+class Engine:
+    """One member of a step stage."""
+
+    def __init__(self, sim, decl, index):
+        self.sim = sim
+        self.decl = decl
+        self.name = decl.name
+        self.index = index
+        self.label = decl.name if index is None else f"{decl.name}[{index}]"
+        self.at = decl.at
+        self.reqs: list[Req] = []      # the runs at the engine
+        self.admitted: list = []       # pools whose queues it admits, in declaration order
+        self.memory: list = []         # pools it is the memory of
+        self.busy = False
+        self.planning = False
+        self.budget = 0.0
+        self.chunk = INF
+        self.completed = 0
+        self.completed_after_warmup = 0
+        self.iterations = 0
+        self.busy_avg = TimeAverage(sim.warmup)
+        self.registers: dict = {}
+        self.vars = {"Nres": 0.0, "Ndec": 0.0, "Kvb": 0.0, "Kvp": 0.0, "Preempted": 0.0, "Admitted": 0.0,
+                     "Ntok": 0.0, "Npre": 0.0, "Attn": 0.0, "Queued": 0.0}
+        self.batch = {"Ndec": 0.0, "Kvb": 0.0, "Kvp": 0.0}
+        self.served_total = 0.0
+        self.batch_reqs: list[Req] = []
+        self.adm_seq = 0
+        self.pending = False
+
+    # -- observables
+    def queue_len(self):
+        return float(len(self.reqs))
+
+    def busy_now(self):
+        return 1.0 if self.reqs else 0.0
+
+    def work_left(self):
+        return sum(r.left for r in self.reqs)
+
+    def budget_left(self):
+        return self.budget if self.planning else self.sim.eval_budget(self)
+
+    def utilisation(self, end):
+        return self.busy_avg.result(end)["mean"]
+
+    # -- the runs
+    def add(self, req: Req):
+        self.reqs.append(req)
+        self.sim.engine_of_req[id(req)] = self
+        if self.planning:
+            self.sim.serve_now(self, req)
+        else:
+            self.sim.engine_wants(self)
+
+    def drop(self, req: Req):
+        if req in self.reqs:
+            self.reqs.remove(req)
+        if req in self.batch_reqs:
+            self.budget += req.served
+            req.served = 0.0
+            self.batch_reqs.remove(req)
+        self.sim.engine_of_req.pop(id(req), None)
+
+
+class Iterations:
+    """The iteration procedure, mixed into the simulator (it needs its sessions and pools)."""
+
+    # -- building
+    def _build_engines(self):
+        prog = self.prog
+        self.engines: list[Engine] = []
+        self.engine_of_req: dict = {}
+        self.cur_engine = None
+        self.engine_specs = {}
+        self.want: list = []
+        for p in prog.stages:
+            if p.kind.k != "step":
+                continue
+            ms = [Engine(self, p, i if p.count is not None else None) for i in range(p.count or 1)]
+            self._members[p.name] = ms
+            self.engines += ms
+            self.stages += ms
+        for m in self.pools:
+            d = m.decl
+            for attr, via in (("engine", d.admit_via), ("memory_of", d.memory)):
+                if via is None:
+                    continue
+                engs = self._members[via]
+                if d.count is not None and len(engs) == d.count:
+                    e = engs[m.index]
+                elif len(engs) == 1:
+                    e = engs[0]
+                else:
+                    e = engs[m.index or 0]
+                setattr(m, attr, e)
+                (e.admitted if attr == "engine" else e.memory).append(m)
+
+    def _compile_engines(self):
+        x = self.compiler
+        from serq.ir import model as I
+        for p in self.prog.stages:
+            if p.kind.k != "step":
+                continue
+            k = p.kind
+            spec = {
+                "budget": x.expr(k.budget),
+                "chunk": x.expr(k.chunk),
+                "granule": x.expr(k.granule) if k.granule is not None else None,
+                "cost": x.expr(k.cost),
+                "exclusive": k.serve.k == "exclusive_prefill",
+                "keys": [x.expr(e) for e in k.serve.keys] if k.serve.k == "by" else [],
+                "regs": [(r.name, x.expr(r.init)) for r in k.registers],
+            }
+            body = k.iteration
+            if body is None:
+                body = [I.IServe(), I.IAdmit(gate=I.Bin(op="==", l=I.StepVar(name="Preempted"), r=I.Num(v=0)))]
+            spec["body"] = [self._istmt(s) for s in body]
+            self.engine_specs[p.name] = spec
+            for e in self._members[p.name]:
+                for n, f in spec["regs"]:
+                    e.registers[n] = f(self.machine)
+
+    def _istmt(self, s):
+        x = self.compiler
+        if s.k == "serve":
+            return ("serve", x.expr(s.only) if s.only is not None else None,
+                    [x.expr(k) for k in s.order.keys] if s.order is not None else None,
+                    x.expr(s.chunk) if s.chunk is not None else None)
+        if s.k == "admit":
+            return ("admit", x.expr(s.only) if s.only is not None else None,
+                    x.expr(s.gate) if s.gate is not None else None,
+                    x.expr(s.chunk) if s.chunk is not None else None)
+        if s.k == "branch":
+            return ("branch", x.expr(s.cond), [self._istmt(t) for t in s.then], [self._istmt(t) for t in s.else_])
+        return ("set", s.name, x.expr(s.e))
+
+    # -- values
+    def step_var(self, e):
+        name, batch = e.name, e.batch
+        sim = self
+        if batch and name in ("Ndec", "Kvb", "Kvp"):
+            return lambda c: sim.cur_engine.batch[name]
+        return lambda c: sim.cur_engine.vars[name]
+
+    def register(self, e):
+        ms = self._members[e.stage]
+        name = e.name
+        sim = self
+
+        def f(c):
+            eng = sim.cur_engine if sim.cur_engine is not None and sim.cur_engine.name == e.stage else ms[0]
+            return eng.registers[name]
+        return f
+
+    def eval_budget(self, eng):
+        self._values(eng)
+        return self.engine_specs[eng.name]["budget"](self.machine)
+
+    def _values(self, eng):
+        """running.* and waiting.count as the residents stand."""
+        self.cur_engine = eng
+        v = eng.vars
+        dec = [r for r in eng.reqs if r.mode == "decode" and r.alive]
+        pre = [r for r in eng.reqs if r.mode == "prefill" and r.alive]
+        v["Nres"] = float(len(self._residents(eng)))
+        v["Ndec"] = float(len(dec))
+        v["Kvb"] = sum(r.alloc.pos for r in dec if r.alloc is not None)
+        v["Kvp"] = sum(r.alloc.pos for r in pre if r.alloc is not None)
+        v["Queued"] = float(sum(len(p.queue) for p in eng.admitted))
+
+    def _residents(self, eng):
+        """The sessions the engine admitted that are still held (its running list)."""
+        seen = {}
+        for p in eng.admitted:
+            for a in p.allocs:
+                if not a.leased:
+                    seen[a.frame.sess.id] = a.frame.sess
+        for r in eng.reqs:
+            seen.setdefault(r.sess.id, r.sess)
+        return list(seen.values())
+
+    # -- runs on an engine
+    def engine_run_op(self, s, tgt, f, grow_t):
+        sim = self
+        mode = s.mode
+        at = s.at
+
+        def op(sess):
+            work = sim.amount(f(sess), at, "a run's work")
+            eng = tgt(sess)
+            alloc = sim.innermost(sess, grow_t(sess), at, "growing") if grow_t is not None else None
+            if work <= 0:
+                return
+            sim.seq += 1
+            req = Req(sess, mode, work, alloc, sim.seq)
+            sess.wait = req
+            eng.add(req)
+            yield
+        return op
+
+    def engine_wants(self, eng):
+        if not eng.pending:
+            eng.pending = True
+            self.want.append(eng)
+
+    def serve_now(self, eng, req):
+        """A request that reaches its run while its engine plans (it was just admitted): served at
+        once, in the admission statement that admitted it."""
+        eng.just_added.append(req)
+
+    # -- the iteration
+    def start_iterations(self):
+        """Start an iteration on every idle engine that has work, once nothing else is pending now."""
+        want, self.want = self.want, []
+        for eng in want:
+            eng.pending = False
+        for eng in sorted(set(want), key=lambda e: self.engines.index(e)):
+            if not eng.busy:
+                self._iterate(eng)
+
+    def _iterate(self, eng):
+        spec = self.engine_specs[eng.name]
+        c = self.machine
+        self._values(eng)
+        v = eng.vars
+        v["Preempted"] = v["Admitted"] = v["Ntok"] = v["Npre"] = v["Attn"] = 0.0
+        eng.batch = {"Ndec": 0.0, "Kvb": 0.0, "Kvp": 0.0}
+        saved_regs = dict(eng.registers)
+        budget = spec["budget"](c)
+        if not budget >= 0:
+            raise self.run_error("R110", f"engine `{eng.label}`'s tokens cap is {fmt(budget)}: a number >= 0",
+                                 eng.at)
+        chunk = spec["chunk"](c)
+        eng.chunk = INF if chunk == 0 else chunk
+        eng.granule = spec["granule"](c) if spec["granule"] is not None else None
+        eng.budget = budget
+        eng.batch_reqs = []
+        eng.just_added = []
+        eng.planning = True
+        eng.stop_serving = False
+        eng.no_admit = False
+        eng.served_ids = set()
+        try:
+            self._body(eng, spec["body"], spec)
+        finally:
+            eng.planning = False
+        ntok = sum(r.served for r in eng.batch_reqs)
+        if ntok <= 0 and v["Preempted"] == 0:
+            eng.registers = saved_regs  # a try that schedules, preempts and admits nothing is undone
+            if v["Admitted"] == 0:
+                return
+        bd = [r for r in eng.batch_reqs if r.mode == "decode"]
+        bp = [r for r in eng.batch_reqs if r.mode == "prefill"]
+        v["Ntok"] = float(ntok)
+        v["Npre"] = float(sum(r.served for r in bp))
+        b = eng.batch
+        b["Ndec"] = float(len(bd))
+        b["Kvb"] = sum(r.alloc.pos for r in bd if r.alloc is not None)
+        b["Kvp"] = sum(r.alloc.pos for r in bp if r.alloc is not None)
+        v["Attn"] = sum(r.served * ((r.alloc.pos if r.alloc is not None else 0.0) + r.served)
+                        for r in eng.batch_reqs)
+        v["Nres"] = float(len(self._residents(eng)))
+        cost = spec["cost"](c)
+        if not cost >= 0 or cost == INF:
+            raise self.run_error("R111", f"engine `{eng.label}`'s execute is {fmt(cost)}: a finite time >= 0",
+                                 eng.at)
+        if ntok > 0 and cost <= 0:
+            raise self.run_error("R112", f"an iteration of engine `{eng.label}` that schedules {fmt(ntok)} tokens "
+                                 "lasts no time: its execute must be above 0", eng.at)
+        self.iteration_claims(eng)
+        eng.served_total += ntok
+        eng.iterations += 1
+        eng.busy = True
+        eng.busy_avg.set(self.now, 1.0)
+        self.at(self.now + cost, self._iteration_end, eng)
+
+    def _body(self, eng, body, spec):
+        c = self.machine
+        for st in body:
+            k = st[0]
+            if k == "serve":
+                self._serve(eng, st[1], st[2] if st[2] is not None else spec["keys"], st[3])
+            elif k == "admit":
+                gate = st[2]
+                self._admit(eng, st[1], gate, st[3])
+            elif k == "branch":
+                g = st[1](c)
+                if g not in (0.0, 1.0):
+                    raise self.run_error("R006", f"a schedule's guard is 0 or 1, not {fmt(g)}", eng.at)
+                self._body(eng, st[2] if g == 1.0 else st[3], spec)
+            else:
+                eng.registers[st[1]] = st[2](c)
+
+    def _chunk_of(self, eng, chunk_f):
+        if chunk_f is None:
+            return eng.chunk
+        v = chunk_f(self.machine)
+        return INF if v == 0 else v
+
+    def _req_ctx(self, eng, req):
+        x = self.machine.x
+        x["decoding"] = 1.0 if req.mode == "decode" else 0.0
+        x["admission"] = float(getattr(req.sess, "eng_adm", 0))
+        x["remaining"] = req.left
+        return self.machine
+
+    def _serve(self, eng, only, keys, chunk_f):
+        """advance running: the running requests not yet served, in the order, skipping those p excludes."""
+        if eng.stop_serving:
+            return
+        cap = self._chunk_of(eng, chunk_f)
+        reqs = [r for r in eng.reqs if r.alive and id(r) not in eng.served_ids]
+        if keys:
+            order = []
+            for r in reqs:
+                c = self._req_ctx(eng, r)
+                order.append((tuple(f(c) for f in keys), getattr(r.sess, "eng_adm", 0), r))
+            order.sort(key=lambda t: (t[0], t[1]))
+            reqs = [t[2] for t in order]
+        else:
+            reqs.sort(key=lambda r: getattr(r.sess, "eng_adm", 0))
+        for r in reqs:
+            if eng.stop_serving:
+                break
+            if not r.alive or id(r) in eng.served_ids:
+                continue
+            if only is not None and only(self._req_ctx(eng, r)) == 0:
+                continue
+            self._give(eng, r, cap)
+
+    def _tokens(self, eng, r, cap):
+        if r.mode == "decode":
+            return min(1.0, eng.budget, r.left)
+        n = min(r.left, cap, eng.budget)
+        g = eng.granule
+        if g and n < r.left:
+            n = math.floor(n / g) * g  # a multiple of the granule, short of the remainder
+            if n <= 0:
+                eng.no_admit = True  # such a prefill is passed over, and no one is admitted after it
+        return n
+
+    def _give(self, eng, r, cap) -> bool:
+        n = self._tokens(eng, r, cap)
+        if n <= 0:
+            return False
+        if r.alloc is not None:
+            a = r.alloc
+            need = round_up(a.pos + n, a.pool.block) - a.units
+            if need > 0 and not self._engine_grow(eng, r, need):
+                return False
+        if not r.alive:
+            return False
+        r.served = n
+        eng.budget -= n
+        eng.batch_reqs.append(r)
+        eng.served_ids.add(id(r))
+        return True
+
+    def _engine_grow(self, eng, r, need) -> bool:
+        """The hold grows block by block to the position the run will reach, preempting if needed;
+        a grower that preempts itself ends the iteration's serving."""
+        a = r.alloc
+        m = a.pool
+        while not m.room_for(need - self._own_extra(a)):
+            victim = self._engine_victim(m)
+            if victim is None:
+                return False
+            vs = victim.frame.sess
+            eng.vars["Preempted"] += 1
+            self._preempt(victim.frame, m, victim)
+            if vs is r.sess:
+                eng.stop_serving = True
+                return False
+        m.make_room(need)
+        m.grow_alloc(a, need)
+        return True
+
+    def _engine_victim(self, m):
+        """The holders that are residents of the engine the pool is the memory of; the least keys,
+        ties to the one admitted last (*Pools*)."""
+        p = m.decl.preempt
+        if p.k != "by":
+            return None
+        eng = m.memory_of
+        resident = {r.sess.id: r for r in eng.reqs if r.alive} if eng is not None else {}
+        cands = [x for x in m.allocs if not x.leased and not x.frame.done and
+                 (eng is None or x.frame.sess.id in resident or x.frame.sess.id in self._resident_ids(eng))]
+        if not cands:
+            return None
+        cands.sort(key=lambda x: getattr(x.frame.sess, "eng_adm", x.admission))
+        keys = self._preempt_keys[m.name]
+        best, bk = None, None
+        for rank, x in enumerate(cands):
+            c = x.frame.sess
+            xd = c.xdict()
+            rq = resident.get(c.id)
+            xd["admission"] = float(rank)
+            xd["position"] = x.pos
+            xd["decoding"] = 1.0 if rq is not None and rq.mode == "decode" else 0.0
+            xd["remaining"] = rq.left if rq is not None else 0.0
+            k = tuple(f(c) for f in keys) + (-rank,)
+            if bk is None or k < bk:
+                best, bk = x, k
+        return best
+
+    def _resident_ids(self, eng):
+        return {s.id for s in self._residents(eng)}
+
+    def _admit(self, eng, only, gate, chunk_f):
+        """admit waiting: the heads of the queues the engine admits, one at a time, each served at
+        once, while budget is left, the head fits and the gate is 1."""
+        if eng.no_admit:
+            return
+        cap = self._chunk_of(eng, chunk_f)
+        c = self.machine
+        for m in eng.admitted:
+            while m.queue:
+                if eng.budget <= 0 or eng.no_admit:
+                    return
+                if gate is not None and gate(c) == 0:
+                    return
+                fr = self._head(m)
+                if not self._try_admit(fr, sync=True):
+                    eng.no_admit = True  # the first head that does not fit stops the admissions
+                    return
+                eng.vars["Admitted"] += 1
+                eng.adm_seq += 1
+                fr.sess.eng_adm = eng.adm_seq
+                eng.just_added = []
+                self._run_now(fr.sess)
+                for r in list(eng.just_added):
+                    if r.alive and (only is None or only(self._req_ctx(eng, r)) != 0):
+                        self._give(eng, r, cap)
+                eng.just_added = []
+                self.cur_engine = eng
+
+    def _run_now(self, sess):
+        """Run an admitted session at once, until it blocks (its request reaches the engine)."""
+        sess.wait = None
+        self.running = sess
+        sess.steps = 0
+        try:
+            sess.gen.send(None)
+        except StopIteration:
+            pass
+        self.running = None
+
+    def _iteration_end(self, eng):
+        """The iteration's tokens are applied when it ends."""
+        eng.busy = False
+        eng.busy_avg.set(self.now, 0.0)  # a next iteration at this instant sets it again
+        now = self.now
+        done = []
+        for r in eng.batch_reqs:
+            n = r.served
+            r.served = 0.0
+            if not r.alive or n <= 0:
+                continue
+            r.left -= n
+            if r.alloc is not None:
+                r.alloc.pos += n
+                r.alloc.advanced = True
+            rec = r.sess.turn_rec
+            if r.mode == "decode":
+                if rec is not None:
+                    self._decode_token(rec, n)
+            if r.left <= 1e-9:
+                done.append(r)
+        eng.batch_reqs = []
+        for r in done:
+            r.alive = False
+            if r in eng.reqs:
+                eng.reqs.remove(r)
+            self.engine_of_req.pop(id(r), None)
+            eng.completed += 1
+            if now >= self.warmup:
+                eng.completed_after_warmup += 1
+            rec = r.sess.turn_rec
+            if r.mode == "prefill" and rec is not None:
+                self._prefill_token(rec)
+            if r.sess.wait is r:
+                r.sess.wait = None
+                self.wake(r.sess)
+        self.engine_wants(eng)
+
+    def _prefill_token(self, rec):
+        """A prefill that ends samples a token: the first, or one after a preemption."""
+        if rec.first is None:
+            rec.pf = self.now
+        else:
+            rec.ntok += 1
+
+    def _decode_token(self, rec, n):
+        if rec.first is None:
+            rec.first = rec.pf if rec.pf is not None else self.now
+            rec.ntok = 1
+            self.client["ttft"].add(self.now, rec.first - rec.start)
+            n -= 0 if rec.pf is not None else 1
+        rec.ntok += n
+
+    def iteration_claims(self, eng):
+        return None
+
+
+def fmt(v):
+    from serq.lang.lower.constants import fmt as f
+    return f(v)

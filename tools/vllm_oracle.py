@@ -1,0 +1,169 @@
+"""Check serQ's vLLM v1 program against scenarios recorded from vLLM's real scheduler.
+
+    python tools/vllm_oracle.py check FILE...
+
+Each FILE is a result file (tools/oracle/results/*.json, or any of that format): a scenario's
+config and requests, and what vLLM did. Each scenario runs through examples/oracle/vllm_request.sq
+(each request a session's turn of a trace written beside a copy of the program); the tool prints,
+per scenario, `agree` or the first request and field that differ, then `K/N scenarios agree`.
+
+Requests chained by `arrive_after` are one session's turns (the next prompt extends the last
+prompt and its output); a prompt whose first token differs from the session's is a forced miss.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, ROOT)
+
+PROGRAM = os.path.join(ROOT, "examples", "oracle", "vllm_request.sq")
+FIELDS = ("first_token_step", "last_token_step", "num_preemptions", "num_cached_tokens_first_admission")
+CONFIG_INPUTS = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens",
+                 "long_prefill_token_threshold", "scheduler_reserve_full_isl", "enable_prefix_caching")
+
+
+def sessions_of(requests: list[dict], outcome: dict[str, dict]):
+    """Group the requests into sessions and turns: [(request ids in turn order)], with the trace rows."""
+    by_id = {r["id"]: r for r in requests}
+    session_of: dict[str, list] = {}
+    sessions: list[list] = []
+    for r in requests:
+        aa = r.get("arrive_after")
+        prev = aa["request_id"] if aa else None
+        if prev is not None and prev in session_of and session_of[prev][-1] == prev:
+            s = session_of[prev]
+            s.append(r["id"])
+        else:
+            s = [r["id"]]
+            sessions.append(s)
+        session_of[r["id"]] = s
+    rows = []
+    for si, s in enumerate(sessions):
+        ctx = None
+        last = None
+        for ti, rid in enumerate(s):
+            r = by_id[rid]
+            toks = r.get("prompt_token_ids")
+            plen = len(toks) if toks is not None else r["prompt_len"]
+            arrival = outcome[rid]["arrival_step"]
+            forced = 0
+            if ti == 0:
+                think, new = arrival, plen
+            else:
+                prev = outcome[last]
+                think = arrival - (prev["finish_step"] + 1)  # from the previous answer, at the end of its step
+                prompt_prev = by_id[last]
+                ptoks = prompt_prev.get("prompt_token_ids")
+                ctx_len = (len(ptoks) if ptoks is not None else prompt_prev["prompt_len"]) + prompt_prev["max_tokens"]
+                if toks is not None and ptoks is not None and toks[:1] != ptoks[:1]:
+                    forced, new = 1, plen   # a prompt whose first token differs: a forced miss
+                else:
+                    new = plen - ctx_len
+            rows.append({"session": f"s{si}", "turn": ti, "new": new, "out": r["max_tokens"], "think": think,
+                         "forced": forced, "_id": rid})
+            last = rid
+            ctx = plen
+        _ = ctx
+    return sessions, rows
+
+
+def run_scenario(result: dict):
+    """serQ's values for each request of one recorded scenario: {id: {field: value}}."""
+    from serq import api
+    from serq.ir.model import Settings
+    cfg = result["config"]
+    outcome = {r["id"]: r for r in result["requests"]}
+    requests = [{k: v for k, v in r.items()} for r in result.get("inputs", result["requests"])]
+    sessions, rows = sessions_of(requests, outcome)
+    tmp = tempfile.mkdtemp(prefix="serq-oracle-")
+    try:
+        shutil.copy(PROGRAM, os.path.join(tmp, "vllm_request.sq"))
+        with open(os.path.join(tmp, "trace.csv"), "w", newline="", encoding="utf-8") as fh:
+            w = csv.writer(fh)
+            w.writerow(["session", "turn", "new", "out", "think", "forced"])
+            for row in rows:
+                w.writerow([row[k] for k in ("session", "turn", "new", "out", "think", "forced")])
+        inputs = {k: float(cfg[k]) for k in CONFIG_INPUTS if k in cfg}
+        inputs["sessions"] = float(len(sessions))
+        prog = api.load(os.path.join(tmp, "vllm_request.sq"), inputs)
+        horizon = float(result.get("max_steps") or result.get("summary", {}).get("max_steps") or 100000)
+        rep = api.run(prog, Settings(horizon=horizon))
+        sim = rep.pop("_sim")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    key = {(f"s{si}", ti): rid for si, s in enumerate(sessions) for ti, rid in enumerate(s)}
+    serial_key = {}
+    for si, s in enumerate(sessions):
+        for ti, rid in enumerate(s):
+            serial_key[(si, ti)] = rid
+    got: dict[str, dict] = {rid: {} for rid in outcome}
+    names = {"first_token": "first_token_step", "last_token": "last_token_step", "preemptions": "num_preemptions",
+             "first_hit": "num_cached_tokens_first_admission"}
+    for obs, field in names.items():
+        ser = sim.obs.get(obs)
+        if ser is None:
+            continue
+        for (t, serial, turn), v in zip(ser.rows, ser.v):
+            rid = serial_key.get((serial, turn))
+            if rid is not None:
+                got[rid][field] = int(v)
+    _ = key
+    return got
+
+
+def compare(result: dict, got: dict):
+    """The first (request, field, vLLM's, serQ's) that differ, or None."""
+    for r in result["requests"]:
+        for f in FIELDS:
+            want = r.get(f)
+            have = got.get(r["id"], {}).get(f)
+            if result.get("expect_stall") and want is None:
+                continue
+            if want != have:
+                return r["id"], f, want, have
+    return None
+
+
+def check(paths: list[str]) -> int:
+    agree = 0
+    for p in paths:
+        with open(p, encoding="utf-8") as fh:
+            result = json.load(fh)
+        name = result.get("name", os.path.basename(p))
+        try:
+            got = run_scenario(result)
+        except Exception as exc:  # a scenario the program cannot run is a disagreement, said plainly
+            print(f"{name}: error: {exc}")
+            continue
+        diff = compare(result, got)
+        if diff is None:
+            agree += 1
+            print(f"{name}: agree")
+        else:
+            rid, f, want, have = diff
+            print(f"{name}: request {rid}: {f} vLLM {want}, serQ {have}")
+    print(f"{agree}/{len(paths)} scenarios agree")
+    return 0 if agree == len(paths) else 1
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="vllm_oracle.py", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check", help="run result files through examples/oracle/vllm_request.sq")
+    c.add_argument("files", nargs="+")
+    args = ap.parse_args(argv)
+    if args.cmd == "check":
+        return check(args.files)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
