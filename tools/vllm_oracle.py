@@ -75,13 +75,27 @@ def sessions_of(requests: list[dict], outcome: dict[str, dict]):
     return sessions, rows
 
 
-def run_scenario(result: dict):
+def scenario_inputs(path: str, result: dict) -> list[dict]:
+    """The requests as the scenario gave them (token ids, arrive_after): from the result file, or
+    from the scenario of the same name in a sibling `scenarios/` folder when the result lacks them."""
+    if "inputs" in result:
+        return result["inputs"]
+    name = result.get("name") or os.path.splitext(os.path.basename(path))[0]
+    here = os.path.dirname(os.path.abspath(path))
+    for cand in (os.path.join(here, "..", "scenarios", name + ".json"), os.path.join(here, name + ".scenario.json")):
+        if os.path.isfile(cand):
+            with open(cand, encoding="utf-8") as fh:
+                return json.load(fh)["requests"]
+    return result["requests"]
+
+
+def run_scenario(result: dict, path: str = ""):
     """serQ's values for each request of one recorded scenario: {id: {field: value}}."""
     from serq import api
     from serq.ir.model import Settings
     cfg = result["config"]
     outcome = {r["id"]: r for r in result["requests"]}
-    requests = [{k: v for k, v in r.items()} for r in result.get("inputs", result["requests"])]
+    requests = scenario_inputs(path, result) if path else result.get("inputs", result["requests"])
     sessions, rows = sessions_of(requests, outcome)
     tmp = tempfile.mkdtemp(prefix="serq-oracle-")
     try:
@@ -139,7 +153,7 @@ def check(paths: list[str]) -> int:
             result = json.load(fh)
         name = result.get("name", os.path.basename(p))
         try:
-            got = run_scenario(result)
+            got = run_scenario(result, p)
         except Exception as exc:  # a scenario the program cannot run is a disagreement, said plainly
             print(f"{name}: error: {exc}")
             continue

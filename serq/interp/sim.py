@@ -717,7 +717,9 @@ class Sim(Iterations):
         for i, m in enumerate(fr.members):
             got = m.consume(sess, rho, units[i]) if spec.has_cache else 0.0
             consumed.append(got)
-        sess.a["cached"] = consumed[0] if consumed else 0.0
+        # cached: the prefix the admission consumed, the most any of the hold's pools gave (a slot
+        # pool beside the KV pool gives at most its unit)
+        sess.a["cached"] = max(consumed) if consumed else 0.0
         for i, m in enumerate(fr.members):
             m.make_room(units[i])
             a = m.allocate(fr, units[i], reserves[i])
