@@ -63,6 +63,7 @@ class Engine:
         self.batch_reqs: list[Req] = []
         self.adm_seq = 0
         self.pending = False
+        self.admit_cap = INF
 
     # -- observables
     def queue_len(self):
@@ -75,7 +76,11 @@ class Engine:
         return sum(r.left for r in self.reqs)
 
     def budget_left(self):
-        return self.budget if self.planning else self.sim.eval_budget(self)
+        """The tokens the iteration being planned has left; read by an admission's header, what the
+        admitted request can take now: the budget left, within the admission's `each at most`."""
+        if self.planning:
+            return min(self.budget, self.admit_cap)
+        return self.sim.eval_budget(self)
 
     def utilisation(self, end):
         return self.busy_avg.result(end)["mean"]
@@ -273,6 +278,7 @@ class Iterations:
         eng.budget = budget
         eng.batch_reqs = []
         eng.just_added = []
+        eng.admit_cap = INF
         eng.planning = True
         eng.stop_serving = False
         eng.no_admit = False
@@ -450,6 +456,7 @@ class Iterations:
             return
         cap = self._chunk_of(eng, chunk_f)
         c = self.machine
+        eng.admit_cap = cap
         for m in eng.admitted:
             while m.queue:
                 if eng.budget <= 0 or eng.no_admit:
