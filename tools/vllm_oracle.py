@@ -8,7 +8,7 @@ config and requests, and what vLLM did. Each scenario runs through examples/orac
 per scenario, `agree` or the first request and field that differ, then `K/N scenarios agree`.
 
 Requests chained by `arrive_after` are one session's turns (the next prompt extends the last
-prompt and its output); a prompt whose first token differs from the session's is a forced miss.
+prompt and its output); a prompt whose first token differs is a forced miss (a session of its own).
 """
 from __future__ import annotations
 
@@ -35,10 +35,18 @@ def sessions_of(requests: list[dict], outcome: dict[str, dict]):
     by_id = {r["id"]: r for r in requests}
     session_of: dict[str, list] = {}
     sessions: list[list] = []
+    miss: set[str] = set()
     for r in requests:
         aa = r.get("arrive_after")
         prev = aa["request_id"] if aa else None
-        if prev is not None and prev in session_of and session_of[prev][-1] == prev:
+        toks, ptoks = r.get("prompt_token_ids"), by_id[prev].get("prompt_token_ids") if prev else None
+        if toks is not None and ptoks is not None and toks[:1] != ptoks[:1]:
+            # a prompt whose first token differs shares nothing: a forced miss, as a session of its own
+            # (sessions are numbered in the scenario's order, which orders same-step arrivals)
+            miss.add(r["id"])
+            s = [r["id"]]
+            sessions.append(s)
+        elif prev is not None and prev in session_of and session_of[prev][-1] == prev:
             s = session_of[prev]
             s.append(r["id"])
         else:
@@ -54,7 +62,7 @@ def sessions_of(requests: list[dict], outcome: dict[str, dict]):
             toks = r.get("prompt_token_ids")
             plen = len(toks) if toks is not None else r["prompt_len"]
             arrival = outcome[rid]["arrival_step"]
-            forced = 0
+            forced = 1 if rid in miss else 0
             if ti == 0:
                 think, new = arrival, plen
             else:
@@ -63,10 +71,7 @@ def sessions_of(requests: list[dict], outcome: dict[str, dict]):
                 prompt_prev = by_id[last]
                 ptoks = prompt_prev.get("prompt_token_ids")
                 ctx_len = (len(ptoks) if ptoks is not None else prompt_prev["prompt_len"]) + prompt_prev["max_tokens"]
-                if toks is not None and ptoks is not None and toks[:1] != ptoks[:1]:
-                    forced, new = 1, plen   # a prompt whose first token differs: a forced miss
-                else:
-                    new = plen - ctx_len
+                new = plen - ctx_len
             rows.append({"session": f"s{si}", "turn": ti, "new": new, "out": r["max_tokens"], "think": think,
                          "forced": forced, "_id": rid})
             last = rid
