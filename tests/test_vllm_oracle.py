@@ -1,0 +1,54 @@
+"""vLLM 0.33.0's recorded scenarios through examples/oracle/vllm_request.sq (docs/vllm.md)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(__file__)
+ROOT = os.path.join(HERE, "..")
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import vllm_oracle  # noqa: E402
+
+RESULTS = sorted(glob.glob(os.path.join(ROOT, "tools", "oracle", "results", "*.json")))
+
+# docs/vllm.md: where vLLM does what the reference's kernel does not, and the first field that
+# differs there
+DIVERGENT = {
+    "09_prefix_caching_multiturn": ("repeat", "num_cached_tokens_first_admission", 32, 0),
+    "09b_prefix_caching_multiturn_tight": ("s2t3", "first_token_step", 50, 53),
+    "10_preempt_only_step_stall": ("A", "last_token_step", 44, None),
+}
+
+
+def test_all_scenarios_are_here():
+    assert len(RESULTS) == 52
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=[os.path.basename(p)[:-5] for p in RESULTS])
+def test_scenario(path):
+    with open(path, encoding="utf-8") as fh:
+        result = json.load(fh)
+    got = vllm_oracle.run_scenario(result, path)
+    diff = vllm_oracle.compare(result, got)
+    name = result["name"]
+    if name in DIVERGENT:
+        assert diff == DIVERGENT[name], f"{name}: the known divergence changed: {diff}"
+    else:
+        assert diff is None, f"{name}: request {diff[0]}: {diff[1]} vLLM {diff[2]}, serQ {diff[3]}"
+
+
+def test_check_command_prints_per_scenario_and_a_total():
+    picks = [p for p in RESULTS if os.path.basename(p).startswith(("01_", "04_", "10_"))]
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "vllm_oracle.py"), "check", *picks],
+                       capture_output=True, text=True)
+    lines = r.stdout.strip().splitlines()
+    assert lines[0] == "01_self_preemption: agree"
+    assert lines[1] == "04_head_of_line_blocking: agree"
+    assert lines[2].startswith("10_preempt_only_step_stall: request A: last_token_step vLLM 44, serQ None")
+    assert lines[-1] == "2/3 scenarios agree" and r.returncode == 1
