@@ -528,18 +528,16 @@ class Iterations:
         self.engine_wants(eng)
 
     def _prefill_token(self, rec):
-        """A prefill that ends samples a token: the first, or one after a preemption."""
+        """A prefill that ends samples a token (*What the client sees*): until a decode token is
+        committed, the latest is the turn's first; every one is an output token."""
+        rec.ntok += 1
         if rec.first is None:
             rec.pf = self.now
-        else:
-            rec.ntok += 1
 
     def _decode_token(self, rec, n):
-        if rec.first is None:
+        if rec.first is None:  # the first token: the last prefill's before this decode, or this one
             rec.first = rec.pf if rec.pf is not None else self.now
-            rec.ntok = 1
             self.client["ttft"].add(self.now, rec.first - rec.start)
-            n -= 0 if rec.pf is not None else 1
         rec.ntok += n
 
     def iteration_claims(self, eng):

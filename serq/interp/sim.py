@@ -466,7 +466,7 @@ class Sim(Iterations):
                 sess.turn_rec = None
                 sess.turn_idx = 1
                 if rec.ntok or rec.pf is not None:
-                    self._answered(rec)
+                    self._answered(rec, sess)
                 else:
                     self.c_response.add(self.now, self.now - start)
         except SessionEnd as e:
@@ -510,14 +510,13 @@ class Sim(Iterations):
         yield from self.server_gen(sess)
         sess.turn_rec = None
         sess.turn_idx += 1
-        self._answered(rec)
+        self._answered(rec, sess)
 
-    def _answered(self, rec: TurnRec):
+    def _answered(self, rec: TurnRec, sess=None):
         now = self.now
         self.c_response.add(now, now - rec.start)
-        if rec.first is None and rec.pf is not None:  # one output token: the prefill's
+        if rec.first is None and rec.pf is not None:  # no decode token: the last prefill's is the first
             rec.first = rec.pf
-            rec.ntok = 1
             self.client["ttft"].add(now, rec.first - rec.start)
         if rec.ntok > 1 and rec.first is not None:
             self.client["tpot"].add(now, (now - rec.first) / (rec.ntok - 1))
