@@ -607,3 +607,35 @@ def test_a_session_preempted_again_without_advancing_is_stuck():
     rep, sim = run(text, arrivals=3)
     assert by_serial(sim, "admit") == {0: [1.0], 1: [2.0, 16.0, 18.0], 2: [3.0]}
     assert rep["sessions"]["stuck"] == 1 and rep["pools"]["kv"]["preempted"] == 2
+
+
+ENGINE_CLAIMS = """fn main() {
+  device gpu { kv cap 1000; }
+  engine llm on gpu {
+    reqs cap 4;
+    tokens cap 8;
+    schedule { advance running; admit waiting while (running.preempted == 0); }
+    execute (1);
+  }
+  pool kv on gpu { block 4; }
+  pool reqs on llm { }
+  workload { arrive renewal(1); turn { Size n = 6; } }
+  server { hold reqs (cost(reqs, 1)), kv (cost(kv, n + 2)) { run llm prefill (cost(llm, n)) growing kv;
+                                                            run llm decode (cost(llm, 2)) growing kv; } }
+  claim budget_kept: every iteration of llm (tokens <= 8);
+  claim conserving: every iteration of llm (demand <= 8 || tokens == 8);
+  claim full: some iteration of llm (tokens == 8);
+  claim never: some iteration of llm (tokens > 8);
+  claim too_strict: every iteration of llm (tokens < 7);
+}"""
+
+
+def test_claims_over_iterations():
+    # each request prefills 6 then decodes 2; one arrives per step from 1: the step at 1 is 6 tokens,
+    # at 2 one decode and a prefill (7), from 3 on two decodes and a prefill (8)
+    rep, _ = run(ENGINE_CLAIMS, arrivals=6)
+    cl = rep["claims"]
+    assert cl["budget_kept"]["status"] == "held" and cl["conserving"]["status"] == "held"
+    assert cl["full"]["status"] == "witnessed" and cl["full"]["at"] == 3.0
+    assert cl["never"]["status"] == "not_witnessed"
+    assert cl["too_strict"]["status"] == "failed" and cl["too_strict"]["at"] == 2.0

@@ -541,7 +541,30 @@ class Iterations:
         rec.ntok += n
 
     def iteration_claims(self, eng):
-        return None
+        """Claims over iterations, read as the iteration starts, after its batch is scheduled, where
+        its cost is read (*Claims*)."""
+        claims = self.claims_iter.get(id(eng))
+        if not claims:
+            return
+        c = self.machine
+        x = c.x
+        x["served"] = eng.served_total
+        x["arrived"] = float(self.sessions_arrived)
+        demand = 0.0
+        for r in eng.reqs:
+            if not r.alive or r.left <= 0:
+                continue
+            demand += 1.0 if r.mode == "decode" else min(r.left, eng.chunk)
+        x["demand"] = demand
+        for cl, f in claims:
+            st = self.claim_state[cl.name]
+            if st["status"] != "not_evaluated":
+                continue  # failed, witnessed, or out of scope: checked no further
+            ok = f(c) != 0
+            if cl.form == "every" and not ok:
+                st.update(status="failed", at=self.now)
+            elif cl.form == "some" and ok:
+                st.update(status="witnessed", at=self.now)
 
 
 def fmt(v):

@@ -157,6 +157,12 @@ class Sim(Iterations):
         self.claims_given = [(c, self.compiler.expr(c.given)) for c in prog.claims if c.given is not None]
         self.claim_state = {c.name: {"status": "not_evaluated", "at": None, "session": None} for c in prog.claims}
         self._compile_engines()
+        self.claims_iter = {}  # engine member -> [(claim, closure)]
+        for c in prog.claims:
+            if c.form in ("every", "some"):
+                idx = int(const_value(c.stage.index)) if c.stage.index is not None else 0
+                eng = self._members[c.stage.name][idx]
+                self.claims_iter.setdefault(id(eng), []).append((c, self.compiler.expr(c.e)))
         self.spill_specs = {}
         for p in prog.pools:
             if p.spill is not None:
@@ -563,6 +569,11 @@ class Sim(Iterations):
                 avg.set(now, v)
 
     def _claims_at_end(self):
+        for lst in self.claims_iter.values():
+            for c, _ in lst:
+                st = self.claim_state[c.name]
+                if st["status"] == "not_evaluated":  # never failed, or never witnessed
+                    st["status"] = "held" if c.form == "every" else "not_witnessed"
         live = bool(self.live)
         for c, f, _ in self.claims_end:
             st = self.claim_state[c.name]
