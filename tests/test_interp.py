@@ -639,3 +639,32 @@ def test_claims_over_iterations():
     assert cl["full"]["status"] == "witnessed" and cl["full"]["at"] == 3.0
     assert cl["never"]["status"] == "not_witnessed"
     assert cl["too_strict"]["status"] == "failed" and cl["too_strict"]["at"] == 2.0
+
+
+EXCLUSIVE = """fn main() {
+  device gpu { kv cap 1000; }
+  engine llm on gpu {
+    reqs cap 4;
+    tokens cap 16;
+    schedule { exclusive prefill; admit waiting while (running.preempted == 0); }
+    execute (1);
+  }
+  pool kv on gpu { block 4; }
+  pool reqs on llm { }
+  workload { arrive renewal(1); }
+  server {
+    hold reqs (cost(reqs, 1)), kv (cost(kv, 12)) {
+      run llm prefill (cost(llm, 10)) growing kv; observe pdone = now;
+      run llm decode (cost(llm, 2)) growing kv; observe done = now;
+    }
+  }
+}"""
+
+
+def test_exclusive_prefill_runs_one_prefill_alone_or_decodes_only():
+    # s0 prefills alone at 1 (10 of 16), decodes at 2; s1 arrives at 2 and its prefill displaces the
+    # decode: s1 prefills at 2, s0's decode waits; at 3 both decode (s2 arrives at 3: its prefill
+    # displaces them again), ...
+    rep, sim = run(EXCLUSIVE, arrivals=3)
+    assert by_serial(sim, "pdone") == {0: [2.0], 1: [3.0], 2: [4.0]}
+    assert by_serial(sim, "done") == {0: [6.0], 1: [6.0], 2: [6.0]}

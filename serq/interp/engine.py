@@ -284,7 +284,10 @@ class Iterations:
         eng.no_admit = False
         eng.served_ids = set()
         try:
-            self._body(eng, spec["body"], spec)
+            if spec["exclusive"]:
+                self._exclusive(eng, spec, budget)
+            else:
+                self._body(eng, spec["body"], spec)
         finally:
             eng.planning = False
         ntok = sum(r.served for r in eng.batch_reqs)
@@ -333,6 +336,51 @@ class Iterations:
                 self._body(eng, st[2] if g == 1.0 else st[3], spec)
             else:
                 eng.registers[st[1]] = st[2](c)
+
+    def _exclusive(self, eng, spec, full):
+        """exclusive prefill: one prefill alone or a decode-only batch. A running prefill takes
+        precedence; otherwise a waiting prefill that fits displaces the tentative decodes and takes the
+        full budget, and once a prefill is selected nothing more is admitted (*Engines*)."""
+        reqs = sorted((r for r in eng.reqs if r.alive), key=lambda r: getattr(r.sess, "eng_adm", 0))
+        pre = [r for r in reqs if r.mode == "prefill"]
+        if pre:
+            self._give(eng, pre[0], eng.chunk)
+            return
+        for r in reqs:
+            if eng.stop_serving:
+                break
+            self._give(eng, r, eng.chunk)
+        if eng.vars["Preempted"] != 0 or eng.no_admit:
+            return  # vLLM's gate: no admission in a step that preempted
+        tentative = list(eng.batch_reqs)
+        left = eng.budget
+        eng.budget = full  # the waiting prefill's header sees the full budget
+        eng.admit_cap = eng.chunk
+        for m in eng.admitted:
+            if not m.queue:
+                continue
+            fr = self._head(m)
+            if not self._try_admit(fr, sync=True):
+                break
+            eng.vars["Admitted"] += 1
+            eng.adm_seq += 1
+            fr.sess.eng_adm = eng.adm_seq
+            eng.just_added = []
+            self._run_now(fr.sess)
+            self.cur_engine = eng
+            new = [r for r in eng.just_added if r.alive and r.mode == "prefill"]
+            eng.just_added = []
+            if new:
+                for r in tentative:  # displaced: no token this iteration; each keeps what it holds
+                    if r in eng.batch_reqs:
+                        eng.batch_reqs.remove(r)
+                        eng.served_ids.discard(id(r))
+                    r.served = 0.0
+                eng.budget = full
+                self._give(eng, new[0], eng.chunk)
+                return
+            break
+        eng.budget = left
 
     def _chunk_of(self, eng, chunk_f):
         if chunk_f is None:
