@@ -59,6 +59,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--dump", metavar="DIR", help="write the observations and gauge/NAME.csv")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     inputs(r)
+    t = sub.add_parser("target", help="the engine's settings as a vLLM configuration (JSON)")
+    t.add_argument("file")
+    inputs(t)
     c = sub.add_parser("check", help="parse and link only; exit 1 with diagnostics")
     c.add_argument("file")
     inputs(c)
@@ -180,6 +183,10 @@ def main(argv: list[str] | None = None) -> int:
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "run":
             return _run(args, prog, settings)
+        if args.cmd == "target":
+            from serq.target.vllm import target
+            print(json.dumps(target(prog), indent=1))
+            return 0
         if args.cmd == "check":
             print(f"{args.file}: ok", file=sys.stderr)
             return 0
