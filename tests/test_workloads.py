@@ -84,3 +84,18 @@ def test_same_seed_same_report(path):
     b = api.run(prog, Settings(**settings))
     a.pop("_sim"), b.pop("_sim")
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
+@pytest.mark.parametrize("path", ["multi-turn/vllm.sq", "single-turn/vllm_single_turn.sq?blocks=300&rate=6",
+                                  "subagent/vllm_subagents.sq"])
+def test_steady_decoding_fast_forward_changes_nothing(path):
+    """engine.py runs steady decoding iterations as one event; run one by one, the report is the same."""
+    settings, _ = WORKLOADS[path]
+    reports = []
+    for ff in (True, False):
+        sim = Sim(load(path), Settings(**settings))
+        sim.fast_forward = ff
+        rep = sim.run()
+        reports.append((json.dumps(rep, sort_keys=True), sim.engines[0].iterations,
+                        {k: list(v.v) for k, v in sim.obs.items()}))
+    assert reports[0] == reports[1]

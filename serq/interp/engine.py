@@ -64,6 +64,7 @@ class Engine:
         self.adm_seq = 0
         self.pending = False
         self.admit_cap = INF
+        self.repeat = 1
 
     # -- observables
     def queue_len(self):
@@ -157,6 +158,7 @@ class Iterations:
             if body is None:
                 body = [I.IServe(), I.IAdmit(gate=I.Bin(op="==", l=I.StepVar(name="Preempted"), r=I.Num(v=0)))]
             spec["body"] = [self._istmt(s) for s in body]
+            spec["body_default"] = k.iteration is None and k.serve.k == "by"
             self.engine_specs[p.name] = spec
             for e in self._members[p.name]:
                 for n, f in spec["regs"]:
@@ -318,7 +320,59 @@ class Iterations:
         eng.iterations += 1
         eng.busy = True
         eng.busy_avg.set(self.now, 1.0)
-        self.at(self.now + cost, self._iteration_end, eng)
+        eng.repeat = 1
+        end = self.now + cost
+        if self.fast_forward:
+            end = self._steady(eng, spec, end)
+        self.at(end, self._iteration_end, eng)
+
+    def _steady(self, eng, spec, end):
+        """Steady decoding, fast-forwarded: while every request decodes one token an iteration, none
+        grows a block, none ends, nothing waits and no event falls in between, the next iterations
+        are this one again; they are run as one event, each costed with its own batch values. The
+        result is the same as running them one by one (tests/test_interp.py compares)."""
+        batch = eng.batch_reqs
+        n = len(batch)
+        if n == 0 or spec["body_default"] is False or eng.granule or eng.vars["Preempted"] or \
+                eng.vars["Admitted"] or self.claims_iter.get(id(eng)) or self.ready:
+            return end
+        if n != len(eng.reqs) or any(p.queue for p in eng.admitted):
+            return end
+        k = None
+        for r in batch:
+            a = r.alloc
+            rec = r.sess.turn_rec
+            if r.mode != "decode" or r.served != 1.0 or a is None or rec is None or rec.first is None:
+                return end
+            # iterations after this one that need no growth and leave the run one token at least
+            room = int(a.units - a.pos) - 1
+            m = min(room, int(r.left) - 2)
+            if k is None or m < k:
+                k = m
+            if k <= 0:
+                return end
+        nxt = self.heap[0][0] if self.heap else INF
+        if self.horizon is not None:
+            nxt = min(nxt, self.horizon)
+        b = eng.batch
+        c = self.machine
+        f = spec["cost"]
+        extra = 0
+        while extra < k:
+            # the next iteration's batch reads one more KV token for each decode
+            b["Kvb"] += n
+            eng.vars["Kvb"] += n
+            eng.vars["Attn"] += n  # each decode's attention reads one more token
+            nc = f(c)
+            if not (nc > 0 and nc < INF) or end + nc >= nxt:
+                break
+            end += nc  # added one by one, as the iterations' ends would be
+            extra += 1
+        if extra:
+            eng.repeat = 1 + extra
+            eng.iterations += extra
+            eng.served_total += extra * n
+        return end
 
     def _body(self, eng, body, spec):
         c = self.machine
@@ -543,8 +597,9 @@ class Iterations:
         eng.busy_avg.set(self.now, 0.0)  # a next iteration at this instant sets it again
         now = self.now
         done = []
+        rep = eng.repeat  # a fast-forwarded run of steady iterations
         for r in eng.batch_reqs:
-            n = r.served
+            n = r.served * rep
             r.served = 0.0
             if not r.alive or n <= 0:
                 continue

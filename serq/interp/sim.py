@@ -63,6 +63,7 @@ class Sim(Iterations):
         self.obs: dict[str, Series] = {}        # warm-up included (claims at end read all of it)
         self.client = {k: Series(self.warmup) for k in ("ttft", "tpot", "response")}
         self.notes: list[str] = []
+        self.fast_forward = True  # steady decoding as one event (engine.py, _steady)
         self.c_response = self.client["response"]
         self._build()
         k = prog.workload.arrive.k
