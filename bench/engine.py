@@ -36,7 +36,7 @@ PROGRAM = """fn main() {
 }"""
 
 
-def serq_steps_per_s(n: int) -> float:
+def serq_steps_per_s(n: int, fast_forward: bool = True) -> float:
     from serq import api
     from serq.interp.sim import Sim
     from serq.ir.model import Settings
@@ -44,6 +44,7 @@ def serq_steps_per_s(n: int) -> float:
     warm = Sim(prog, Settings(horizon=50))
     warm.run()
     sim = Sim(prog, Settings(horizon=50 + STEPS))
+    sim.fast_forward = fast_forward
     t = time.perf_counter()
     sim.run()
     dt = time.perf_counter() - t
@@ -66,5 +67,7 @@ def vllm_steps_per_s(n: int):
 if __name__ == "__main__":
     for n in (64, 256):
         s = serq_steps_per_s(n)
+        one = serq_steps_per_s(n, fast_forward=False)
         v, how = vllm_steps_per_s(n)
-        print(f"{n:>3} decoding: serQ {s:,.0f} iterations/s, vLLM {v:,.0f} steps/s ({how}), ratio {s / v:.1f}x")
+        print(f"{n:>3} decoding: serQ {s:,.0f} iterations/s ({one:,.0f} one event each), vLLM {v:,.0f} steps/s "
+              f"({how}), ratio {s / v:.1f}x ({one / v:.1f}x)")
