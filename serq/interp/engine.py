@@ -307,7 +307,8 @@ class Iterations:
         b["Kvp"] = sum(r.alloc.pos for r in bp if r.alloc is not None)
         v["Attn"] = sum(r.served * ((r.alloc.pos if r.alloc is not None else 0.0) + r.served)
                         for r in eng.batch_reqs)
-        v["Nres"] = float(len(self._residents(eng)))
+        # the residents as they stand: those the iteration admitted in, those it preempted out
+        v["Nres"] = v["Nres"] + v["Admitted"] - v["Preempted"]
         cost = spec["cost"](c)
         if not cost >= 0 or cost == INF:
             raise self.run_error("R111", f"engine `{eng.label}`'s execute is {fmt(cost)}: a finite time >= 0",
@@ -488,8 +489,8 @@ class Iterations:
         n = self._tokens(eng, r, cap)
         if n <= 0:
             return False
-        if r.alloc is not None:
-            a = r.alloc
+        a = r.alloc
+        if a is not None and a.pos + n > a.units:  # it grows, block by block, to the position it will reach
             need = round_up(a.pos + n, a.pool.block) - a.units
             if need > 0 and not self._engine_grow(eng, r, need):
                 return False
