@@ -668,3 +668,38 @@ def test_exclusive_prefill_runs_one_prefill_alone_or_decodes_only():
     rep, sim = run(EXCLUSIVE, arrivals=3)
     assert by_serial(sim, "pdone") == {0: [2.0], 1: [3.0], 2: [4.0]}
     assert by_serial(sim, "done") == {0: [6.0], 1: [6.0], 2: [6.0]}
+
+
+def test_an_engine_that_stalls_is_named():
+    text = """fn main() {
+      device gpu { kv cap 100; }
+      engine llm on gpu {
+        reqs cap 4;
+        tokens cap 8;
+        schedule { advance running only (decoding); admit waiting only (decoding) while (running.preempted == 0); }
+        execute (1);
+      }
+      pool kv on gpu { block 4; }
+      pool reqs on llm { }
+      workload { arrive batch(1); }
+      server { hold reqs (cost(reqs, 1)), kv (cost(kv, 8)) { run llm prefill (cost(llm, 8)) growing kv; } }
+    }"""
+    # only decodes are ever served, and the one request prefills: nothing is scheduled, ever
+    rep, _ = run(text, horizon=10)
+    assert any(n.startswith("idle: engine llm") for n in rep["notes"])
+
+
+def test_engine_family_on_a_device_family_runs_member_for_member():
+    text = """fn main() {
+      device gpu[2] { kv cap 64; }
+      engine e[2] on gpu { reqs cap 2; tokens cap 8; schedule { advance running; admit waiting while (running.preempted == 0); } execute (1); }
+      pool kv on gpu { block 4; preempt lifo; }
+      pool reqs on e { }
+      workload { arrive renewal(1); turn { Size i = serial % 2; } }
+      server { hold reqs[i] (cost(reqs, 1)), kv[i] (cost(kv, 8)) { run e[i] prefill (cost(e, 8)) growing kv[i]; observe done = now; } }
+    }"""
+    # requests alternate between the two members; each prefills 8 in the step it arrives in
+    rep, sim = run(text, arrivals=4)
+    assert by_serial(sim, "done") == {0: [2.0], 1: [3.0], 2: [4.0], 3: [5.0]}
+    assert rep["stages"]["e[0]"]["completed"] == 2 and rep["stages"]["e[1]"]["completed"] == 2
+    assert rep["pools"]["kv[1]"]["admitted"] == 2

@@ -46,6 +46,10 @@ def build(sim) -> dict:
             "preempted": m.preempted,
             "over_cap": over,
         }
+    for eng in getattr(sim, "engines", []):
+        # an engine the linker could not see stall: its work is unscheduled when the run ends
+        if not eng.busy and (any(r.alive for r in eng.reqs) or any(p.queue for p in eng.admitted)):
+            notes.append(f"idle: engine {eng.label} ends the run with work it does not schedule")
     if growing_at_end:
         notes.append(f"grow: {growing_at_end} hold(s) still waiting to grow at the end")
     for label in stalled:
