@@ -337,9 +337,11 @@ class Sim(Iterations):
         # less often (restored after the run)
         old = gc.get_threshold()
         gc.set_threshold(max(old[0], 20000), old[1], old[2])
+        gc.freeze()  # the program, its closures and the run's tables live as long as the run: skip them
         try:
             return self._run(progress)
         finally:
+            gc.unfreeze()
             gc.set_threshold(*old)
 
     def _run(self, progress=None):
