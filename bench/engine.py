@@ -52,11 +52,15 @@ def serq_steps_per_s(n: int, fast_forward: bool = True) -> float:
 
 
 def vllm_steps_per_s(n: int):
-    venv = os.path.join(HERE, "..", "..", "shared", "oracle", "vllm", ".venv", "bin", "python")
-    drive = os.path.join(HERE, "..", "..", "shared", "oracle", "vllm", "drive.py")
-    if os.path.exists(venv) and os.path.exists(drive):
+    """vLLM's scheduler, steady decode of n requests, in the shared driver's venv (its bench_one:
+    schedule() + update_from_output(), 1000 steps after 50 warm-up), when that venv exists."""
+    oracle = os.path.join(HERE, "..", "..", "shared", "oracle", "vllm")
+    venv = os.path.join(oracle, ".venv", "bin", "python")
+    if os.path.exists(venv) and os.path.exists(os.path.join(oracle, "drive.py")):
+        code = ("import json, sys; sys.path.insert(0, %r); import drive; "
+                "print(json.dumps(drive.bench_one(%d, True, False)))" % (os.path.abspath(oracle), n))
         try:
-            r = subprocess.run([venv, drive, "bench", "--n", str(n)], capture_output=True, text=True, timeout=600)
+            r = subprocess.run([venv, "-c", code], capture_output=True, text=True, timeout=900, cwd=oracle)
             if r.returncode == 0:
                 return float(json.loads(r.stdout.strip().splitlines()[-1])["steps_per_s"]), "measured"
         except (subprocess.SubprocessError, ValueError, KeyError, IndexError, OSError):
