@@ -414,17 +414,10 @@ class Iterations:
         for m in eng.admitted:
             if not m.queue:
                 continue
-            fr = self._head(m)
-            if not self._try_admit(fr, sync=True):
+            added = self._admit_head(eng, m)
+            if added is None:
                 break
-            eng.vars["Admitted"] += 1
-            eng.adm_seq += 1
-            fr.sess.eng_adm = eng.adm_seq
-            eng.just_added = []
-            self._run_now(fr.sess)
-            self.cur_engine = eng
-            new = [r for r in eng.just_added if r.alive and r.mode == "prefill"]
-            eng.just_added = []
+            new = [r for r in added if r.alive and r.mode == "prefill"]
             if new:
                 for r in tentative:  # displaced: no token this iteration; each keeps what it holds
                     if r in eng.batch_reqs:
@@ -566,31 +559,29 @@ class Iterations:
                     return
                 if gate is not None and gate(c) == 0:
                     return
-                fr = self._head(m)
-                if not self._try_admit(fr, sync=True):
+                added = self._admit_head(eng, m)
+                if added is None:
                     eng.no_admit = True  # the first head that does not fit stops the admissions
                     return
-                eng.vars["Admitted"] += 1
-                eng.adm_seq += 1
-                fr.sess.eng_adm = eng.adm_seq
-                eng.just_added = []
-                self._run_now(fr.sess)
-                for r in list(eng.just_added):
+                for r in added:
                     if r.alive and (only is None or only(self._req_ctx(eng, r)) != 0):
                         self._give(eng, r, cap)
-                eng.just_added = []
-                self.cur_engine = eng
 
-    def _run_now(self, sess):
-        """Run an admitted session at once, until it blocks (its request reaches the engine)."""
-        sess.wait = None
-        self.running = sess
-        sess.steps = 0
-        try:
-            sess.gen.send(None)
-        except StopIteration:
-            pass
-        self.running = None
+    def _admit_head(self, eng, m):
+        """Admit the head of pool m's queue and run its session at once, until it blocks: the runs it
+        brought to the engine, or None when the head does not fit."""
+        fr = self._head(m)
+        if not self._try_admit(fr, sync=True):
+            return None
+        eng.vars["Admitted"] += 1
+        eng.adm_seq += 1
+        fr.sess.eng_adm = eng.adm_seq
+        eng.just_added = []
+        fr.sess.wait = None
+        self._step(fr.sess, None)
+        self.cur_engine = eng
+        added, eng.just_added = eng.just_added, []
+        return added
 
     def _iteration_end(self, eng):
         """The iteration's tokens are applied when it ends."""

@@ -289,7 +289,7 @@ class Sim(Iterations):
                 sess, epoch, value = pop()
                 if epoch != sess.epoch or not sess.alive:
                     continue
-                # run the session until it blocks (inlined _step: the hot path)
+                # run the session until it blocks (_step, written in place: the hot path)
                 self.running = sess
                 sess.steps = 0
                 try:
