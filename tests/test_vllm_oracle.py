@@ -52,3 +52,19 @@ def test_check_command_prints_per_scenario_and_a_total():
     assert lines[1] == "04_head_of_line_blocking: agree"
     assert lines[2].startswith("10_preempt_only_step_stall: request A: last_token_step vLLM 44, serQ None")
     assert lines[-1] == "2/3 scenarios agree" and r.returncode == 1
+
+
+EXTRA = sorted(glob.glob(os.path.join(ROOT, "tools", "oracle", "extra", "results", "*.json")))
+
+
+def test_scenarios_recorded_later_all_agree():
+    """150 scenarios recorded the same way after the program was written (tools/oracle/extra)."""
+    assert len(EXTRA) == 150
+    bad = []
+    for path in EXTRA:
+        with open(path, encoding="utf-8") as fh:
+            result = json.load(fh)
+        diff = vllm_oracle.compare(result, vllm_oracle.run_scenario(result, path))
+        if diff is not None:
+            bad.append((result["name"], diff))
+    assert not bad, bad[:5]
