@@ -189,14 +189,11 @@ class Ops:
             if not (n >= 1 and n == int(n) and n < INF):
                 raise err("R005", f"choose picks among a whole number >= 1 of indices, not {fmt(n)}", s.at)
             best = None
-            old = sess.a.get(name)
             for j in range(int(n)):
                 sess.a[name] = float(j)
                 k = tuple(kf(sess.c) for kf in keys) + (j,)  # the keys, in order, then the smallest index
                 if best is None or k < best:
                     best = k
-            if old is None:
-                pass
             sess.a[name] = float(best[-1])
         return (False, op)
 

@@ -7,7 +7,6 @@ import heapq
 import math
 from collections import deque
 
-from serq.diagnostics import Span
 from serq.interp.compile import Compiler, Ctx, RunError
 from serq.interp.engine import Iterations
 from serq.interp.pools import Pool, round_up
@@ -930,10 +929,6 @@ class _Grower:
     def cancel(self):
         if self.g in self.pool.growers:
             self.pool.growers.remove(self.g)
-
-
-def span_of(sim, at) -> Span | None:
-    return sim.compiler.span(at)
 
 
 

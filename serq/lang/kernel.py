@@ -62,6 +62,4 @@ class Kernel:
     defs: dict[str, A.Def]
     declared: dict[str, tuple[str, Span]] = field(default_factory=dict)  # name -> (kind, span)
     bindings: dict[str, Span] = field(default_factory=dict)             # at admission names
-    request_attrs: set = field(default_factory=set)                      # names an engine's request sets
-    queue_attrs: set = field(default_factory=set)                        # Q.x names a queue's entries set
     main_span: Optional[Span] = None

@@ -25,7 +25,6 @@ class Scope:
     side: str                       # init | turn | session | server
     leg: bool = False
     holds: list = field(default_factory=list)   # (I.Target, has_cache, preemptible)
-    in_loop: bool = False
 
 
 class Linker:
@@ -497,7 +496,7 @@ class Linker:
             if any(h[2] for h in sc.holds):
                 raise SerqError("L206", "a fork stands in no hold that may be preempted: the hold would run again "
                                 "and fork twice", s.span)
-            inner = Scope(sc.side, leg=True, holds=[], in_loop=sc.in_loop)
+            inner = Scope(sc.side, leg=True, holds=[])
             return I.Fork(body=self.block(s.body, inner), at=at)
         if isinstance(s, A.Join):
             if sc.leg:
@@ -579,7 +578,7 @@ class Linker:
             self._need_cost(reuse, names, "a hold's reuse", s.reuse.span)
             self._amount(reuse, s.reuse.span, "a hold's reuse")
         preemptible = any(self._preempts(t.name) for t in tgts)
-        inner = Scope(sc.side, sc.leg, sc.holds + [(t, s.cache is not None, preemptible) for t in tgts], sc.in_loop)
+        inner = Scope(sc.side, sc.leg, sc.holds + [(t, s.cache is not None, preemptible) for t in tgts])
         body = self.block(s.body, inner)
         cache = None
         if s.cache is not None:

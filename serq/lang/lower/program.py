@@ -171,8 +171,7 @@ def lower(prog: A.Program, inputs: dict[str, float] | None = None) -> Kernel:
     return Kernel(files=r.files, consts=consts, const_spans=const_spans, inputs={a: v for a, v, _ in used_inputs.values()}, pools=pools,
                   stages=stages, share=share, workload=wl, server=server,
                   server_span=servers[0].span if servers else None, gauges=gauges, claims=claims, defs=r.defs,
-                  declared=declared, bindings=bindings, request_attrs=calls.request_attrs,
-                  queue_attrs=calls.queue_attrs, main_span=main.span)
+                  declared=declared, bindings=bindings, main_span=main.span)
 
 
 def _opt(p: A.Pool, kind):

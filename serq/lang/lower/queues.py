@@ -168,8 +168,6 @@ class Calls:
         self.serving = serving
         self.consts = consts
         self.prep = lambda stmts: stmts
-        self.request_attrs: set[str] = set()
-        self.queue_attrs: set[str] = set()
         readers = {}
         for r in relations:
             if r.reader in readers:
@@ -194,10 +192,6 @@ class Calls:
             if side != "server":
                 raise SerqError("L164", "an engine's request is called in the server", s.span)
             stmts = self.prep(expand_request(s, self.engines[fn.head]))
-            req = self.engines[fn.head].eng.request
-            for st in iter_stmts(req.items):
-                if isinstance(st, A.Set):
-                    self.request_attrs.add(st.name)
             return list(self.block(stmts, side, depth + 1))
         if len(fn.segs) == 2 and fn.segs[0].name in self.queues:
             if side != "server":
@@ -279,10 +273,8 @@ class Calls:
 
         def fs(st):
             if isinstance(st, A.Set) and st.name in sets:
-                self.queue_attrs.add(f"{q}.{st.name}")
                 return dataclasses.replace(st, name=f"{q}.{st.name}")
             if isinstance(st, A.Mark):
-                self.queue_attrs.add(f"{q}.{st.name}")
                 return A.Set(f"{q}.{st.name}", ref("now", st.span), st.span)
             if isinstance(st, A.Run) and not st.stages:
                 if qi.stage is None:
