@@ -10,7 +10,7 @@ import math
 from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
 from serq.lang.lower.constants import fmt
-from serq.link.exprs import draw_param_error
+from serq.link.exprs import const_value, draw_param_error
 
 INF = math.inf
 NAN = math.nan
@@ -111,6 +111,14 @@ class Compiler:
 
     def expr(self, e):
         k = e.k
+        if k in ("bin", "un", "if", "fn"):
+            v = const_value(e)  # a part made of numbers only is folded once, here
+            if v is not None and v == v:
+                return lambda c: v
+            if k == "if":
+                cv = const_value(e.c)
+                if cv is not None and cv == cv:
+                    return self.expr(e.a if cv != 0 else e.b)
         m = getattr(self, "_" + k)
         return m(e)
 
