@@ -70,6 +70,8 @@ def test_mg1_ps_is_insensitive_to_the_service_law(law):
 def test_ps_example():
     rep = run_file(os.path.join(EX, "single-turn", "ps.sq"), horizon=50000, warmup=1000)
     near(rep["client"]["response"], 1 / (1 - 0.7), "ps.sq")
+    # Little's law: the time-average number present is lambda times the mean response, 0.7 / 0.3
+    near(rep["gauges"]["jobs"], 0.7 / (1 - 0.7), "ps.sq jobs present")
 
 
 def mva(n, think, service):

@@ -388,7 +388,7 @@ def test_run_time_errors_name_the_statement(body, code, tmp_path):
 
 
 def test_run_from_the_command_line(tmp_path):
-    ex = os.path.join(HERE, "..", "examples", "single-turn", "mg1.sq")
+    ex = os.path.join(HERE, "..", "examples", "single-turn", "ps.sq")
     r = subprocess.run([sys.executable, "-m", "serq.cli", "run", ex, "--horizon", "2000", "--json", "--dump",
                         str(tmp_path / "d"), "--set", "lambda=0.5"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -397,8 +397,8 @@ def test_run_from_the_command_line(tmp_path):
                 "claims", "notes"):
         assert key in rep
     assert set(rep["client"]["response"]) == {"count", "mean", "ci95", "p50", "p90", "p99", "min", "max"}
-    assert set(rep["gauges"]["busy_servers"]) >= {"mean", "ci95", "min", "max"}
-    assert (tmp_path / "d" / "gauge" / "busy_servers.csv").read_text().startswith("time,value\n")
+    assert set(rep["gauges"]["jobs"]) >= {"mean", "ci95", "min", "max"}
+    assert (tmp_path / "d" / "gauge" / "jobs.csv").read_text().startswith("time,value\n")
     r = subprocess.run([sys.executable, "-m", "serq.cli", "run", ex], capture_output=True, text=True)
     assert r.returncode == 2 and "--horizon" in r.stderr and "Traceback" not in r.stderr
 
