@@ -22,6 +22,8 @@ WORKLOADS = {
     "multi-turn/vllm_chat.sq": (dict(horizon=150), lambda a: a["o"]),
     "subagent/vllm_subagents.sq": (dict(horizon=100), lambda a: 2 * a["o"] + 3 * a["o_sub"]),
     "replay/vllm_replay.sq": (dict(arrivals=60), lambda a: a["out"]),
+    # llm-d's disaggregation: the prefiller samples the first token, the decoder the rest
+    "pd-disaggregation/llmd_nixl_pull.sq": (dict(arrivals=60), lambda a: a["o"]),
 }
 
 
@@ -99,3 +101,11 @@ def test_steady_decoding_fast_forward_changes_nothing(path):
         reports.append((json.dumps(rep, sort_keys=True), sim.engines[0].iterations,
                         {k: list(v.v) for k, v in sim.obs.items()}))
     assert reports[0] == reports[1]
+
+
+def test_disaggregation_gives_every_lease_back():
+    """The prefiller's KV is leased until the decoder's read releases it: drained, nothing is held."""
+    sim, rep = run("pd-disaggregation/llmd_nixl_pull.sq", dict(arrivals=60), lambda a: a["o"])
+    assert rep["sessions"]["completed"] == 60 and rep["sessions"]["live_at_end"] == 0
+    assert all(m.used == 0 for m in sim.pools)
+    assert sum(rep["stages"][f"D.nic[{j}]"]["completed"] for j in (0, 1)) == 60
