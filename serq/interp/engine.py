@@ -13,7 +13,7 @@ INF = math.inf
 
 class Req:
     """A run on the engine: `run E prefill|decode (w) [growing P]`."""
-    __slots__ = ("sess", "mode", "work", "left", "alloc", "served", "alive", "seq", "pos0")
+    __slots__ = ("sess", "mode", "work", "left", "alloc", "served", "alive", "seq", "pos0", "it", "adm")
 
     def __init__(self, sess, mode, work, alloc, seq):
         self.sess = sess
@@ -25,6 +25,8 @@ class Req:
         self.alive = True
         self.seq = seq
         self.pos0 = 0.0
+        self.it = -1                                  # the iteration that served it last
+        self.adm = getattr(sess, "eng_adm", 0)        # its session's admission: the running order
 
     def cancel(self):
         if self.alive:
@@ -88,7 +90,14 @@ class Engine:
 
     # -- the runs
     def add(self, req: Req):
-        self.reqs.append(req)
+        reqs = self.reqs
+        if reqs and reqs[-1].adm > req.adm:  # kept in admission order (a decode after its prefill)
+            i = len(reqs)
+            while i and reqs[i - 1].adm > req.adm:
+                i -= 1
+            reqs.insert(i, req)
+        else:
+            reqs.append(req)
         self.sim.engine_of_req[id(req)] = self
         if self.planning:
             self.sim.serve_now(self, req)
@@ -204,24 +213,23 @@ class Iterations:
         """running.* and waiting.count as the residents stand."""
         self.cur_engine = eng
         v = eng.vars
-        dec = [r for r in eng.reqs if r.mode == "decode" and r.alive]
-        pre = [r for r in eng.reqs if r.mode == "prefill" and r.alive]
-        v["Nres"] = float(len(self._residents(eng)))
-        v["Ndec"] = float(len(dec))
-        v["Kvb"] = sum(r.alloc.pos for r in dec if r.alloc is not None)
-        v["Kvp"] = sum(r.alloc.pos for r in pre if r.alloc is not None)
-        v["Queued"] = float(sum(len(p.queue) for p in eng.admitted))
-
-    def _residents(self, eng):
-        """The sessions the engine admitted that are still held (its running list)."""
-        seen = {}
-        for p in eng.admitted:
-            for a in p.allocs:
-                if not a.leased:
-                    seen[a.frame.sess.id] = a.frame.sess
+        ndec = 0
+        kvb = kvp = 0.0
         for r in eng.reqs:
-            seen.setdefault(r.sess.id, r.sess)
-        return list(seen.values())
+            if not r.alive:
+                continue
+            a = r.alloc
+            if r.mode == "decode":
+                ndec += 1
+                if a is not None:
+                    kvb += a.pos
+            elif a is not None:
+                kvp += a.pos
+        v["Nres"] = float(len(self._resident_ids(eng)))
+        v["Ndec"] = float(ndec)
+        v["Kvb"] = kvb
+        v["Kvp"] = kvp
+        v["Queued"] = float(sum(len(p.queue) for p in eng.admitted))
 
     # -- runs on an engine
     def engine_run_op(self, s, tgt, f, grow_t):
@@ -284,7 +292,7 @@ class Iterations:
         eng.planning = True
         eng.stop_serving = False
         eng.no_admit = False
-        eng.served_ids = set()
+        eng.iter_no = getattr(eng, "iter_no", 0) + 1
         try:
             if spec["exclusive"]:
                 self._exclusive(eng, spec, budget)
@@ -422,7 +430,7 @@ class Iterations:
                 for r in tentative:  # displaced: no token this iteration; each keeps what it holds
                     if r in eng.batch_reqs:
                         eng.batch_reqs.remove(r)
-                        eng.served_ids.discard(id(r))
+                        r.it = -1
                     r.served = 0.0
                 eng.budget = full
                 self._give(eng, new[0], eng.chunk)
@@ -448,7 +456,8 @@ class Iterations:
         if eng.stop_serving:
             return
         cap = self._chunk_of(eng, chunk_f)
-        reqs = [r for r in eng.reqs if r.alive and id(r) not in eng.served_ids]
+        it = eng.iter_no
+        reqs = [r for r in eng.reqs if r.alive and r.it != it]
         if keys:
             order = []
             for r in reqs:
@@ -456,16 +465,15 @@ class Iterations:
                 order.append((tuple(f(c) for f in keys), getattr(r.sess, "eng_adm", 0), r))
             order.sort(key=lambda t: (t[0], t[1]))
             reqs = [t[2] for t in order]
-        else:
-            reqs.sort(key=lambda r: getattr(r.sess, "eng_adm", 0))
-        for r in reqs:
+        give = self._give
+        for r in reqs:  # without keys, eng.reqs is in admission order already
             if eng.stop_serving:
                 break
-            if not r.alive or id(r) in eng.served_ids:
+            if not r.alive or r.it == it:
                 continue
             if only is not None and only(self._req_ctx(eng, r)) == 0:
                 continue
-            self._give(eng, r, cap)
+            give(eng, r, cap)
 
     def _tokens(self, eng, r, cap):
         if r.mode == "decode":
@@ -479,7 +487,10 @@ class Iterations:
         return n
 
     def _give(self, eng, r, cap) -> bool:
-        n = self._tokens(eng, r, cap)
+        if r.mode == "decode":
+            n = 1.0 if eng.budget >= 1.0 and r.left >= 1.0 else min(1.0, eng.budget, r.left)
+        else:
+            n = self._tokens(eng, r, cap)
         if n <= 0:
             return False
         a = r.alloc
@@ -492,7 +503,7 @@ class Iterations:
         r.served = n
         eng.budget -= n
         eng.batch_reqs.append(r)
-        eng.served_ids.add(id(r))
+        r.it = eng.iter_no
         return True
 
     def _engine_grow(self, eng, r, need) -> bool:
@@ -543,7 +554,9 @@ class Iterations:
         return best
 
     def _resident_ids(self, eng):
-        return {s.id for s in self._residents(eng)}
+        ids = {a.frame.sess.id for p in eng.admitted for a in p.allocs if not a.leased}
+        ids.update(r.sess.id for r in eng.reqs)
+        return ids
 
     def _admit(self, eng, only, gate, chunk_f):
         """admit waiting: the heads of the queues the engine admits, one at a time, each served at
