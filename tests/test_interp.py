@@ -703,3 +703,17 @@ def test_engine_family_on_a_device_family_runs_member_for_member():
     assert by_serial(sim, "done") == {0: [2.0], 1: [3.0], 2: [4.0], 3: [5.0]}
     assert rep["stages"]["e[0]"]["completed"] == 2 and rep["stages"]["e[1]"]["completed"] == 2
     assert rep["pools"]["kv[1]"]["admitted"] == 2
+
+
+def test_an_engines_memory_preempts_lifo_by_default():
+    text = EXCLUSIVE.replace("exclusive prefill; admit waiting while (running.preempted == 0);",
+                             "advance running; admit waiting while (running.preempted == 0);")
+    text = text.replace("device gpu { kv cap 1000; }", "device gpu { kv cap 24; }")
+    text = text.replace("kv (cost(kv, 12))", "kv (cost(kv, 8))").replace("cost(llm, 2)", "cost(llm, 8)")
+    # two requests fill the 24 (12 each after their prefills); the first's decode needs a block more:
+    # the one admitted last is preempted
+    prog = api.load_text(text, "t.sq")
+    kv = [p for p in prog.pools if p.name == "kv"][0]
+    assert kv.preempt.k == "by" and kv.preempt.keys[0].k == "un"   # preempt by (-admission)
+    rep = api.run(prog, Settings(arrivals=3))
+    assert rep["pools"]["kv"]["preempted"] > 0

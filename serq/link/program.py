@@ -230,6 +230,9 @@ class Linker:
         if "evict" in opts and opts["evict"].kind == "evict_by":
             evict = I.EvictBy(keys=[self.x.link(e, N.EVICT_KEY) for e in opts["evict"].args])
         preempt = I.PreemptNone()
+        if "preempt" not in opts and engine_mem is not None:
+            # an engine's memory preempts LIFO unless it says otherwise: vLLM's running[-1]
+            preempt = I.PreemptBy(keys=[I.Un(op="-", e=I.Ctx(name="admission"))], requeue="head")
         if "preempt" in opts:
             o = opts["preempt"]
             pm = N.Moment(N.PREEMPT_KEY.name, ctx=N.PREEMPT_KEY.ctx, attrs=True,
