@@ -55,7 +55,6 @@ def sessions_of(requests: list[dict], outcome: dict[str, dict]):
         session_of[r["id"]] = s
     rows = []
     for si, s in enumerate(sessions):
-        ctx = None
         last = None
         for ti, rid in enumerate(s):
             r = by_id[rid]
@@ -75,8 +74,6 @@ def sessions_of(requests: list[dict], outcome: dict[str, dict]):
             rows.append({"session": f"s{si}", "turn": ti, "new": new, "out": r["max_tokens"], "think": think,
                          "forced": forced, "_id": rid})
             last = rid
-            ctx = plen
-        _ = ctx
     return sessions, rows
 
 
@@ -118,7 +115,6 @@ def run_scenario(result: dict, path: str = ""):
         sim = rep.pop("_sim")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    key = {(f"s{si}", ti): rid for si, s in enumerate(sessions) for ti, rid in enumerate(s)}
     serial_key = {}
     for si, s in enumerate(sessions):
         for ti, rid in enumerate(s):
@@ -134,7 +130,6 @@ def run_scenario(result: dict, path: str = ""):
             rid = serial_key.get((serial, turn))
             if rid is not None:
                 got[rid][field] = int(v)
-    _ = key
     return got
 
 

@@ -13,7 +13,7 @@ INF = math.inf
 
 class Req:
     """A run on the engine: `run E prefill|decode (w) [growing P]`."""
-    __slots__ = ("sess", "mode", "work", "left", "alloc", "served", "alive", "seq", "pos0", "it", "adm")
+    __slots__ = ("sess", "mode", "work", "left", "alloc", "served", "alive", "seq", "it", "adm")
 
     def __init__(self, sess, mode, work, alloc, seq):
         self.sess = sess
@@ -24,7 +24,6 @@ class Req:
         self.served = 0.0       # the tokens the iteration being planned gives it
         self.alive = True
         self.seq = seq
-        self.pos0 = 0.0
         self.it = -1                                  # the iteration that served it last
         self.adm = getattr(sess, "eng_adm", 0)        # its session's admission: the running order
 

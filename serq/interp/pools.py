@@ -36,7 +36,7 @@ class Entry:
 
 class Alloc:
     """One hold's (or lease's) allocation on one pool member."""
-    __slots__ = ("frame", "pool", "units", "reserve", "pos", "admission", "leased", "lease_end", "advanced",
+    __slots__ = ("frame", "pool", "units", "reserve", "pos", "admission", "leased", "advanced",
                  "consumed", "lease_version")
 
     def __init__(self, frame, pool, units, reserve, pos, admission):
@@ -47,7 +47,6 @@ class Alloc:
         self.pos = pos
         self.admission = admission
         self.leased = False
-        self.lease_end = None
         self.advanced = False   # a growing run or a load moved the position
         self.consumed = 0.0     # the cached prefix consumed at admission
         self.lease_version = 0

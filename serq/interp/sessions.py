@@ -113,7 +113,7 @@ class HoldFrame:
 
 
 class HoldSpec:
-    __slots__ = ("pools", "reuse", "cache", "lease", "body", "at", "has_cache", "first_name")
+    __slots__ = ("pools", "reuse", "cache", "lease", "body", "at", "has_cache")
 
 
 def _reads_state(e) -> bool:
@@ -370,7 +370,6 @@ class Ops:
             spec.lease = (li, x.expr(s.lease.duration))
         spec.body = self.block(s.body)
         spec.at = s.at
-        spec.first_name = s.pools[0].pool.name
         sim = self.sim
 
         def op(sess):

@@ -34,7 +34,6 @@ def load_trace(path: str) -> list[list[dict]]:
         if need not in header:
             raise _err(path, 1, 1, f"the header has no `{need}` column (required: {', '.join(REQUIRED)})")
     col = {h: i for i, h in enumerate(header)}
-    cols = {h: _col_starts(lines[0]) for h in header}
     sessions: list[list[dict]] = []
     last_key = None
     for ln, row in enumerate(rows[1:], start=2):
@@ -78,7 +77,6 @@ def load_trace(path: str) -> list[list[dict]]:
         cur.append(rec)
     if not sessions:
         raise _err(path, 1, 1, "the trace has no rows")
-    _ = cols
     return sessions
 
 
