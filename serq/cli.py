@@ -161,6 +161,8 @@ class _Failure(Exception):
 
 def _out(text: str):
     """The command's result on stdout. A full disk is a _Failure; a closed pipe is raised as it is."""
+    if sys.stdout is None:  # started with stdout closed (`>&-`)
+        raise _Failure("cannot write the output: standard output is closed")
     try:
         sys.stdout.write(text + "\n")
         sys.stdout.flush()
@@ -172,6 +174,8 @@ def _out(text: str):
 
 def _say(text: str):
     """A message on stderr; when stderr itself cannot be written there is no one to tell."""
+    if sys.stderr is None:  # started with stderr closed (`2>&-`)
+        return
     try:
         print(text, file=sys.stderr, flush=True)
     except OSError:
@@ -260,7 +264,7 @@ def _main(argv: list[str]) -> int:
             from serq.ir.schema import schema_text
             _out(schema_text().rstrip("\n"))
             return 0
-        if args.file is None:
+        if not args.file:
             raise UsageError("a program file is required")
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "run":

@@ -229,6 +229,7 @@ def test_target_forms(capsys, tmp_path):
     (["run", "K", "--horizon", "0"], "--horizon is a positive time"),
     (["run", "K", "--horizon", "-5"], "--horizon is a positive time"),
     (["run", "K", "--horizon", ""], "--horizon: '' is not a number"),
+    (["check", ""], "a program file is required"),
 ])
 def test_command_line_mistakes_are_usage_errors(capsys, progk, args, says):
     f, inst = progk

@@ -93,6 +93,10 @@ def test_a_full_disk_is_an_error_with_its_reason(progk):
         r = subprocess.run([*SERQ, "run", progk, "--horizon", "100", "--json"], stdout=full, stderr=subprocess.PIPE,
                            text=True)
         assert r.returncode == 1 and r.stderr == "serq: error: cannot write the output: No space left on device\n"
+    # stdout closed (`>&-`): Python has no sys.stdout at all
+    r = subprocess.run(["bash", "-c", " ".join([*SERQ, "ir", progk, ">&-"])], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr == "serq: error: cannot write the output: standard output is closed\n"
+    with open("/dev/full", "w") as full:
         # diagnostics into a full disk: nobody to tell, but no crash either
         r = subprocess.run([*SERQ, "check", progk], stdout=subprocess.PIPE, stderr=full)
         assert r.returncode == 0
