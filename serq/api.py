@@ -10,7 +10,7 @@ from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
 from serq.lang.lower.inputs import UsageError
 from serq.lang.lower.program import lower
-from serq.lang.parse import parse_file, parse_text
+from serq.lang.parse import parse_file, parse_text, read_source
 from serq.link.program import link_kernel
 
 __all__ = ["load", "load_text", "load_ir", "parse_instance", "run", "SerqError", "UsageError"]
@@ -29,14 +29,22 @@ def _run(program, settings, progress):
     return rep
 
 
+# (stack, recursion limit) for the thread that parses, links and runs: parsing 25 000 levels deep
+# takes about 7 MiB of C stack (CPython 3.11, measured), so 64 MiB leaves a wide margin. Where the
+# address space is limited (`ulimit -v`) a smaller stack with a limit scaled to it, and at last the
+# caller's own thread and limit: deep input is then refused sooner (P007), never a crash.
+_STACKS = ((64 << 20, 25000), (16 << 20, 6000))
+
+
 def _deep(file: str, fn, *args):
     """Run fn in a thread with room to recurse: long expressions make deep trees. What still does
     not fit is refused with a diagnostic, never a crash."""
     out: dict = {}
 
-    def work():
+    def work(limit):
         old = sys.getrecursionlimit()
-        sys.setrecursionlimit(25000)
+        if limit:
+            sys.setrecursionlimit(limit)
         try:
             out["v"] = fn(*args)
         except RecursionError:
@@ -46,14 +54,21 @@ def _deep(file: str, fn, *args):
         finally:
             sys.setrecursionlimit(old)
 
-    old_size = threading.stack_size()
-    threading.stack_size(512 * 1024 * 1024)
-    try:
-        t = threading.Thread(target=work)
-        t.start()
-    finally:
-        threading.stack_size(old_size)
-    t.join()
+    for size, limit in _STACKS:
+        old_size = threading.stack_size()
+        try:
+            threading.stack_size(size)
+            # a daemon: an interrupted caller (Ctrl-C) does not wait for a long run to finish
+            t = threading.Thread(target=work, args=(limit,), daemon=True)
+            t.start()
+        except RuntimeError:  # the address space cannot hold this stack: try a smaller one
+            continue
+        finally:
+            threading.stack_size(old_size)
+        t.join()
+        break
+    else:
+        work(None)
     if "e" in out:
         raise out["e"]
     return out["v"]
@@ -80,11 +95,7 @@ def load_ir(path: str) -> I.Program:
     from pydantic import ValidationError
 
     from serq.link.rules import check_program
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise SerqError("P006", f"cannot read the file: {exc.strerror}", Span(path, 1, 1)) from None
+    text = read_source(path)
     try:
         prog = I.Program.model_validate_json(text)
     except ValidationError as exc:
@@ -100,8 +111,12 @@ def parse_instance(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
+    except UnicodeDecodeError:
+        raise UsageError(f"cannot read the instance file {path}: it is not UTF-8 text") from None
     except OSError as exc:
-        raise UsageError(f"cannot read the instance file {path}: {exc.strerror}") from None
+        raise UsageError(f"cannot read the instance file {path}: {exc.strerror or exc}") from None
+    except RecursionError:
+        raise UsageError(f"{path}: the instance file nests too deeply to read") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path}:{exc.lineno}:{exc.colno}: the instance file is not JSON: {exc.msg}") from None
     if not isinstance(data, dict):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 
 from serq import api
@@ -13,10 +14,9 @@ from serq.lang.lower.inputs import UsageError
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # usage errors exit 2
-        self.print_usage(sys.stderr)
-        print(f"serq: error: {message}", file=sys.stderr)
-        sys.exit(2)
+    def error(self, message):  # a usage error: the usage, then main's message and exit 2
+        _say(self.format_usage().rstrip())
+        raise UsageError(message)
 
 
 def _number(text: str, what: str) -> float:
@@ -47,13 +47,15 @@ def _parser() -> argparse.ArgumentParser:
     def inputs(sp):
         sp.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="supply an input")
         sp.add_argument("--instance", metavar="FILE.json", help="an instance file: inputs and settings")
-        sp.add_argument("rest", nargs="*", metavar="-- NAME=VALUE", help="inputs after --")
+        # `-- NAME=VALUE ...` is split off before argparse (main), which would otherwise bind a
+        # positional list right after FILE and refuse the `--` that follows options
+        sp.usage = sp.format_usage().removeprefix("usage: ").rstrip() + " [-- NAME=VALUE ...]"
 
     r = sub.add_parser("run", help="simulate the program and print the report")
     r.add_argument("file")
     r.add_argument("--horizon")
-    r.add_argument("--warmup", default="0")
-    r.add_argument("--seed", default="1")
+    r.add_argument("--warmup")
+    r.add_argument("--seed")
     r.add_argument("--arrivals")
     r.add_argument("--json", action="store_true", help="the report as one JSON object")
     r.add_argument("--dump", metavar="DIR", help="write the observations and gauge/NAME.csv")
@@ -67,12 +69,13 @@ def _parser() -> argparse.ArgumentParser:
     inputs(c)
     ir = sub.add_parser("ir", help="print the resolved kernel IR as JSON")
     ir.add_argument("file", nargs="?")
-    ir.add_argument("--seed", default="1")
+    ir.add_argument("--seed")
     ir.add_argument("--horizon")
-    ir.add_argument("--warmup", default="0")
+    ir.add_argument("--warmup")
     ir.add_argument("--arrivals")
     ir.add_argument("--schema", action="store_true", help="print the IR's JSON Schema instead")
     inputs(ir)
+    p.commands = {"run": r, "target": t, "check": c, "ir": ir}
     return p
 
 
@@ -80,31 +83,40 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
     supplied: dict[str, float] = {}
     for k, v in (inst.get("inputs") or {}).items():
         supplied[k] = float(v)
+    for b in getattr(args, "rest", []):
+        if b.startswith("-"):
+            raise UsageError(f"{b!r} after --: options go before --, inputs NAME=VALUE after it")
     for b in list(getattr(args, "set", [])) + list(getattr(args, "rest", [])):
         n, v = _binding(b)
         supplied[n] = v
-    seed = getattr(args, "seed", None)
-    seed = inst.get("seed", 1) if seed in (None, "1") and "seed" in inst else seed
+
+    def flag(key):  # a flag wins over the instance file
+        v = getattr(args, key, None)
+        return inst.get(key) if v is None else v
+
+    seed = flag("seed")
     s = {}
     if seed is not None:
         sv = _number(str(seed), "--seed")
         if sv < 0 or sv != math.floor(sv) or math.isinf(sv):
             raise UsageError("--seed is a nonnegative integer")
         s["seed"] = int(sv)
-    hz = getattr(args, "horizon", None) or inst.get("horizon")
+    hz = flag("horizon")
     if hz is not None:
         hv = _number(str(hz), "--horizon")
         if not hv > 0:
             raise UsageError("--horizon is a positive time")
         s["horizon"] = hv
-    wu = getattr(args, "warmup", None)
-    wu = inst.get("warmup", wu) if wu in (None, "0") else wu
+    wu = flag("warmup")
     if wu is not None:
         wv = _number(str(wu), "--warmup")
         if wv < 0 or math.isinf(wv):
             raise UsageError("--warmup is a nonnegative, finite time")
         s["warmup"] = wv
-    ar = getattr(args, "arrivals", None) or inst.get("arrivals")
+    if "horizon" in s and s.get("warmup", 0) >= s["horizon"]:
+        raise UsageError(f"--warmup {s['warmup']:g} is not before --horizon {s['horizon']:g}: "
+                         "nothing would be measured")
+    ar = flag("arrivals")
     if ar is not None:
         av = _number(str(ar), "--arrivals")
         if av < 1 or av != math.floor(av) or math.isinf(av):
@@ -114,21 +126,71 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
 
 
 def _run(args, prog, settings) -> int:
-    from serq.interp.report import dump, text
+    from serq.interp.dump import Staged
+    from serq.interp.report import text
+    staged = Staged(args.dump) if args.dump is not None else None  # a bad destination: refused before the run
     progress = None
-    if not args.quiet and sys.stderr.isatty():
-        progress = _Progress(settings)
-    rep = api.run(prog, settings, progress)
-    if progress is not None:
-        progress.close()
-    sim = rep.pop("_sim")
-    if args.dump:
-        dump(sim, rep, args.dump)
+    try:
+        if not args.quiet and sys.stderr.isatty():
+            progress = _Progress(settings)
+        rep = api.run(prog, settings, progress)
+        if progress is not None:
+            progress.close()
+            progress = None
+        sim = rep.pop("_sim")
+        if staged is not None:
+            try:
+                staged.write(sim, rep)
+            except OSError as exc:
+                raise _Failure(f"cannot write the dump {args.dump}: {exc.strerror or exc}") from None
+    finally:
+        if progress is not None:
+            progress.close()
+        if staged is not None:
+            staged.discard()
     if args.json:
-        print(json.dumps(rep, indent=1, default=_jsonable))
+        _out(json.dumps(rep, indent=1, default=_jsonable))
     else:
-        print(text(rep, args.file))
+        _out(text(rep, args.file))
     return 0
+
+
+class _Failure(Exception):
+    """An input or output error that is neither the program's nor the command line's: exit 1."""
+
+
+def _out(text: str):
+    """The command's result on stdout. A full disk is a _Failure; a closed pipe is raised as it is."""
+    if sys.stdout is None:  # started with stdout closed (`>&-`)
+        raise _Failure("cannot write the output: standard output is closed")
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise _Failure(f"cannot write the output: {exc.strerror or exc}") from None
+
+
+def _say(text: str):
+    """A message on stderr; when stderr itself cannot be written there is no one to tell."""
+    if sys.stderr is None:  # started with stderr closed (`2>&-`)
+        return
+    try:
+        print(text, file=sys.stderr, flush=True)
+    except OSError:
+        _silence(sys.stderr)
+
+
+def _silence(stream):
+    """Point a failed stream at /dev/null, so the flush at exit does not fail again and print."""
+    try:
+        fd = stream.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # not a real file (a test's capture)
+        pass
 
 
 def _jsonable(v):
@@ -169,38 +231,66 @@ class _Progress:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """The exit status (cli.md): 0, 1 a program or I/O error, 2 a usage error, 3 an internal error,
+    130 interrupted, 141 the output's reader went away. Never a Python traceback."""
     try:
-        args = _parser().parse_args(argv)
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except BrokenPipeError:  # `serq run ... | head`: quiet, as a Unix tool killed by SIGPIPE
+        _silence(sys.stdout)
+        return 141
+    except KeyboardInterrupt:
+        _say("serq: interrupted")
+        return 130
+    except Exception as exc:  # the safety net: a bug in serQ, not the user's
+        if os.environ.get("SERQ_DEBUG"):
+            raise
+        _say(f"serq: internal error: {type(exc).__name__}: {exc} (a bug in serQ; SERQ_DEBUG=1 shows where)")
+        return 3
+
+
+def _main(argv: list[str]) -> int:
+    head, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    try:
+        p = _parser()
+        args, extra = p.parse_known_args(head)
+        if extra:
+            stray = any("=" in x and not x.startswith("-") for x in extra)
+            hint = "; inputs go after --: -- NAME=VALUE" if stray else ""
+            p.commands[args.cmd].error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+        args.rest = rest
         inst = api.parse_instance(args.instance) if getattr(args, "instance", None) else {}
         supplied, settings = settings_from(args, inst)
         if args.cmd == "ir" and args.schema:
             from serq.ir.schema import schema_text
-            print(schema_text(), end="")
+            _out(schema_text().rstrip("\n"))
             return 0
-        if args.file is None:
+        if not args.file:
             raise UsageError("a program file is required")
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "run":
             return _run(args, prog, settings)
         if args.cmd == "target":
             from serq.target.vllm import target
-            print(json.dumps(target(prog), indent=1))
+            _out(json.dumps(target(prog), indent=1))
             return 0
         if args.cmd == "check":
-            print(f"{args.file}: ok", file=sys.stderr)
+            _say(f"{args.file}: ok")
             return 0
         if args.cmd == "ir":
-            print(prog.model_dump_json(indent=1, exclude_none=True))
+            _out(prog.model_dump_json(indent=1, exclude_none=True))
             return 0
     except UsageError as exc:
-        print(f"serq: error: {exc}", file=sys.stderr)
+        _say(f"serq: error: {exc}")
         return 2
     except SerqError as exc:
-        print(exc.render(), file=sys.stderr)
+        _say(exc.render())
+        return 1
+    except _Failure as exc:
+        _silence(sys.stdout)
+        _say(f"serq: error: {exc}")
         return 1
     except RecursionError:
-        print("serq: error: the program nests too deeply to read", file=sys.stderr)
+        _say("serq: error: the program nests too deeply to read")
         return 1
     return 0
 

@@ -107,3 +107,132 @@ def test_schema_is_generated_and_current():
     r = serq("ir", "--schema")
     with open(os.path.join(ROOT, "docs", "reference", "ir.schema.json"), encoding="utf-8") as fh:
         assert r.stdout == fh.read(), "docs/reference/ir.schema.json is stale: run `make schema`"
+
+
+# ------------------------------------------------------------------ every documented form (cli.md, report.md,
+# the catalogue's *The command line*), in process
+
+# one input, `k`, seen in the report: a lone session's response is its service time k
+PROG_K = """use "std/args";
+fn main() {
+  let k = args.number("k", 1);
+  stage svc : fifo;
+  workload { arrive poisson(0.01); turn { Cost w = cost(svc, k); } }
+  server { run svc (w); }
+}
+"""
+
+
+@pytest.fixture
+def progk(tmp_path):
+    f = tmp_path / "k.sq"
+    f.write_text(PROG_K)
+    inst = tmp_path / "inst.json"
+    inst.write_text(json.dumps({"inputs": {"k": 4}, "seed": 5, "horizon": 3000, "warmup": 7, "arrivals": 9}))
+    return str(f), str(inst)
+
+
+def cli(capsys, *args):
+    from serq.cli import main
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    return rc, out, err
+
+
+def _ir(capsys, *args):
+    rc, out, err = cli(capsys, "ir", *args)
+    assert rc == 0, err
+    p = I.Program.model_validate_json(out)
+    s = p.settings
+    return p.constants["k"], (s.seed, s.horizon, s.warmup, s.arrivals)
+
+
+@pytest.mark.parametrize("extra", [[], ["--set", "k=2"], ["INST"], ["--", "k=2"], ["--set", "k=2", "--", "k=3"],
+                                   ["INST", "--set", "k=2", "--", "k=3"]])
+def test_check_forms(capsys, progk, extra):
+    f, inst = progk
+    extra = [x for a in extra for x in (["--instance", inst] if a == "INST" else [a])]
+    rc, out, err = cli(capsys, "check", f, *extra)
+    assert rc == 0 and err == f"{f}: ok\n" and out == ""
+
+
+def test_ir_forms_and_precedence(capsys, progk):
+    f, inst = progk
+    assert _ir(capsys, f) == (1, (1, None, 0, None))
+    assert _ir(capsys, f, "--seed", "2", "--horizon", "50", "--warmup", "5", "--arrivals", "7") == (1, (2, 50, 5, 7))
+    # `--` right after FILE, and after options (issue 7, item 4)
+    assert _ir(capsys, f, "--", "k=3")[0] == 3
+    assert _ir(capsys, f, "--seed", "2", "--", "k=0.5") == (0.5, (2, None, 0, None))
+    # inputs: the instance file, then --set, then `--`; a later one wins
+    assert _ir(capsys, f, "--instance", inst) == (4, (5, 3000, 7, 9))
+    assert _ir(capsys, f, "--instance", inst, "--set", "k=2")[0] == 2
+    assert _ir(capsys, f, "--set", "k=2", "--instance", inst, "--", "k=3")[0] == 3
+    # settings: a flag wins over the instance file, a default included
+    assert _ir(capsys, f, "--instance", inst, "--seed", "1", "--warmup", "0", "--horizon", "10",
+               "--arrivals", "1") == (4, (1, 10, 0, 1))
+
+
+def test_ir_schema_form(capsys):
+    rc, out, _ = cli(capsys, "ir", "--schema")
+    assert rc == 0 and json.loads(out)["title"] == "Program"
+
+
+def test_run_forms(capsys, progk, tmp_path):
+    f, inst = progk
+
+    def run(*args):
+        rc, out, err = cli(capsys, "run", f, *args)
+        assert rc == 0, err
+        return json.loads(out)
+
+    rep = run("--horizon", "3000", "--json")
+    assert (rep["seed"], rep["horizon"], rep["warmup"]) == (1, 3000, 0)
+    assert rep["client"]["response"]["min"] == pytest.approx(1)
+    rep = run("--horizon", "3000", "--warmup", "100", "--seed", "3", "--json", "--quiet", "--", "k=3")
+    assert (rep["seed"], rep["horizon"], rep["warmup"]) == (3, 3000, 100)
+    assert rep["client"]["response"]["min"] == pytest.approx(3)
+    rep = run("--arrivals", "6", "--set", "k=2", "--json")
+    assert rep["sessions"]["arrived"] == 6 and rep["client"]["response"]["min"] == pytest.approx(2)
+    rep = run("--instance", inst, "--json", "--dump", str(tmp_path / "d"), "--", "k=5")
+    assert (rep["seed"], rep["horizon"], rep["warmup"], rep["sessions"]["arrived"]) == (5, 3000, 7, 9)
+    assert rep["client"]["response"]["min"] == pytest.approx(5)
+    rows = (tmp_path / "d" / "client_response.csv").read_text().splitlines()
+    assert rows[0] == "value" and len(rows) == 1 + rep["client"]["response"]["count"]
+    rc, out, err = cli(capsys, "run", f, "--horizon", "300", "--", "k=2")
+    assert rc == 0 and out.startswith(f"serq run {f}: seed 1, warm-up 0, end 300")
+
+
+def test_target_forms(capsys, tmp_path):
+    def blocks(*args):
+        rc, out, err = cli(capsys, "target", VLLM, *args)
+        assert rc == 0, err
+        return json.loads(out)["num_gpu_blocks"]  # the pool's blocks and vLLM's null block
+
+    inst = tmp_path / "i.json"
+    inst.write_text('{"inputs": {"blocks": 300}}')
+    assert blocks() == 4097
+    assert blocks("--set", "blocks=100") == 101
+    assert blocks("--instance", str(inst)) == 301
+    assert blocks("--set", "blocks=100", "--", "blocks=200", "rate=0.5") == 201
+
+
+@pytest.mark.parametrize("args, says", [
+    (["ir", "K", "k=3"], "unrecognized arguments: k=3; inputs go after --"),
+    (["ir", "K", "--", "k=3", "--seed", "2"], "'--seed' after --: options go before --"),
+    (["run", "K", "--quiet", "--", "k"], "an input is NAME=VALUE, not 'k'"),
+    (["check", "K", "--set", "--", "k=3"], "argument --set: expected one argument"),
+    (["run", "K", "--horizon", "100", "--warmup", "100"], "--warmup 100 is not before --horizon 100"),
+    (["run", "K", "--horizon", "100", "--warmup", "250"], "--warmup 250 is not before --horizon 100"),
+    (["ir", "K", "--instance", "INST", "--horizon", "7"], "--warmup 7 is not before --horizon 7"),
+    (["run", "K", "--horizon", "100", "--warmup", "-1"], "--warmup is a nonnegative, finite time"),
+    (["run", "K", "--horizon", "0"], "--horizon is a positive time"),
+    (["run", "K", "--horizon", "-5"], "--horizon is a positive time"),
+    (["run", "K", "--horizon", ""], "--horizon: '' is not a number"),
+    (["check", ""], "a program file is required"),
+])
+def test_command_line_mistakes_are_usage_errors(capsys, progk, args, says):
+    f, inst = progk
+    args = [f if a == "K" else inst if a == "INST" else a for a in args]
+    rc, out, err = cli(capsys, *args)
+    assert rc == 2 and out == "" and f"serq: error: {says}" in err, err

@@ -1,9 +1,7 @@
-"""The report (catalogue: *The report*): the JSON object, its text form, and `--dump DIR`."""
+"""The report (catalogue: *The report*): the JSON object, and its text form (`--dump DIR`: serq/interp/dump.py)."""
 from __future__ import annotations
 
-import csv
 import math
-import os
 
 from serq.interp.stats import summary
 
@@ -127,24 +125,3 @@ def text(rep: dict, file: str) -> str:
     for n in rep["notes"]:
         out.append(f"note: {n}")
     return "\n".join(out)
-
-
-def dump(sim, rep: dict, directory: str):
-    """--dump DIR: each observation's samples, the client's, and every gauge's change points."""
-    os.makedirs(os.path.join(directory, "gauge"), exist_ok=True)
-    for name, ser in sim.obs.items():
-        with open(os.path.join(directory, f"observe_{name}.csv"), "w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh)
-            w.writerow(["time", "session", "turn", "value"])
-            w.writerows(ser.dump_rows())
-    for name, ser in sim.client.items():
-        if ser.v:
-            with open(os.path.join(directory, f"client_{name}.csv"), "w", newline="", encoding="utf-8") as fh:
-                w = csv.writer(fh)
-                w.writerow(["value"])
-                w.writerows([v] for v in ser.after())
-    for name, _, avg in sim.gauges:
-        with open(os.path.join(directory, "gauge", f"{name}.csv"), "w", newline="", encoding="utf-8") as fh:
-            w = csv.writer(fh)
-            w.writerow(["time", "value"])
-            w.writerows(p for p in avg.points if p[0] <= rep["end"])

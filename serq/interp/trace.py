@@ -17,14 +17,12 @@ def _err(path, line, col, msg):
 def load_trace(path: str) -> list[list[dict]]:
     """The trace's sessions, in file order, each the list of its turns."""
     try:
-        fh = open(path, encoding="utf-8", newline="")
-    except OSError as exc:
-        raise SerqError("T002", f"cannot read the trace: {exc.strerror}", Span(path, 1, 1)) from None
-    with fh:
-        try:
+        with open(path, encoding="utf-8", newline="") as fh:
             text = fh.read()
-        except UnicodeDecodeError:
-            raise _err(path, 1, 1, "the trace is not UTF-8 text") from None
+    except UnicodeDecodeError:
+        raise _err(path, 1, 1, "the trace is not UTF-8 text") from None
+    except OSError as exc:  # a missing file, a directory, a read that fails
+        raise SerqError("T002", f"cannot read the trace: {exc.strerror or exc}", Span(path, 1, 1)) from None
     lines = text.splitlines()
     rows = list(csv.reader(lines))
     if not rows:

@@ -633,7 +633,7 @@ def parse_text(text: str, file: str = "<input>", fragment: str | None = None):
     try:
         return _ToAst(file).transform(tree)
     except VisitError as exc:
-        if isinstance(exc.orig_exc, SerqError):
+        if isinstance(exc.orig_exc, (SerqError, RecursionError)):  # too deep: P007 where it is caught
             raise exc.orig_exc from None
         raise
 
@@ -675,15 +675,19 @@ def _check_depth(text: str, file: str):
         prev = ch
 
 
-def parse_file(path: str) -> A.Program:
+def read_source(path: str) -> str:
+    """A program or IR file's text: P005 when it is not UTF-8, P006 when it cannot be read."""
     try:
         with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+            return fh.read()
     except UnicodeDecodeError:
         raise ParseError("P005", "the file is not UTF-8 text", Span(path, 1, 1)) from None
     except OSError as exc:
-        raise ParseError("P006", f"cannot read the file: {exc.strerror}", Span(path, 1, 1)) from None
-    return parse_text(text, path)
+        raise ParseError("P006", f"cannot read the file: {exc.strerror or exc}", Span(path, 1, 1)) from None
+
+
+def parse_file(path: str) -> A.Program:
+    return parse_text(read_source(path), path)
 
 
 def _parse_error(exc: UnexpectedInput, file: str) -> ParseError:
