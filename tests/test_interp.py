@@ -685,8 +685,52 @@ def test_an_engine_that_stalls_is_named():
       server { hold reqs (cost(reqs, 1)), kv (cost(kv, 8)) { run llm prefill (cost(llm, 8)) growing kv; } }
     }"""
     # only decodes are ever served, and the one request prefills: nothing is scheduled, ever
-    rep, _ = run(text, horizon=10)
+    rep, sim = run(text, horizon=10)
     assert any(n.startswith("idle: engine llm") for n in rep["notes"])
+    assert sim.engines[0].iterations == 0 and rep["stages"]["llm"]["utilisation"] == 0.0
+
+
+NO_TOKEN = """fn main() {
+  device gpu { kv cap 1000; }
+  engine llm on gpu {
+    reqs cap 4;
+    tokens cap %s;
+    granule 4;
+    state tries = 0;
+    request (p) { prefill (p) growing kv; observe done = now; }
+    schedule { set tries = tries + 1; advance running; admit waiting while (running.preempted == 0) taking reqs (1), kv (1); }
+    execute (1);
+  }
+  pool kv on gpu { block 1; }
+  pool reqs on llm { queue fifo; }
+  workload { arrive batch(1); turn { Size n = 10; } }
+  server { llm (n); }
+}"""
+
+
+def test_a_try_that_schedules_no_token_is_no_iteration():
+    # granule 4 under a budget of 3: the admitted prefill is passed over, so the try schedules no
+    # token and preempts nothing; it is no iteration (*Engines*): no time passes, the engine is not
+    # busy, its set is undone, and the request is named as the work it leaves unscheduled
+    rep, sim = run(NO_TOKEN % 3)
+    assert rep["end"] == 0.0
+    assert sim.engines[0].iterations == 0
+    assert rep["stages"]["llm"]["completed"] == 0
+    assert sim.engines[0].registers["tries"] == 0
+    assert rep["pools"]["reqs"]["admitted"] == 1  # the admission stands
+    assert rep["sessions"]["live_at_end"] == 1
+    assert "idle: engine llm ends the run with work it does not schedule: 1 running " \
+           "(session 0 prefill with 10 tokens left)" in rep["notes"]
+
+
+def test_the_same_engine_with_room_for_a_granule_runs_its_iterations():
+    # a budget of 4 schedules 4, 4, then the remainder 2 (short of its remainder a multiple of g):
+    # three iterations of execute (1), the last ending at 3
+    rep, sim = run(NO_TOKEN % 4)
+    assert sim.engines[0].iterations == 3
+    assert by_serial(sim, "done") == {0: [3.0]}
+    assert sim.engines[0].registers["tries"] == 3
+    assert not any(n.startswith("idle:") for n in rep["notes"])
 
 
 def test_engine_family_on_a_device_family_runs_member_for_member():

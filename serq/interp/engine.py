@@ -301,9 +301,10 @@ class Iterations:
             eng.planning = False
         ntok = sum(r.served for r in eng.batch_reqs)
         if ntok <= 0 and v["Preempted"] == 0:
-            eng.registers = saved_regs  # a try that schedules, preempts and admits nothing is undone
-            if v["Admitted"] == 0:
-                return
+            # a try that schedules no token is no iteration unless it preempted (*Engines*): what it
+            # admitted stays admitted, and its sets, which take effect with an iteration, are undone
+            eng.registers = saved_regs
+            return
         bd = [r for r in eng.batch_reqs if r.mode == "decode"]
         bp = [r for r in eng.batch_reqs if r.mode == "prefill"]
         v["Ntok"] = float(ntok)

@@ -47,7 +47,8 @@ def build(sim) -> dict:
     for eng in getattr(sim, "engines", []):
         # an engine the linker could not see stall: its work is unscheduled when the run ends
         if not eng.busy and (any(r.alive for r in eng.reqs) or any(p.queue for p in eng.admitted)):
-            notes.append(f"idle: engine {eng.label} ends the run with work it does not schedule")
+            notes.append(f"idle: engine {eng.label} ends the run with work it does not schedule"
+                         f"{_unscheduled(eng)}")
     if growing_at_end:
         notes.append(f"grow: {growing_at_end} hold(s) still waiting to grow at the end")
     for label in stalled:
@@ -125,3 +126,17 @@ def text(rep: dict, file: str) -> str:
     for n in rep["notes"]:
         out.append(f"note: {n}")
     return "\n".join(out)
+
+
+def _unscheduled(eng) -> str:
+    """The requests an idle engine leaves: its runs by session serial and tokens left, and its queues."""
+    runs = [r for r in eng.reqs if r.alive]
+    parts = []
+    if runs:
+        shown = ", ".join(f"session {r.sess.serial} {r.mode} with {r.left:g} tokens left" for r in runs[:3])
+        more = f" and {len(runs) - 3} more" if len(runs) > 3 else ""
+        parts.append(f"{len(runs)} running ({shown}{more})")
+    waiting = sum(len(p.queue) for p in eng.admitted)
+    if waiting:
+        parts.append(f"{waiting} waiting")
+    return ": " + "; ".join(parts)
