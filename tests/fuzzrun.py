@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 SERQ = os.path.join(ROOT, "serq") + os.sep
 
+STARTUP = 120.0  # seconds a worker may take to import serQ and build its parser (not a case's budget)
 DIAG = re.compile(r"^\S.*:\d+:\d+: error\[[A-Z]+\d+\]: ", re.M)
 USAGE = re.compile(r"^serq: error: ", re.M)
 
@@ -188,6 +189,10 @@ def _worker_main():
     dump = open(sys.argv[2], "w")  # noqa: SIM115 - open for the worker's life
     faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
     sys.path.insert(0, HERE)
+    from serq import api
+    with contextlib.suppress(api.SerqError):  # the imports and the parser, outside any budget
+        api.load_text("fn main() { }", "warm-up.sq")
+    proto.write("ready\n")
     for line in sys.stdin:
         case = json.loads(line)
         with tempfile.TemporaryDirectory(prefix="serq-fuzz-") as d:
@@ -220,6 +225,10 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", self.stacks],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                      cwd=ROOT)
+        ready, _, _ = select.select([self.proc.stdout], [], [], STARTUP)
+        if not ready or self.proc.stdout.readline() != "ready\n":
+            self.kill()
+            raise RuntimeError(f"the fuzz worker did not start within {STARTUP:g} s")
 
     def run(self, case: dict) -> dict:
         if self.proc is None or self.proc.poll() is not None:
