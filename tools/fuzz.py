@@ -1,6 +1,7 @@
 """A fuzz campaign: many cases of tests/fuzzgen.py in a pool of workers, each under a time budget.
 
-    python tools/fuzz.py --cases 20000 --jobs 2 --timeout 10 --out fuzz-out [--seed S] [--profile full]
+    python tools/fuzz.py --cases 20000 --jobs 2 --timeout 10 --out fuzz-out [--seed S]
+                         [--profile full|suite] [--on SWITCH]... [--target check|run|ir]
 
 Each case ends with a report, a diagnostic or a usage error, or is a failure: a traceback, JSON
 that a strict parser refuses, or a hang (over --timeout seconds). Failures are grouped by cause
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import dataclasses
 import json
 import os
 import queue
@@ -104,10 +106,15 @@ def main(argv=None) -> int:
     p.add_argument("--seed", default="1", help="the campaign's seed: case i is random_case(f'{seed}:{i}')")
     p.add_argument("--out", default="fuzz-out")
     p.add_argument("--profile", choices=["full", "suite"], default="full")
+    switches = [f for f in fuzzgen.Gen.__dataclass_fields__ if f != "max_mutations"]
+    p.add_argument("--on", action="append", default=[], choices=switches, metavar="SWITCH",
+                   help="turn a switch of tests/fuzzgen.Gen on over the profile (with --profile suite: "
+                        "is a family fixed?)")
     p.add_argument("--target", choices=["check", "run", "ir"], help="only this target")
     p.add_argument("--shrink", type=int, default=60, help="runs spent shrinking each cause's case")
     args = p.parse_args(argv)
     gen = fuzzgen.FULL if args.profile == "full" else fuzzgen.SUITE
+    gen = dataclasses.replace(gen, **{s: True for s in args.on})
 
     workers: queue.Queue = queue.Queue()
     for _ in range(args.jobs):
@@ -153,7 +160,8 @@ def main(argv=None) -> int:
     hangs = sum(e[0] for c, e in causes.items() if c.startswith("hang"))
     fails = sum(e[0] for e in causes.values())
     lines.append(f"programs tried: {figures['tried']} ({', '.join(f'{k} {v}' for k, v in sorted(figures['by_target'].items()))}),"
-                 f" {time.monotonic() - t0:.0f} s, profile {args.profile}, seed {args.seed}, timeout {args.timeout:g} s")
+                 f" {time.monotonic() - t0:.0f} s, profile {args.profile}{''.join(' +' + s for s in args.on)},"
+                 f" seed {args.seed}, timeout {args.timeout:g} s")
     lines.append(f"passed: {figures['ok']}; failures: {fails} "
                  f"(tracebacks and broken output {fails - hangs}, hangs {hangs}); distinct causes: {len(causes)}")
     lines.append("  " + "; ".join(f"{k}: {v}" for k, v in sorted(figures["ended"].items())))
