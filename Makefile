@@ -1,10 +1,20 @@
-# The README's two commands: `make demo` and `make test`. Both set up .venv first.
+# The README's two commands: `make demo` and `make test`. Both set up .venv first (so does `make fuzz`).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.serq-installed
 
-.PHONY: demo test check install clean schema
+.PHONY: demo test check install clean schema fuzz
+
+# a fuzz campaign (tools/fuzz.py): FUZZ_CASES cases, FUZZ_JOBS workers, FUZZ_TIMEOUT seconds a case;
+# each failure's cause and smallest reproducer go to FUZZ_OUT; FUZZ_ARGS more options of tools/fuzz.py
+# (e.g. FUZZ_ARGS="--profile suite --on nan_arith": is that family fixed?)
+FUZZ_CASES   ?= 2000
+FUZZ_JOBS    ?= 2
+FUZZ_TIMEOUT ?= 10
+FUZZ_SEED    ?= 1
+FUZZ_OUT     ?= fuzz-out
+FUZZ_ARGS    ?=
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,8 +37,12 @@ check: $(STAMP)
 	@if command -v lake >/dev/null 2>&1; then cd lean && lake build; \
 	else echo "Lean check SKIPPED: lake is not on the PATH (no Lean toolchain on this machine)"; fi
 
+fuzz: $(STAMP)
+	$(BIN)/python tools/fuzz.py --cases $(FUZZ_CASES) --jobs $(FUZZ_JOBS) --timeout $(FUZZ_TIMEOUT) \
+		--seed $(FUZZ_SEED) --out $(FUZZ_OUT) $(FUZZ_ARGS)
+
 schema: $(STAMP)
 	$(BIN)/python -m serq.ir.schema > docs/reference/ir.schema.json
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info fuzz-out

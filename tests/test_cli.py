@@ -77,6 +77,24 @@ def test_ir_prints_json_that_loads_back():
     assert again == prog
 
 
+@pytest.mark.parametrize("size", ["1e999", "0 - 1e400", "m", "-m"])
+def test_an_infinite_number_in_an_expression_is_the_inf_node_and_loads_back(size):
+    # found by tools/fuzz.py: a literal past the largest float became {"k": "num", "v": null}, which
+    # does not load back; infinity is its own node (ir/model.py)
+    from serq import api
+    text = ("fn main() { let m = 1e400; stage s : fifo; workload { arrive poisson(1); turn { Size x = "
+            + size + "; } } server { run s (cost(s, max(x, 1))); } }")
+    prog = api.load_text(text, "inf.sq")
+    out = prog.model_dump_json(exclude_none=True)
+
+    def refuse(c):
+        raise AssertionError(f"{c} in the IR")
+    ir = json.loads(out, parse_constant=refuse)
+    assert '"v":null' not in out.replace(" ", "")
+    assert I.Program.model_validate_json(out) == prog
+    assert '"k": "inf"' in json.dumps(ir["workload"]["turn"][0]["e"])
+
+
 def test_inputs_after_double_dash_and_instance_file(tmp_path):
     r = serq("ir", VLLM, "--", "rate=0.25", "blocks=100")
     prog = I.Program.model_validate_json(r.stdout)

@@ -68,28 +68,3 @@ def test_mutated_programs(src, data):
 @given(st.text(max_size=200))
 def test_arbitrary_text(text):
     check(text)
-
-
-RUNNABLE = [s for s in SOURCES if "fn main" in s and "expect:" not in s[:40]]
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from(RUNNABLE), st.data())
-def test_runs_of_programs_with_other_numbers_end_in_a_report_or_a_diagnostic(src, data):
-    """`serq run` too: a program that links runs to its report or stops with a diagnostic."""
-    import re
-
-    from serq.ir.model import Settings
-    values = st.sampled_from(["0", "1", "2", "3", "0.5", "7", "16", "100", "1000"])
-
-    def mutate(m):
-        return data.draw(values) if data.draw(st.integers(0, 3)) == 0 else m.group(0)
-    text = re.sub(r"(?<![A-Za-z_.])\d+(\.\d+)?", mutate, src)
-    try:
-        prog = api.load_text(text, "fuzz.sq")
-    except (SerqError, UsageError):
-        return
-    try:
-        api.run(prog, Settings(horizon=data.draw(st.sampled_from([2.0, 10.0, 30.0]))))
-    except (SerqError, UsageError):
-        pass

@@ -365,6 +365,16 @@ def test_arrivals_runs_exactly_n_and_drains():
     assert e.value.code == "R033"
 
 
+def test_arrivals_without_a_horizon_that_cannot_drain_is_r032_not_a_traceback():
+    # found by tools/fuzz.py: the message formatted the missing horizon (TypeError in fmt). A KV pool
+    # of one block admits no prompt, so the five sessions wait with nothing left to happen.
+    prog = api.load(os.path.join(HERE, "..", "examples", "single-turn", "vllm_single_turn.sq"), {"blocks": 1})
+    with pytest.raises(SerqError) as e:
+        api.run(prog, Settings(arrivals=5))
+    assert e.value.code == "R032"
+    assert str(e.value).endswith("did not drain (5 still live when nothing was left to happen)")
+
+
 @pytest.mark.parametrize("body,code", [
     ("branch (serial + 0.5) { }", "R006"),
     ("run s (cost(s, serial - 5));", "R007"),

@@ -403,9 +403,10 @@ class Sim(Iterations):
             self.now = horizon
         if self.arrivals_n is not None:
             where = self.compiler.span(self.prog.workload.arrive.at)
-            if not drained:
-                raise RunError("R032", f"--arrivals {self.arrivals_n}: the sessions did not drain by the horizon "
-                               f"{fmt(horizon)}", where)
+            if not drained:  # without a horizon: nothing was left to happen, and sessions were
+                by = (f"by the horizon {fmt(horizon)}" if horizon is not None else
+                      f"({len(self.live)} still live when nothing was left to happen)")
+                raise RunError("R032", f"--arrivals {self.arrivals_n}: the sessions did not drain {by}", where)
             if self.end <= self.warmup:
                 raise RunError("R033", f"--arrivals {self.arrivals_n}: the run drained at {fmt(self.end)}, at or "
                                f"before the warm-up {fmt(self.warmup)}", where)

@@ -32,6 +32,14 @@ class Tables:
         self.admitted_by: dict[str, str] = {}  # pool -> the step stage that admits it
 
 
+def number(v: float, at=None):
+    """A known number as an IR node; an infinite one is the `inf` node (negated for -inf), as the IR
+    writes infinity (ir/model.py), so `serq ir` stays strict JSON and loads back."""
+    if math.isinf(v):
+        return I.Inf(at=at) if v > 0 else I.Un(op="-", e=I.Inf(at=at), at=at)
+    return I.Num(v=v, at=at)
+
+
 def const_value(e) -> float | None:
     """The value of an IR expression made of numbers only, else None."""
     k = e.k
@@ -94,7 +102,7 @@ class ExprLinker:
     def _link(self, e, m: Moment):
         at = self.loc(e.span)
         if isinstance(e, A.Num):
-            return I.Num(v=e.value, at=at)
+            return number(e.value, at)
         if isinstance(e, A.Str):
             raise SerqError("L071", "a string is not a value here", e.span)
         if isinstance(e, A.Ref):
@@ -117,8 +125,7 @@ class ExprLinker:
         if e.simple:
             n = e.head
             if n in t.consts:
-                v = t.consts[n]
-                return I.Inf(at=at) if v == math.inf else I.Num(v=v, at=at)
+                return number(t.consts[n], at)
             if n == "inf":
                 return I.Inf(at=at)
             if m.claim_iter and n in CLAIM_ITER_VALUES:
