@@ -9,6 +9,7 @@ import sys
 from serq import api
 from serq.diagnostics import SerqError
 from serq.ir import model as I
+from serq.lang.lower.constants import whole
 from serq.lang.lower.inputs import UsageError
 
 
@@ -88,7 +89,7 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
     s = {}
     if seed is not None:
         sv = _number(str(seed), "--seed")
-        if sv < 0 or sv != math.floor(sv) or math.isinf(sv):
+        if not whole(sv):
             raise UsageError("--seed is a nonnegative integer")
         s["seed"] = int(sv)
     hz = getattr(args, "horizon", None) or inst.get("horizon")
@@ -107,7 +108,7 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
     ar = getattr(args, "arrivals", None) or inst.get("arrivals")
     if ar is not None:
         av = _number(str(ar), "--arrivals")
-        if av < 1 or av != math.floor(av) or math.isinf(av):
+        if not whole(av, 1):
             raise UsageError("--arrivals is a positive integer")
         s["arrivals"] = int(av)
     return supplied, I.Settings(**s)

@@ -10,7 +10,7 @@ from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
 from serq.lang import ast as A
 from serq.lang.kernel import Kernel, KStep
-from serq.lang.lower.constants import fmt
+from serq.lang.lower.constants import fmt, whole
 from serq.lang.walk import iter_stmts
 from serq.link import names as N
 from serq.link.exprs import ExprLinker, Tables, const_value, same_target
@@ -222,7 +222,7 @@ class Linker:
             be = opts["block"].args[0]
             block = self.x.link(be, N.CAP)
             bv = const_value(block)
-            if bv is None or not (bv >= 1 and bv == math.floor(bv) and bv < math.inf):
+            if bv is None or not whole(bv, 1):
                 raise SerqError("L241", "a pool's block is a constant whole number >= 1", be.span)
             p.block_value = bv
         engine_mem = p.memory
@@ -267,7 +267,7 @@ class Linker:
                 if kd.arg is not None:
                     c = self.x.link(kd.arg, N.STAGE_COUNT)
                     v = const_value(c)
-                    if v is None or not (v >= 1 and (v == math.floor(v) or v == math.inf)):
+                    if v is None or not (whole(v, 1) or v == math.inf):
                         raise SerqError("L022", "a fifo's servers are a constant whole number >= 1 (or inf)",
                                         kd.arg.span)
                 kind = I.Fifo(servers=c)
@@ -284,7 +284,7 @@ class Linker:
         if st.granule is not None:
             granule = lk(st.granule, N.engine_moment("granule", s.name))
             gv = const_value(granule)
-            if gv is None or not (gv >= 1 and gv == math.floor(gv)):
+            if gv is None or not whole(gv, 1):
                 raise SerqError("L118", "an engine's granule is a constant whole number >= 1", st.granule.span)
         key = N.engine_moment("key", s.name)
         serve = I.ExclusivePrefill() if st.serve[0] == "exclusive" else I.By(keys=[lk(k, key) for k in st.serve[1]])
@@ -347,7 +347,7 @@ class Linker:
         elif law in ("closed", "batch"):
             n = self.x.link(e, N.CONST)
             v = const_value(n)
-            if v is None or not (1 <= v <= 1_000_000 and v == math.floor(v)):
+            if v is None or not whole(v, 1, 1_000_000):
                 raise SerqError("L022", f"{law}(n) is a whole number of sessions from 1 to a million"
                                 + ("" if v is None else f", not {fmt(v)}"), e.span)
             arrive = I.Closed(n=int(v)) if law == "closed" else I.Batch(n=int(v))
@@ -508,7 +508,7 @@ class Linker:
         if isinstance(s, A.Choose):
             n = x.link(s.count, S)
             v = const_value(n)
-            if v is not None and not (v >= 1 and v == math.floor(v) and v < math.inf):
+            if v is not None and not whole(v, 1):
                 raise SerqError("L022", f"choose picks among a whole number >= 1 of indices, not {fmt(v)}",
                                 s.count.span)
             keys = [x.link(k, N.Moment("a choose key", ctx=frozenset({"now"}), attrs=True, hidden=True,
