@@ -613,6 +613,9 @@ class Linker:
 
     def run(self, s: A.Run, sc: Scope, at):
         x = self.x
+        if not s.stages:  # a queue's entry names its own stage (lowered before here); elsewhere there is none
+            raise SerqError("L168", "`run (…)` names no stage: it runs on the queue's own stage, in a queue's entry",
+                            s.span)
         tgts = [x.target(r, N.SESSION, "stage", "`run`") for r in s.stages]
         names = [t.name for t in tgts]
         steps = [t for t in tgts if t.name in self.t.steps]
