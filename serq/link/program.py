@@ -14,7 +14,7 @@ from serq.lang.lower.constants import fmt, whole
 from serq.lang.walk import iter_stmts
 from serq.link import names as N
 from serq.link.exprs import ExprLinker, Tables, const_value, same_target
-from serq.link.rules import check_program
+from serq.link.rules import attrs_read, check_program
 
 INDEX = N.Moment("an index", attrs=True)
 AMOUNT_MAX = 1e18
@@ -379,6 +379,8 @@ class Linker:
     # ------------------------------------------------------------ claims
     def claim(self, c: A.Claim) -> I.Claim:
         given = self.x.link(c.given, N.GIVEN) if c.given is not None else None
+        if given is not None:
+            self._given_reads_init(given, c.given.span)
         at = self.x.loc(c.span)
         if c.form == "end":
             return I.Claim(name=c.name, form="end", e=self.x.link(c.e, N.CLAIM_END), given=given, at=at)
@@ -389,6 +391,20 @@ class Linker:
         m = N.Moment(N.CLAIM_ITER.name, ctx=N.CLAIM_ITER.ctx, obs=N.CLAIM_ITER.obs, const_index=True,
                      claim_iter=True, registers=True)
         return I.Claim(name=c.name, form=c.form, stage=tgt, e=self.x.link(c.e, m), given=given, at=at)
+
+    def _given_reads_init(self, given, span):
+        """given is read once the init block has run, from the session's attributes (*Claims*): an
+        attribute no statement of the init block sets, nor the interpreter at the start, has no value."""
+        wl = self.k.workload
+        init = set()
+        for s in iter_stmts(wl.init or () if wl is not None else ()):
+            if isinstance(s, (A.Set, A.Choose)):
+                init.add(s.name)
+            elif isinstance(s, A.CostFields):
+                init |= {f"{s.name}.{f}" for f, _ in s.fields}
+        for n in sorted(attrs_read(given) - init - N.BUILTIN_ATTRS):
+            raise SerqError("L251", f"a claim's `given` is read once the init block has run: `{n}` is not set "
+                            "there", span)
 
     # ------------------------------------------------------------ statements
     def block(self, stmts, sc: Scope) -> list:
