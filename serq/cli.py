@@ -115,7 +115,7 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
 
 
 def _run(args, prog, settings) -> int:
-    from serq.interp.report import dump, text
+    from serq.interp.report import dump, finite, text
     progress = None
     if not args.quiet and sys.stderr.isatty():
         progress = _Progress(settings)
@@ -126,7 +126,7 @@ def _run(args, prog, settings) -> int:
     if args.dump:
         dump(sim, rep, args.dump)
     if args.json:
-        print(json.dumps(rep, indent=1, default=_jsonable))
+        print(json.dumps(finite(rep), indent=1, default=_jsonable, allow_nan=False))
     else:
         print(text(rep, args.file))
     return 0
