@@ -196,31 +196,3 @@ def test_a_varying_gauge_keeps_its_interval():
     g = rep["gauges"]["busy_s"]
     assert g["mean"] == pytest.approx(m) and g["ci95"] == pytest.approx(ci) and ci > 0.2
 
-
-# ------------------------------------------------------------------ integers vLLM needs
-
-TARGET = """fn main() {
-  device gpu { kv cap 100 * 16; }
-  engine vllm on gpu {
-    reqs cap %s;
-    tokens cap %s;
-    schedule { let t = running.count + waiting.count > 1 ? %s : inf;
-      advance running each at most (t); admit waiting while (running.preempted == 0) each at most (t); }
-    execute (1);
-  }
-  pool kv on gpu { block 16; evict lru; preempt lifo; }
-  pool reqs on vllm { queue fifo; }
-  workload { arrive poisson(1); turn { Size n = 10; } }
-  server { hold reqs (cost(reqs, 1)), kv (cost(kv, n)) { run vllm prefill (cost(vllm, n)) growing kv; } }
-}"""
-
-
-@pytest.mark.parametrize("seqs, budget, chunk", [("8.5", "256", "64"), ("8", "256.5", "64"), ("8", "inf", "64"),
-                                                 ("8", "256", "64.5"), ("8", "256", "inf")])
-def test_vllm_integers_are_whole_not_truncated(seqs, budget, chunk):
-    from serq.diagnostics import SerqError
-    from serq.target.vllm import target
-    assert target(api.load_text(TARGET % ("8", "256", "64"), "t.sq"))["max_num_seqs"] == 8
-    with pytest.raises(SerqError) as e:
-        target(api.load_text(TARGET % (seqs, budget, chunk), "t.sq"))
-    assert e.value.code == "V001"
