@@ -223,7 +223,8 @@ class Linker:
             block = self.x.link(be, N.CAP)
             bv = const_value(block)
             if bv is None or not whole(bv, 1):
-                raise SerqError("L241", "a pool's block is a constant whole number >= 1", be.span)
+                raise SerqError("L241", "a pool's block is a constant whole number >= 1"
+                                + ("" if bv is None else f", not {fmt(bv)}"), be.span)
             p.block_value = bv
         engine_mem = p.memory
         evict = I.EvictLru()
@@ -268,8 +269,8 @@ class Linker:
                     c = self.x.link(kd.arg, N.STAGE_COUNT)
                     v = const_value(c)
                     if v is None or not (whole(v, 1) or v == math.inf):
-                        raise SerqError("L022", "a fifo's servers are a constant whole number >= 1 (or inf)",
-                                        kd.arg.span)
+                        raise SerqError("L022", "a fifo's servers are a constant whole number >= 1 (or inf)"
+                                        + ("" if v is None else f", not {fmt(v)}"), kd.arg.span)
                 kind = I.Fifo(servers=c)
             elif kd.kind == "ps":
                 kind = I.Ps(phi=self.x.link(kd.arg, N.PS_CAP))
@@ -285,7 +286,8 @@ class Linker:
             granule = lk(st.granule, N.engine_moment("granule", s.name))
             gv = const_value(granule)
             if gv is None or not whole(gv, 1):
-                raise SerqError("L118", "an engine's granule is a constant whole number >= 1", st.granule.span)
+                raise SerqError("L118", "an engine's granule is a constant whole number >= 1"
+                                + ("" if gv is None else f", not {fmt(gv)}"), st.granule.span)
         key = N.engine_moment("key", s.name)
         serve = I.ExclusivePrefill() if st.serve[0] == "exclusive" else I.By(keys=[lk(k, key) for k in st.serve[1]])
         iteration = None
