@@ -10,6 +10,7 @@ import sys
 from serq import api
 from serq.diagnostics import SerqError
 from serq.ir import model as I
+from serq.lang.lower.constants import whole
 from serq.lang.lower.inputs import UsageError
 
 
@@ -98,7 +99,7 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
     s = {}
     if seed is not None:
         sv = _number(str(seed), "--seed")
-        if sv < 0 or sv != math.floor(sv) or math.isinf(sv):
+        if not whole(sv):
             raise UsageError("--seed is a nonnegative integer")
         s["seed"] = int(sv)
     hz = flag("horizon")
@@ -119,7 +120,7 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
     ar = flag("arrivals")
     if ar is not None:
         av = _number(str(ar), "--arrivals")
-        if av < 1 or av != math.floor(av) or math.isinf(av):
+        if not whole(av, 1):
             raise UsageError("--arrivals is a positive integer")
         s["arrivals"] = int(av)
     return supplied, I.Settings(**s)
@@ -127,7 +128,7 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
 
 def _run(args, prog, settings) -> int:
     from serq.interp.dump import Staged
-    from serq.interp.report import text
+    from serq.interp.report import finite, text
     staged = Staged(args.dump) if args.dump is not None else None  # a bad destination: refused before the run
     progress = None
     try:
@@ -149,7 +150,7 @@ def _run(args, prog, settings) -> int:
         if staged is not None:
             staged.discard()
     if args.json:
-        _out(json.dumps(rep, indent=1, default=_jsonable))
+        _out(json.dumps(finite(rep), indent=1, default=_jsonable, allow_nan=False))
     else:
         _out(text(rep, args.file))
     return 0

@@ -68,3 +68,18 @@ def test_a_program_without_an_engine():
     with pytest.raises(SerqError) as e:
         target(api.load(os.path.join(ROOT, "examples", "single-turn", "mg1.sq")))
     assert e.value.code == "V002"
+
+
+@pytest.mark.parametrize("seqs, budget, chunk", [("8.5", "256", "64"), ("8", "256.5", "64"), ("8", "inf", "64"),
+                                                 ("8", "256", "64.5"), ("8", "256", "inf")])
+def test_vllm_integers_are_whole_not_truncated(seqs, budget, chunk):
+    def text(seqs, budget, chunk):
+        schedule = (f"let t = running.count + waiting.count > 1 ? {chunk} : inf; advance running each at most (t); "
+                    "admit waiting while (running.preempted == 0) each at most (t);")
+        return (ENGINE % schedule).replace("reqs cap 8;", f"reqs cap {seqs};").replace("tokens cap 256;",
+                                                                                       f"tokens cap {budget};")
+    with pytest.raises(SerqError) as e:
+        target(api.load_text(text(seqs, budget, chunk), "t.sq"))
+    assert e.value.code == "V001"
+    cfg = target(api.load_text(text("8", "256", "64"), "t.sq"))
+    assert (cfg["max_num_seqs"], cfg["max_num_batched_tokens"], cfg["long_prefill_token_threshold"]) == (8, 256, 64)

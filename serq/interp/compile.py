@@ -9,7 +9,8 @@ import math
 
 from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
-from serq.lang.lower.constants import fmt
+from serq.lang.lower import constants as C
+from serq.lang.lower.constants import fmt, whole
 from serq.link.exprs import const_value, draw_param_error
 
 INF = math.inf
@@ -31,66 +32,9 @@ class Ctx:
         self.sess = sess
 
 
-def _div(l, r):
-    if r == 0:
-        return NAN if (l == 0 or l != l) else math.copysign(INF, l)
-    return l / r
-
-
-def _mod(l, r):
-    if r == 0 or math.isinf(l):
-        return NAN
-    return math.fmod(l, r)
-
-
-def _mul(l, r):
-    if (l == 0 and r in (INF, -INF)) or (r == 0 and l in (INF, -INF)):
-        return NAN
-    return l * r
-
-
-def _sum(*a):
-    t = 0.0
-    for x in a:
-        t += x
-    return t
-
-
-def _log(x):
-    if x > 0:
-        return math.log(x)
-    return -INF if x == 0 else NAN
-
-
-def _sqrt(x):
-    return math.sqrt(x) if x >= 0 else NAN
-
-
-def _pow(a, b):
-    try:
-        return math.pow(a, b)
-    except (OverflowError, ValueError):
-        return INF if a > 1 else NAN
-
-
-def _round(x):
-    return math.floor(x + 0.5) if not math.isinf(x) and x == x else x
-
-
-def _floor(x):
-    return float(math.floor(x)) if not math.isinf(x) and x == x else x
-
-
-def _ceil(x):
-    return float(math.ceil(x)) if not math.isinf(x) and x == x else x
-
-
-def _reusable(n, b):
-    return math.floor((n - 1) / b) * b if n >= 1 else 0.0
-
-
-FUNCS = {"min": min, "max": max, "sum": _sum, "floor": _floor, "ceil": _ceil, "round": _round, "abs": abs,
-         "sqrt": _sqrt, "log": _log, "pow": _pow, "reusable": _reusable}
+# one definition of each operator and function, the constant folder's (*Expressions*)
+FUNCS = {name: fn for name, (_, _, fn) in C.FUNCS.items()}
+_mul, _div, _mod = C.mul, C.div, C.mod
 
 
 class Compiler:
@@ -307,7 +251,7 @@ class Compiler:
 
         def f(c):
             i = idx(c)
-            if 0 <= i < n and i == int(i):
+            if whole(i, 0, n - 1):
                 return members[int(i)]
             raise err("R004", f"`{name}[{fmt(i)}]`: an index is a whole number from 0 below {n}", at)
         return f

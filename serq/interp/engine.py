@@ -7,6 +7,9 @@ import math
 
 from serq.interp.pools import round_up
 from serq.interp.stats import TimeAverage
+from serq.lang.lower.constants import FUNCS
+
+_floor = FUNCS["floor"][2]  # keeps inf
 
 INF = math.inf
 
@@ -354,8 +357,8 @@ class Iterations:
             if r.mode != "decode" or r.served != 1.0 or a is None or rec is None or rec.first is None:
                 return end
             # iterations after this one that need no growth and leave the run one token at least
-            room = int(a.units - a.pos) - 1
-            m = min(room, int(r.left) - 2)
+            room = _floor(a.units - a.pos) - 1
+            m = min(room, _floor(r.left) - 2)  # inf for an infinite output: the horizon or the next event bounds it
             if k is None or m < k:
                 k = m
             if k <= 0:
@@ -363,6 +366,8 @@ class Iterations:
         nxt = self.heap[0][0] if self.heap else INF
         if self.horizon is not None:
             nxt = min(nxt, self.horizon)
+        if k == INF and nxt == INF:
+            return end
         b = eng.batch
         c = self.machine
         f = spec["cost"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 
 from serq.interp.stats import summary
+from serq.lang.lower.constants import fmt
 
 BOOL_NOTE = 40
 
@@ -73,6 +74,26 @@ def build(sim) -> dict:
         "growing_at_end": growing_at_end,
         "notes": notes,
     }
+
+
+def finite(rep: dict) -> dict:
+    """The report is strict JSON (RFC 8259), which has no inf or NaN: a non-finite number is written
+    null, and a note names its field (`non_finite: end is inf`)."""
+    notes = []
+
+    def walk(v, path):
+        if isinstance(v, dict):
+            return {k: walk(x, f"{path}.{k}" if path else k) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x, f"{path}[{i}]") for i, x in enumerate(v)]
+        if isinstance(v, float) and not math.isfinite(v):
+            notes.append(f"non_finite: {path} is {fmt(v)}")
+            return None
+        return v
+
+    out = walk(rep, "")
+    out["notes"] = out["notes"] + notes
+    return out
 
 
 def _f(v, w=10):

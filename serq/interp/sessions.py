@@ -6,7 +6,7 @@ import math
 
 from serq.interp.pools import round_up
 from serq.interp.stages import Job
-from serq.lang.lower.constants import fmt
+from serq.lang.lower.constants import fmt, whole
 from serq.link.rules import expr_nodes
 
 INF = math.inf
@@ -186,7 +186,7 @@ class Ops:
 
         def op(sess):
             n = n_f(sess.c)
-            if not (n >= 1 and n == int(n) and n < INF):
+            if not whole(n, 1):
                 raise err("R005", f"choose picks among a whole number >= 1 of indices, not {fmt(n)}", s.at)
             best = None
             for j in range(int(n)):

@@ -19,7 +19,23 @@ def _pct(sorted_vals, q):
     pos = q * (n - 1)
     lo = int(math.floor(pos))
     hi = min(lo + 1, n - 1)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+    a, b = sorted_vals[lo], sorted_vals[hi]
+    if pos == lo or a == b:  # a rank hit exactly, or two equal ranks (inf among them: no inf - inf)
+        return a
+    return a + (b - a) * (pos - lo)
+
+
+def _within(x: float, lo: float, hi: float) -> float:
+    """A mean lies between the least and greatest value it averages; rounding may put it a few ulps
+    outside, which this takes back, so that a constant series has its value for mean and 0 for ci95."""
+    return lo if x < lo else hi if x > hi else x
+
+
+def _half_width(means) -> float:
+    """The batch-means 95% half-width over the 20 batch means."""
+    m = _within(math.fsum(means) / BATCHES, min(means), max(means))
+    var = math.fsum((x - m) ** 2 for x in means) / (BATCHES - 1)
+    return T19 * math.sqrt(var / BATCHES)
 
 
 def batch_ci(values) -> float | None:
@@ -33,10 +49,8 @@ def batch_ci(values) -> float | None:
     means = []
     for b in range(BATCHES):
         chunk = values[start + b * size:start + (b + 1) * size]
-        means.append(math.fsum(chunk) / size)
-    m = math.fsum(means) / BATCHES
-    var = math.fsum((x - m) ** 2 for x in means) / (BATCHES - 1)
-    return T19 * math.sqrt(var / BATCHES)
+        means.append(_within(math.fsum(chunk) / size, min(chunk), max(chunk)))
+    return _half_width(means)
 
 
 def summary(values) -> dict:
@@ -45,7 +59,7 @@ def summary(values) -> dict:
         return {"count": 0, "mean": None, "ci95": None, "p50": None, "p90": None, "p99": None,
                 "min": None, "max": None}
     s = sorted(values)
-    return {"count": n, "mean": math.fsum(values) / n, "ci95": batch_ci(values), "p50": _pct(s, 0.5),
+    return {"count": n, "mean": _within(math.fsum(values) / n, s[0], s[-1]), "ci95": batch_ci(values), "p50": _pct(s, 0.5),
             "p90": _pct(s, 0.9), "p99": _pct(s, 0.99), "min": s[0], "max": s[-1]}
 
 
@@ -94,17 +108,18 @@ class TimeAverage:
             return {"mean": None, "ci95": None, "min": None, "max": None}
         edges = [start + span * i / BATCHES for i in range(BATCHES + 1)]
         ints = [self.integral(x) for x in edges]
-        mean = (ints[-1] - ints[0]) / span
-        wl = span / BATCHES
-        means = [(ints[k + 1] - ints[k]) / wl for k in range(BATCHES)]
-        m = math.fsum(means) / BATCHES
-        var = math.fsum((x - m) ** 2 for x in means) / (BATCHES - 1)
-        # the values held for a positive time inside [start, end]
+
+        def mean(k0, k1, width):
+            """The average over [edges[k0], edges[k1]], within the values held there for a positive time
+            (none when the span is infinite)."""
+            held = vs[max(0, bisect_right(ts, edges[k0]) - 1):bisect_left(ts, edges[k1])]
+            x = (ints[k1] - ints[k0]) / width
+            return (_within(x, min(held), max(held)) if held else x), held
+
         ts, vs = self.t, self.vals
-        i0 = max(0, bisect_right(ts, start) - 1)
-        i1 = bisect_left(ts, end)
-        held = vs[i0:i1]
-        return {"mean": mean, "ci95": T19 * math.sqrt(var / BATCHES), "min": min(held) if held else None,
+        means = [mean(k, k + 1, span / BATCHES)[0] for k in range(BATCHES)]
+        m, held = mean(0, BATCHES, span)
+        return {"mean": m, "ci95": _half_width(means), "min": min(held) if held else None,
                 "max": max(held) if held else None}
 
 

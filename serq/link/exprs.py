@@ -6,7 +6,7 @@ import math
 from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
 from serq.lang import ast as A
-from serq.lang.lower.constants import fmt
+from serq.lang.lower.constants import fmt, whole
 from serq.link.names import (CLAIM_ITER_VALUES, CONTEXT_VARS, END_AGGS, ENGINE_VALUES, OBSERVABLES, POOL_OBS,
                              SUPPLIED, Moment)
 
@@ -66,10 +66,7 @@ def const_value(e) -> float | None:
         vals = [const_value(a) for a in e.args]
         if any(v is None for v in vals):
             return None
-        try:
-            return float(FUNCS[e.name][2](*vals))
-        except (ValueError, OverflowError):
-            return math.nan
+        return float(FUNCS[e.name][2](*vals))
     if k == "cost":
         return const_value(e.e)
     return None
@@ -296,7 +293,7 @@ def draw_param_error(dist: str, vals: list) -> str | None:
     if dist == "uniform" and known(0) and known(1) and not (vals[0] <= vals[1] and not math.isinf(vals[1] - vals[0])):
         return f"uniform(a, b) needs a <= b, finite; not ({fmt(vals[0])}, {fmt(vals[1])})"
     if dist == "erlang":
-        if known(0) and not (vals[0] >= 1 and vals[0] == math.floor(vals[0]) and vals[0] < math.inf):
+        if known(0) and not whole(vals[0], 1):
             return f"the number of phases is a whole number >= 1, not {fmt(vals[0])}"
         if known(1) and not (0 < vals[1] < math.inf):
             return f"the mean must be above 0 and finite, not {fmt(vals[1])}"
@@ -311,7 +308,7 @@ def draw_param_error(dist: str, vals: list) -> str | None:
 
 
 def check_index(v: float, count: int, span, name: str):
-    if not (v == math.floor(v) and 0 <= v < count):
+    if not whole(v, 0, count - 1):
         raise SerqError("L087", f"`{name}[{fmt(v)}]`: an index is a whole number from 0 below {count}", span)
 
 

@@ -10,11 +10,11 @@ from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
 from serq.lang import ast as A
 from serq.lang.kernel import Kernel, KStep
-from serq.lang.lower.constants import fmt
+from serq.lang.lower.constants import fmt, whole
 from serq.lang.walk import iter_stmts
 from serq.link import names as N
 from serq.link.exprs import ExprLinker, Tables, const_value, same_target
-from serq.link.rules import check_program
+from serq.link.rules import attrs_read, check_program
 
 INDEX = N.Moment("an index", attrs=True)
 AMOUNT_MAX = 1e18
@@ -222,8 +222,9 @@ class Linker:
             be = opts["block"].args[0]
             block = self.x.link(be, N.CAP)
             bv = const_value(block)
-            if bv is None or not (bv >= 1 and bv == math.floor(bv) and bv < math.inf):
-                raise SerqError("L241", "a pool's block is a constant whole number >= 1", be.span)
+            if bv is None or not whole(bv, 1):
+                raise SerqError("L241", "a pool's block is a constant whole number >= 1"
+                                + ("" if bv is None else f", not {fmt(bv)}"), be.span)
             p.block_value = bv
         engine_mem = p.memory
         evict = I.EvictLru()
@@ -267,9 +268,9 @@ class Linker:
                 if kd.arg is not None:
                     c = self.x.link(kd.arg, N.STAGE_COUNT)
                     v = const_value(c)
-                    if v is None or not (v >= 1 and (v == math.floor(v) or v == math.inf)):
-                        raise SerqError("L022", "a fifo's servers are a constant whole number >= 1 (or inf)",
-                                        kd.arg.span)
+                    if v is None or not (whole(v, 1) or v == math.inf):
+                        raise SerqError("L022", "a fifo's servers are a constant whole number >= 1 (or inf)"
+                                        + ("" if v is None else f", not {fmt(v)}"), kd.arg.span)
                 kind = I.Fifo(servers=c)
             elif kd.kind == "ps":
                 kind = I.Ps(phi=self.x.link(kd.arg, N.PS_CAP))
@@ -284,8 +285,9 @@ class Linker:
         if st.granule is not None:
             granule = lk(st.granule, N.engine_moment("granule", s.name))
             gv = const_value(granule)
-            if gv is None or not (gv >= 1 and gv == math.floor(gv)):
-                raise SerqError("L118", "an engine's granule is a constant whole number >= 1", st.granule.span)
+            if gv is None or not whole(gv, 1):
+                raise SerqError("L118", "an engine's granule is a constant whole number >= 1"
+                                + ("" if gv is None else f", not {fmt(gv)}"), st.granule.span)
         key = N.engine_moment("key", s.name)
         serve = I.ExclusivePrefill() if st.serve[0] == "exclusive" else I.By(keys=[lk(k, key) for k in st.serve[1]])
         iteration = None
@@ -347,7 +349,7 @@ class Linker:
         elif law in ("closed", "batch"):
             n = self.x.link(e, N.CONST)
             v = const_value(n)
-            if v is None or not (1 <= v <= 1_000_000 and v == math.floor(v)):
+            if v is None or not whole(v, 1, 1_000_000):
                 raise SerqError("L022", f"{law}(n) is a whole number of sessions from 1 to a million"
                                 + ("" if v is None else f", not {fmt(v)}"), e.span)
             arrive = I.Closed(n=int(v)) if law == "closed" else I.Batch(n=int(v))
@@ -379,6 +381,8 @@ class Linker:
     # ------------------------------------------------------------ claims
     def claim(self, c: A.Claim) -> I.Claim:
         given = self.x.link(c.given, N.GIVEN) if c.given is not None else None
+        if given is not None:
+            self._given_reads_init(given, c.given.span)
         at = self.x.loc(c.span)
         if c.form == "end":
             return I.Claim(name=c.name, form="end", e=self.x.link(c.e, N.CLAIM_END), given=given, at=at)
@@ -389,6 +393,20 @@ class Linker:
         m = N.Moment(N.CLAIM_ITER.name, ctx=N.CLAIM_ITER.ctx, obs=N.CLAIM_ITER.obs, const_index=True,
                      claim_iter=True, registers=True)
         return I.Claim(name=c.name, form=c.form, stage=tgt, e=self.x.link(c.e, m), given=given, at=at)
+
+    def _given_reads_init(self, given, span):
+        """given is read once the init block has run, from the session's attributes (*Claims*): an
+        attribute no statement of the init block sets, nor the interpreter at the start, has no value."""
+        wl = self.k.workload
+        init = set()
+        for s in iter_stmts(wl.init or () if wl is not None else ()):
+            if isinstance(s, (A.Set, A.Choose)):
+                init.add(s.name)
+            elif isinstance(s, A.CostFields):
+                init |= {f"{s.name}.{f}" for f, _ in s.fields}
+        for n in sorted(attrs_read(given) - init - N.BUILTIN_ATTRS):
+            raise SerqError("L251", f"a claim's `given` is read once the init block has run: `{n}` is not set "
+                            "there", span)
 
     # ------------------------------------------------------------ statements
     def block(self, stmts, sc: Scope) -> list:
@@ -508,7 +526,7 @@ class Linker:
         if isinstance(s, A.Choose):
             n = x.link(s.count, S)
             v = const_value(n)
-            if v is not None and not (v >= 1 and v == math.floor(v) and v < math.inf):
+            if v is not None and not whole(v, 1):
                 raise SerqError("L022", f"choose picks among a whole number >= 1 of indices, not {fmt(v)}",
                                 s.count.span)
             keys = [x.link(k, N.Moment("a choose key", ctx=frozenset({"now"}), attrs=True, hidden=True,
@@ -613,6 +631,9 @@ class Linker:
 
     def run(self, s: A.Run, sc: Scope, at):
         x = self.x
+        if not s.stages:  # a queue's entry names its own stage (lowered before here); elsewhere there is none
+            raise SerqError("L168", "`run (…)` names no stage: it runs on the queue's own stage, in a queue's entry",
+                            s.span)
         tgts = [x.target(r, N.SESSION, "stage", "`run`") for r in s.stages]
         names = [t.name for t in tgts]
         steps = [t for t in tgts if t.name in self.t.steps]

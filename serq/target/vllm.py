@@ -6,6 +6,7 @@ import math
 
 from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
+from serq.lang.lower.constants import whole
 from serq.link.exprs import const_value
 
 
@@ -40,13 +41,13 @@ def threshold(prog, stage: I.Stage):
             const_value(ch.c.r) == 1 and const_value(ch.b) == 0:
         a = ch.a
         c = const_value(a)
-        if c is not None and c > 0:
+        if c is not None and whole(c, 1):
             return int(c), False
         if a.k == "fn" and a.name == "max" and len(a.args) == 2:
             c = const_value(a.args[0])
             share = a.args[1]
             budget = const_value(stage.kind.budget)
-            if c is not None and share.k == "fn" and share.name == "floor" and share.args[0].k == "bin" and \
+            if c is not None and whole(c, 1) and share.k == "fn" and share.name == "floor" and share.args[0].k == "bin" and \
                     share.args[0].op == "/" and const_value(share.args[0].l) == budget and \
                     _is_count_sum(share.args[0].r):
                 return int(c), True
@@ -73,14 +74,16 @@ def target(prog: I.Program) -> dict:
     if k.granule is not None:
         raise _refuse(prog, st.at, "a granule")
     budget = const_value(k.budget)
-    if budget is None or math.isinf(budget):
-        raise _refuse(prog, st.at, "a tokens cap that is not a finite constant (max_num_batched_tokens)")
+    if budget is None or not whole(budget, 1):
+        raise _refuse(prog, st.at, "a tokens cap that is not a constant whole number (max_num_batched_tokens)")
     admitted = [p for p in prog.pools if p.admit_via == st.name]
     memory = [p for p in prog.pools if p.memory == st.name]
     if len(admitted) != 1 or len(memory) != 1:
         raise _refuse(prog, st.at, "vLLM admits one queue of requests (max_num_seqs) into one KV cache")
     reqs, kv = admitted[0], memory[0]
     seqs = const_value(reqs.cap)
+    if seqs is not None and not (whole(seqs, 1) or seqs == math.inf):
+        raise _refuse(prog, reqs.at, "a request cap that is not a whole number (max_num_seqs)")
     if reqs.queue.k != "fifo":
         raise _refuse(prog, reqs.at, "a waiting queue other than fifo (vLLM's fcfs policy)")
     if kv.preempt.k != "by" or len(kv.preempt.keys) != 1 or kv.preempt.requeue != "head" or \

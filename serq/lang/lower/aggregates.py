@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from serq.diagnostics import SerqError
 from serq.lang import ast as A
-from serq.lang.lower.constants import NotConstant, fold, fmt
+from serq.lang.lower.constants import NotConstant, fold, fmt, whole
 from serq.lang.lower.defs import subst
 from serq.lang.walk import map_block, map_expr
 
@@ -33,7 +33,7 @@ class Aggregates:
         except NotConstant as nc:
             raise SerqError("L036", f"an aggregate's count is a number or a constant: {nc.why}", x.count.span) \
                 from None
-        if not (n >= 0 and n == int(n)):
+        if not whole(n):
             raise SerqError("L036", f"an aggregate's count must be a whole number, not {fmt(n)}", x.count.span)
         n = int(n)
         self.terms += n

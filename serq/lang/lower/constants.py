@@ -8,29 +8,31 @@ from serq.diagnostics import SerqError
 from serq.lang import ast as A
 
 INF = math.inf
+NAN = math.nan
+
+
+def whole(v: float, lo: float = 0, hi: float = INF) -> bool:
+    """A whole number, finite, in [lo, hi]: every count, index, seed and phase number is one.
+    NaN and the infinities are not (`is_integer` is False for them, where `floor` would raise)."""
+    return float(v).is_integer() and lo <= v <= hi
+
+
+def _keep(f):
+    """floor, ceil and round of inf or NaN are themselves."""
+    return lambda x: float(f(x)) if math.isfinite(x) else x
 
 
 def _reusable(n: float, b: float) -> float:
     # catalogue: the whole blocks of n tokens a prefix hit may reuse, the last token recomputed
-    return math.floor((n - 1) / b) * b if n >= 1 else 0.0
+    if n != n or not b > 0:
+        return NAN
+    if n < 1:
+        return 0.0
+    k = _keep(math.floor)((n - 1) / b)
+    return 0.0 if k == 0 else k * b  # no whole block of an infinite size: 0, not 0 * inf
 
 
-FUNCS = {
-    "min": (1, None, lambda *a: min(a)),
-    "max": (1, None, lambda *a: max(a)),
-    "sum": (1, None, lambda *a: _sum(a)),
-    "floor": (1, 1, math.floor),
-    "ceil": (1, 1, math.ceil),
-    "round": (1, 1, lambda x: math.floor(x + 0.5)),
-    "abs": (1, 1, abs),
-    "sqrt": (1, 1, lambda x: math.sqrt(x) if x >= 0 else math.nan),
-    "log": (1, 1, lambda x: math.log(x) if x > 0 else (-math.inf if x == 0 else math.nan)),
-    "pow": (2, 2, lambda a, b: _pow(a, b)),
-    "reusable": (2, 2, _reusable),
-}
-
-
-def _sum(a):
+def _sum(*a):
     t = 0.0
     for x in a:  # left to right, as a + b + c
         t = t + x
@@ -41,7 +43,52 @@ def _pow(a, b):
     try:
         return math.pow(a, b)
     except (OverflowError, ValueError):
-        return math.inf if a > 1 else math.nan
+        return INF if a > 1 else NAN
+
+
+def sqrt(x):
+    return math.sqrt(x) if x >= 0 else NAN
+
+
+def log(x):
+    if x > 0:
+        return math.log(x)
+    return -INF if x == 0 else NAN
+
+
+# The functions, total on every number, inf and NaN included: the constant folder and the
+# interpreter call these same ones (name: (least arguments, most, function)).
+FUNCS = {
+    "min": (1, None, min),
+    "max": (1, None, max),
+    "sum": (1, None, _sum),
+    "floor": (1, 1, _keep(math.floor)),
+    "ceil": (1, 1, _keep(math.ceil)),
+    "round": (1, 1, _keep(lambda x: math.floor(x + 0.5))),
+    "abs": (1, 1, abs),
+    "sqrt": (1, 1, sqrt),
+    "log": (1, 1, log),
+    "pow": (2, 2, _pow),
+    "reusable": (2, 2, _reusable),
+}
+
+
+def mul(l: float, r: float) -> float:
+    if (l == 0 and math.isinf(r)) or (r == 0 and math.isinf(l)):
+        return NAN
+    return l * r
+
+
+def div(l: float, r: float) -> float:
+    if r == 0:
+        return NAN if (l == 0 or l != l) else math.copysign(INF, l)
+    return l / r
+
+
+def mod(l: float, r: float) -> float:
+    if r == 0 or math.isinf(l):
+        return NAN
+    return math.fmod(l, r)
 
 
 def arith(op: str, l: float, r: float) -> float:
@@ -51,17 +98,11 @@ def arith(op: str, l: float, r: float) -> float:
     if op == "-":
         return l - r
     if op == "*":
-        if (l == 0 and math.isinf(r)) or (r == 0 and math.isinf(l)):
-            return math.nan
-        return l * r
+        return mul(l, r)
     if op == "/":
-        if r == 0:
-            return math.nan if l == 0 else math.copysign(math.inf, l)
-        return l / r
+        return div(l, r)
     if op == "%":
-        if r == 0 or math.isinf(l):
-            return math.nan
-        return math.fmod(l, r)
+        return mod(l, r)
     if op == "==":
         return 1.0 if l == r else 0.0
     if op == "!=":
@@ -110,11 +151,7 @@ def fold(e, consts: dict[str, float]) -> float:
         lo, hi, fn = FUNCS[e.fn.head]
         if len(e.args) < lo or (hi is not None and len(e.args) > hi):
             raise NotConstant(e, f"{e.fn.head} takes {lo if lo == hi else f'{lo} or more'} arguments")
-        args = [fold(a, consts) for a in e.args]
-        try:
-            return float(fn(*args))
-        except (ValueError, OverflowError):
-            return math.nan
+        return float(fn(*[fold(a, consts) for a in e.args]))
     if isinstance(e, A.Draw):
         raise NotConstant(e, "a draw is not a constant")
     if isinstance(e, A.Str):
@@ -142,15 +179,18 @@ def require_constant(e, consts, what: str, code: str = "L020") -> float:
 def require_count(e, consts, what: str, lo: int = 1, hi: int | None = None) -> int:
     """A count is a whole number (*Arrivals and the run*), or the program does not link."""
     v = require_constant(e, consts, what)
-    if math.isinf(v) or v != math.floor(v) or v < lo or (hi is not None and v > hi):
+    if not whole(v, lo, INF if hi is None else hi):
         rng = f"from {lo}" + (f" to {hi:,}" if hi is not None else " up")
         raise SerqError("L022", f"{what} must be a whole number {rng}, not {fmt(v)}", e.span)
     return int(v)
 
 
 def fmt(v: float) -> str:
+    """A number as a diagnostic writes it: NaN, inf and -inf included."""
+    if v != v:
+        return "NaN"
     if math.isinf(v):
         return "inf" if v > 0 else "-inf"
-    if v == math.floor(v) and abs(v) < 1e15:
+    if whole(v, -1e15, 1e15):
         return str(int(v))
     return repr(v)
