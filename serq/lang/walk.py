@@ -92,19 +92,25 @@ def _fields(cls) -> tuple[str, ...]:
 _FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+# the node classes as sets: a value's class is looked up once, not tried against each class in turn
+# (no AST class has subclasses)
+_EXPR, _STMT, _PARTS = frozenset(EXPR_TYPES), frozenset(STMT_TYPES), frozenset((A.HoldPool, A.Take))
+
+
 def _map_value(v, fe, fs):
-    if isinstance(v, EXPR_TYPES):
+    t = type(v)
+    if t in _EXPR:
         return fe(v)
-    if isinstance(v, STMT_TYPES):
+    if t in _STMT:
         return map_stmt(v, fe, fs)
-    if isinstance(v, (A.HoldPool, A.Take)):
+    if t in _PARTS:
         return _map_fields(v, fe, fs)
     if isinstance(v, tuple):
         out = []
         same = True
         for x in v:
             y = _map_value(x, fe, fs)
-            if isinstance(x, STMT_TYPES) and isinstance(y, list):
+            if type(x) in _STMT and isinstance(y, list):
                 out.extend(y)  # a statement rewritten to several
                 same = False
             else:
