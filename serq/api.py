@@ -1,6 +1,7 @@
 """The host API: load(path, inputs) -> Program (the resolved kernel IR)."""
 from __future__ import annotations
 
+import gc
 import json
 import math
 import sys
@@ -78,16 +79,26 @@ def load(path: str, inputs: dict[str, float] | None = None, settings: I.Settings
     """Parse, lower and link a program file into its IR, with the execution settings."""
     if path.endswith(".json"):
         return load_ir(path)
-    return _deep(path, lambda: _finish(parse_file(path), inputs, settings))
+    return _deep(path, lambda: _finish(lambda: parse_file(path), inputs, settings))
 
 
 def load_text(text: str, file: str = "<input>", inputs=None, settings=None) -> I.Program:
-    return _deep(file, lambda: _finish(parse_text(text, file), inputs, settings))
+    return _deep(file, lambda: _finish(lambda: parse_text(text, file), inputs, settings))
 
 
-def _finish(ast, inputs, settings):
-    k = lower(ast, inputs or {})
-    return link_kernel(k, settings or I.Settings())
+def _finish(parse, inputs, settings):
+    """Parse, lower and link with the cyclic collector paused: the trees these build are long-lived
+    and almost free of cycles, and each full collection would walk all of them again, so a long
+    program's check grew faster than its length (bench/link.py). The few cycles left are
+    collected when the collector resumes."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        k = lower(parse(), inputs or {})
+        return link_kernel(k, settings or I.Settings())
+    finally:
+        if paused:
+            gc.enable()
 
 
 def load_ir(path: str) -> I.Program:

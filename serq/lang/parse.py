@@ -4,8 +4,8 @@ from __future__ import annotations
 import functools
 import os
 
-from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+from lark import Lark, Token, Tree
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from serq.diagnostics import SerqError, Span
 from serq.lang import ast as A
@@ -54,11 +54,20 @@ def _tspan(file: str, tok: Token) -> Span:
     return Span(file, tok.line, tok.column, tok.end_line or tok.line, tok.end_column or tok.column + len(tok))
 
 
-@v_args(meta=True)
-class _ToAst(Transformer):
+class _ToAst:
+    """The tree to the AST, bottom-up: the method named after a rule gets the rule's meta (its
+    place) and its transformed children. (Not lark's Transformer with `v_args(meta=True)`, which
+    builds a new wrapper of the method at every node: a third of a long program's parse.)"""
+
     def __init__(self, file: str):
-        super().__init__(visit_tokens=False)
         self.file = file
+
+    def transform(self, tree: Tree):
+        children = [self.transform(c) if isinstance(c, Tree) else c for c in tree.children]
+        f = getattr(self, tree.data, None)
+        if f is None:
+            return Tree(tree.data, children, tree.meta)
+        return f(tree.meta, children)
 
     def sp(self, meta) -> Span:
         return _span(self.file, meta)
@@ -630,12 +639,7 @@ def parse_text(text: str, file: str = "<input>", fragment: str | None = None):
         tree = _parser().parse(text, start=start)
     except UnexpectedInput as exc:
         raise _parse_error(exc, file) from None
-    try:
-        return _ToAst(file).transform(tree)
-    except VisitError as exc:
-        if isinstance(exc.orig_exc, (SerqError, RecursionError)):  # too deep: P007 where it is caught
-            raise exc.orig_exc from None
-        raise
+    return _ToAst(file).transform(tree)
 
 
 MAX_DEPTH = 100

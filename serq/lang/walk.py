@@ -14,24 +14,43 @@ STMT_TYPES = (A.Turn, A.Set, A.CostFields, A.Observe, A.Hold, A.Grow, A.Drop, A.
 
 
 def map_expr(e, f: Callable):
-    """Rebuild `e` bottom-up, applying `f` to every sub-expression after its children."""
+    """Rebuild `e` bottom-up, applying `f` to every sub-expression after its children. A node whose
+    children all come back unchanged is passed to `f` as it is, not copied: a pass that changes
+    nothing allocates nothing, and every lowering pass walks every expression."""
     if isinstance(e, A.Ref):
-        segs = tuple(A.Seg(s.name, map_expr(s.index, f) if s.index is not None else None, s.span)
-                     for s in e.segs)
-        return f(A.Ref(segs, e.span))
+        segs = e.segs
+        for i, s in enumerate(segs):
+            if s.index is not None:
+                x = map_expr(s.index, f)
+                if x is not s.index:
+                    if segs is e.segs:
+                        segs = list(segs)
+                    segs[i] = A.Seg(s.name, x, s.span)
+        return f(e if segs is e.segs else A.Ref(tuple(segs), e.span))
     if isinstance(e, A.Call):
-        return f(A.Call(map_expr(e.fn, f), tuple(map_expr(a, f) for a in e.args), e.span))
+        fn, args = map_expr(e.fn, f), _map_exprs(e.args, f)
+        return f(e if fn is e.fn and args is e.args else A.Call(fn, args, e.span))
     if isinstance(e, A.Draw):
-        return f(A.Draw(e.dist, tuple(map_expr(a, f) for a in e.args), e.span))
+        args = _map_exprs(e.args, f)
+        return f(e if args is e.args else A.Draw(e.dist, args, e.span))
     if isinstance(e, A.Unary):
-        return f(A.Unary(e.op, map_expr(e.e, f), e.span))
+        x = map_expr(e.e, f)
+        return f(e if x is e.e else A.Unary(e.op, x, e.span))
     if isinstance(e, A.Binary):
-        return f(A.Binary(e.op, map_expr(e.l, f), map_expr(e.r, f), e.span))
+        a, b = map_expr(e.l, f), map_expr(e.r, f)
+        return f(e if a is e.l and b is e.r else A.Binary(e.op, a, b, e.span))
     if isinstance(e, A.Cond):
-        return f(A.Cond(map_expr(e.c, f), map_expr(e.a, f), map_expr(e.b, f), e.span))
+        c, a, b = map_expr(e.c, f), map_expr(e.a, f), map_expr(e.b, f)
+        return f(e if c is e.c and a is e.a and b is e.b else A.Cond(c, a, b, e.span))
     if isinstance(e, A.Aggregate):
-        return f(A.Aggregate(e.op, e.var, map_expr(e.count, f), map_expr(e.body, f), e.span))
+        n, b = map_expr(e.count, f), map_expr(e.body, f)
+        return f(e if n is e.count and b is e.body else A.Aggregate(e.op, e.var, n, b, e.span))
     return f(e)
+
+
+def _map_exprs(es: tuple, f: Callable) -> tuple:
+    out = tuple(map_expr(x, f) for x in es)
+    return es if all(y is x for x, y in zip(es, out)) else out
 
 
 def sub_exprs(e):
@@ -62,34 +81,52 @@ def iter_expr(e):
         stack.extend(reversed(sub_exprs(x)))
 
 
+def _fields(cls) -> tuple[str, ...]:
+    """A node class's fields but its span, looked up once per class."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls) if f.name != "span")
+    return names
+
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+# the node classes as sets: a value's class is looked up once, not tried against each class in turn
+# (no AST class has subclasses)
+_EXPR, _STMT, _PARTS = frozenset(EXPR_TYPES), frozenset(STMT_TYPES), frozenset((A.HoldPool, A.Take))
+
+
 def _map_value(v, fe, fs):
-    if isinstance(v, EXPR_TYPES):
+    t = type(v)
+    if t in _EXPR:
         return fe(v)
-    if isinstance(v, STMT_TYPES):
+    if t in _STMT:
         return map_stmt(v, fe, fs)
-    if isinstance(v, (A.HoldPool, A.Take)):
+    if t in _PARTS:
         return _map_fields(v, fe, fs)
     if isinstance(v, tuple):
         out = []
+        same = True
         for x in v:
             y = _map_value(x, fe, fs)
-            if isinstance(x, STMT_TYPES) and isinstance(y, list):
+            if type(x) in _STMT and isinstance(y, list):
                 out.extend(y)  # a statement rewritten to several
+                same = False
             else:
                 out.append(y)
-        return tuple(out)
+                same = same and y is x
+        return v if same else tuple(out)
     return v
 
 
 def _map_fields(node, fe, fs):
     changes = {}
-    for fld in dataclasses.fields(node):
-        if fld.name == "span":
-            continue
-        old = getattr(node, fld.name)
+    for name in _fields(type(node)):
+        old = getattr(node, name)
         new = _map_value(old, fe, fs)
         if new is not old:
-            changes[fld.name] = new
+            changes[name] = new
     return dataclasses.replace(node, **changes) if changes else node
 
 
@@ -108,8 +145,8 @@ def iter_stmts(stmts):
     """Every statement in a block, nested ones included, pre-order."""
     for s in stmts:
         yield s
-        for fld in dataclasses.fields(s):
-            v = getattr(s, fld.name)
+        for name in _fields(type(s)):
+            v = getattr(s, name)
             if isinstance(v, tuple) and v and isinstance(v[0], STMT_TYPES):
                 yield from iter_stmts(v)
 
@@ -122,15 +159,13 @@ def stmt_exprs(s):
         if isinstance(v, EXPR_TYPES):
             out.append(v)
         elif isinstance(v, (A.HoldPool, A.Take)):
-            for fld in dataclasses.fields(v):
-                if fld.name != "span":
-                    grab(getattr(v, fld.name))
+            for name in _fields(type(v)):
+                grab(getattr(v, name))
         elif isinstance(v, tuple):
             for x in v:
                 if not isinstance(x, STMT_TYPES):
                     grab(x)
 
-    for fld in dataclasses.fields(s):
-        if fld.name != "span":
-            grab(getattr(s, fld.name))
+    for name in _fields(type(s)):
+        grab(getattr(s, name))
     return out

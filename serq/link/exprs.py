@@ -75,14 +75,19 @@ def const_value(e) -> float | None:
 class ExprLinker:
     def __init__(self, t: Tables):
         self.t = t
+        self.locs: dict[Span, I.Loc] = {}
 
     def loc(self, sp: Span | None) -> I.Loc | None:
         if sp is None:
             return None
-        if sp.file not in self.t.files:
-            self.t.files.append(sp.file)
-        return I.Loc(file=self.t.files.index(sp.file), line=sp.line, col=sp.col, end_line=sp.end_line,
-                     end_col=sp.end_col)
+        # one Loc per place, shared (a Loc is frozen): a request's body is linked again at every call
+        at = self.locs.get(sp)
+        if at is None:
+            if sp.file not in self.t.files:
+                self.t.files.append(sp.file)
+            at = self.locs[sp] = I.Loc(file=self.t.files.index(sp.file), line=sp.line, col=sp.col,
+                                       end_line=sp.end_line, end_col=sp.end_col)
+        return at
 
     depth = 0
 

@@ -34,6 +34,7 @@ class Linker:
         self.t = Tables()
         self.t.files = list(k.files)
         self.x = ExprLinker(self.t)
+        self.leased: set[str] | None = None  # the pools a hold of the server or the session leases
 
     # ------------------------------------------------------------ names
     def collect(self):
@@ -543,14 +544,13 @@ class Linker:
         raise SerqError("L208", "unknown statement", s.span)  # pragma: no cover
 
     def _leases(self, pool: str) -> bool:
-        blocks = [self.k.server]
-        if self.k.workload is not None:
-            blocks.append(self.k.workload.session or ())
-        for b in blocks:
-            for s in iter_stmts(b):
-                if isinstance(s, A.Hold) and s.lease is not None and ".".join(x.name for x in s.lease[0].segs) == pool:
-                    return True
-        return False
+        if self.leased is None:  # found once, not at every release
+            blocks = [self.k.server]
+            if self.k.workload is not None:
+                blocks.append(self.k.workload.session or ())
+            self.leased = {".".join(x.name for x in s.lease[0].segs) for b in blocks for s in iter_stmts(b)
+                           if isinstance(s, A.Hold) and s.lease is not None}
+        return pool in self.leased
 
     def _in_hold(self, ref, sc: Scope, what):
         tgt = self.x.target(ref, INDEX, "pool", f"`{what}`")

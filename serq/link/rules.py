@@ -207,7 +207,17 @@ def _hidden(prog, stmts, hidden: set[str]):
         if t is not None and t.index is not None:
             decide(t.index, tainted, at, "an index")
 
+    seen: dict = {}  # (block, tainted before) -> tainted after
+
     def go(ss, tainted: set) -> set:
+        # a loop's body is gone through twice, so nested loops would be 2^depth passes: a block
+        # already gone through from the same taint is not gone through again (it raised nothing then)
+        key = (id(ss), frozenset(tainted))
+        if key not in seen:
+            seen[key] = _go(ss, tainted)
+        return set(seen[key])
+
+    def _go(ss, tainted: set) -> set:
         tainted = set(tainted)
         for s in ss:
             k = s.k

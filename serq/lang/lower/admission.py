@@ -55,16 +55,9 @@ def _one(h: A.Hold, names_out: dict, taken) -> A.Hold:
                              p.span) for p in h.pools)
     reuse = subst(h.reuse, env) if h.reuse is not None else None
     # the body sees a binding through a set at its top, its admission value
-    read = []
-    for s in iter_stmts(h.body):
-        for e in stmt_exprs(s):
-            for name, _, _ in h.bindings:
-                if _reads(e, name) and name not in read:
-                    read.append(name)
-    for e in ([h.cache] if h.cache is not None else []):
-        for name, _, _ in h.bindings:
-            if _reads(e, name) and name not in read:
-                read.append(name)
+    read = set()  # the names the body and the cache read, each expression walked once
+    for e in [e for s in iter_stmts(h.body) for e in stmt_exprs(s)] + ([h.cache] if h.cache is not None else []):
+        read.update(x.head for x in iter_expr(e) if isinstance(x, A.Ref))
     tops = []
     for name, e, sp in h.bindings:
         if name in read:

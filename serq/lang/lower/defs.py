@@ -50,6 +50,8 @@ class Defs:
 
     def expr(self, e, depth: int = 0):
         """Write out every expression def called in e."""
+        if not self.defs:
+            return e
         def f(x):
             if isinstance(x, A.Call) and x.fn.simple and x.fn.head in self.defs:
                 d = self.defs[x.fn.head]
@@ -65,6 +67,8 @@ class Defs:
 
     def block(self, stmts, depth: int = 0) -> tuple:
         """Statement defs first (their bodies written in at the call), then expression defs."""
+        if not self.defs:
+            return tuple(stmts)
         def calls(s):
             if isinstance(s, A.CallStmt) and s.call.fn.simple and s.call.fn.head in self.defs \
                     and s.from_ is None and s.to is None:

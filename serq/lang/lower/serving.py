@@ -17,10 +17,14 @@ class Serving:
         self.stages = stages              # every stage, with its span, in declaration order
         self.link_latency = link_latency  # link queue -> the latency stage's name
         self.implicit_tool: KStage | None = None
+        self.by_name: dict[str, list[tuple[int, KStage]]] = {}  # a name's stages, each with its position
+        for i, st in enumerate(stages):
+            self.by_name.setdefault(st.name, []).append((i, st))
 
     def _named(self, names, at, what):
-        found = [s for s in self.stages if s.name in names and not s.implicit and
-                 (s.span.file != at.file or _before(s.span, at))]
+        # looked up by name, not by scanning every stage at every tool and transfer
+        found = [s for _, s in sorted(x for n in names for x in self.by_name.get(n, ()))
+                 if not s.implicit and (s.span.file != at.file or _before(s.span, at))]
         if len(found) != 1:
             which = " or ".join(f"`{n}`" for n in names)
             if not found:
@@ -31,7 +35,7 @@ class Serving:
         return found[0]
 
     def _is_step(self, name):
-        return any(s.name == name and not isinstance(s.kind, A.Kind) for s in self.stages)
+        return any(not isinstance(s.kind, A.Kind) for _, s in self.by_name.get(name, ()))
 
     def _plain(self, refs, at, what):
         for r in refs:
@@ -64,7 +68,7 @@ class Serving:
             names = [r.dotted if not r.segs[-1].index else ".".join(x.name for x in r.segs) for r in s.on]
             return [A.Run(tuple(s.on), None, cost(names, s.amount, s.span), None, s.span)]
         try:
-            st = self._named({"tool"}, s.span, "tool")
+            st = self._named(("tool",), s.span, "tool")
         except SerqError as err:
             if err.code != "L140" or side != "workload" or s.index is not None:
                 raise
@@ -81,6 +85,7 @@ class Serving:
                             "above it, and the program would have two", later[0].span)
         if self.implicit_tool is None:
             self.implicit_tool = KStage("tool", None, A.Kind("delay", None, at), at, implicit=True)
+            self.by_name.setdefault("tool", []).append((len(self.stages), self.implicit_tool))
             self.stages.append(self.implicit_tool)
         return self.implicit_tool
 
@@ -91,7 +96,7 @@ class Serving:
             names = [".".join(x.name for x in r.segs) for r in s.on]
             runs.append(A.Run(tuple(s.on), None, cost(names, s.amount, s.span), None, s.span))
         else:
-            st = self._named({"link", "transfer"}, s.span, "transfer")
+            st = self._named(("link", "transfer"), s.span, "transfer")
             if not isinstance(st.kind, A.Kind):
                 raise SerqError("L142", f"`transfer` runs plain work: `{st.name}` is a step engine", s.span)
             runs = [A.Run((ref(st.name, s.span, s.index),), None, cost([st.name], s.amount, s.span), None, s.span)]
