@@ -366,9 +366,21 @@ def test_arrivals_runs_exactly_n_and_drains():
 
 
 def test_arrivals_without_a_horizon_that_cannot_drain_is_r032_not_a_traceback():
-    # found by tools/fuzz.py: the message formatted the missing horizon (TypeError in fmt). A KV pool
-    # of one block admits no prompt, so the five sessions wait with nothing left to happen.
-    prog = api.load(os.path.join(HERE, "..", "examples", "single-turn", "vllm_single_turn.sq"), {"blocks": 1})
+    # found by tools/fuzz.py: the message formatted the missing horizon (TypeError in fmt). The engine
+    # serves only decodes and every request prefills, so the five sessions wait with nothing left to happen.
+    prog = api.load_text("""fn main() {
+      device gpu { kv cap 100; }
+      engine llm on gpu {
+        reqs cap 4;
+        tokens cap 8;
+        schedule { advance running only (decoding); admit waiting only (decoding) while (running.preempted == 0); }
+        execute (1);
+      }
+      pool kv on gpu { block 4; }
+      pool reqs on llm { }
+      workload { arrive poisson(1); }
+      server { hold reqs (cost(reqs, 1)), kv (cost(kv, 8)) { run llm prefill (cost(llm, 8)) growing kv; } }
+    }""", "t.sq")
     with pytest.raises(SerqError) as e:
         api.run(prog, Settings(arrivals=5))
     assert e.value.code == "R032"
@@ -771,3 +783,27 @@ def test_an_engines_memory_preempts_lifo_by_default():
     assert kv.preempt.k == "by" and kv.preempt.keys[0].k == "un"   # preempt by (-admission)
     rep = api.run(prog, Settings(arrivals=3))
     assert rep["pools"]["kv"]["preempted"] > 0
+
+
+def test_a_static_reserve_above_the_cap_is_rejected_though_the_units_read_the_state():
+    # each of the units and the reserve that reads only attributes and numbers is judged as the hold
+    # joins (*Pools*): the units read budget_left, the reserve does not, and it can never fit
+    text = """fn main() {
+      device gpu { kv cap 64; }
+      engine llm on gpu {
+        reqs cap 4;
+        tokens cap 16;
+        request (p) { prefill (p) growing kv; observe done = now; }
+        schedule { advance running; admit waiting while (running.preempted == 0)
+                     taking reqs (1), kv (min(p, budget_left(llm))) reserve (p); }
+        execute (1);
+      }
+      pool kv on gpu { block 4; }
+      pool reqs on llm { queue fifo; }
+      workload { arrive renewal(1); turn { Size n = serial == 0 ? 65 : 32; } }
+      server { llm (n); }
+    }"""
+    rep, sim = run(text, arrivals=3)
+    assert rep["sessions"]["rejected"] == 1 and rep["pools"]["kv"]["rejected"] == 1
+    # the other two each prefill 32 tokens at 16 an iteration, alone: 1 + 2 and 2 + 2
+    assert by_serial(sim, "done") == {1: [4.0], 2: [6.0]}

@@ -360,7 +360,7 @@ class Ops:
         for hp in s.pools:
             spec.pools.append((x.target(hp.pool, s.at), x.expr(hp.units),
                                x.expr(hp.reserve) if hp.reserve is not None else None,
-                               not _reads_state(hp.units) and not (hp.reserve is not None and _reads_state(hp.reserve))))
+                               (not _reads_state(hp.units), hp.reserve is not None and not _reads_state(hp.reserve))))
         spec.reuse = x.expr(s.reuse) if s.reuse is not None else None
         spec.cache = x.expr(s.cache) if s.cache is not None else None
         spec.has_cache = s.cache is not None

@@ -639,14 +639,14 @@ class Sim(Iterations):
             fr.members = [t(c) for t, _, _, _ in spec.pools]
             if len({id(m) for m in fr.members}) != len(fr.members):
                 raise self.run_error("R041", "two indices of one hold name one member", spec.at)
-            for i, (t, uf, rf, static) in enumerate(spec.pools):
-                if static:
-                    m = fr.members[i]
-                    u = round_up(self.amount(uf(c), spec.at, "a hold's units"), m.block)
-                    r = self.amount(rf(c), spec.at, "a hold's reserve") if rf is not None else 0.0
-                    if max(u, r) > m.cap:
-                        m.rejected += 1
-                        raise SessionEnd(refused=True)
+            for i, (t, uf, rf, (su, sr)) in enumerate(spec.pools):
+                # each of the units and the reserve that reads only attributes and numbers is judged
+                # as the hold joins: above the cap, the request can never fit and is rejected (*Pools*)
+                m = fr.members[i]
+                if su and round_up(self.amount(uf(c), spec.at, "a hold's units"), m.block) > m.cap or \
+                        sr and self.amount(rf(c), spec.at, "a hold's reserve") > m.cap:
+                    m.rejected += 1
+                    raise SessionEnd(refused=True)
             self._join(fr, head)
             sess.wait = fr
             yield
@@ -707,7 +707,7 @@ class Sim(Iterations):
         sess = fr.sess
         c = sess.c
         units, reserves = [], []
-        for i, (t, uf, rf, static) in enumerate(spec.pools):
+        for i, (t, uf, rf, _) in enumerate(spec.pools):
             m = fr.members[i]
             if t(c) is not m:
                 raise self.run_error("R041", "a hold's index names another member at admission than when it joined",
