@@ -254,3 +254,21 @@ def test_command_line_mistakes_are_usage_errors(capsys, progk, args, says):
     args = [f if a == "K" else inst if a == "INST" else a for a in args]
     rc, out, err = cli(capsys, *args)
     assert rc == 2 and out == "" and f"serq: error: {says}" in err, err
+
+
+def test_ir_writes_non_finite_numbers_as_strings_that_read_back(tmp_path, capsys):
+    # an input of inf and a constant of -inf: strict JSON has neither, and null read back as +inf
+    src = tmp_path / "n.sq"
+    src.write_text("use \"std/args\";\nfn main() { let m = 0 - inf; let c = args.number(\"c\", 1); "
+                   "stage s : fifo; workload { arrive poisson(1); turn { Size x = m < 0 ? 1 : 2; } } "
+                   "server { run s (cost(s, x)); } }")
+    code, text, _ = cli(capsys, "ir", str(src), "--", "c=inf")
+    assert code == 0
+    data = json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+    assert data["settings"]["inputs"]["c"] == "Infinity" and data["constants"]["m"] == "-Infinity"
+    ir = tmp_path / "n.json"
+    ir.write_text(text)
+    from serq import api
+    prog = api.load_ir(str(ir))
+    assert prog.settings.inputs["c"] == float("inf") and prog.constants["m"] == float("-inf")
+    assert prog == api.load(str(src), {"c": float("inf")})

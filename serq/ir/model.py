@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class Node(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
 
 
 class Loc(Node):
@@ -501,7 +501,7 @@ class Settings(Node):
 class Program(Node):
     version: Literal[1] = 1
     files: list[str] = []
-    constants: dict[str, Optional[float]] = {}  # None is inf
+    constants: dict[str, float] = {}  # inf, -inf, NaN written as strings (ser_json_inf_nan)
     pools: list[Pool] = []
     stages: list[Stage] = []
     share: Optional[Literal["maxmin", "bottleneck"]] = None

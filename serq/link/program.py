@@ -163,7 +163,7 @@ class Linker:
         claims = [self.claim(c) for c in k.claims]
         attrs = [I.Attribute(name=n, type=typ, side=side) for n, (typ, side, _) in sorted(self.attr_types.items())]
         attrs += [I.Attribute(name=n, type="builtin", side="builtin") for n in sorted(self.builtins)]
-        consts = {n: (None if v == math.inf else v) for n, v in k.consts.items()}
+        consts = dict(k.consts)
         settings = self.settings.model_copy(update={"inputs": dict(sorted(k.inputs.items()))})
         prog = I.Program(files=self.t.files, constants=consts, pools=pools, stages=stages,
                          share=k.share[0] if k.share else None, workload=wl, server=server, attributes=attrs,
