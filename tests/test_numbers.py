@@ -68,6 +68,10 @@ def test_the_interpreter_calls_the_constant_folders_functions():
     assert math.isnan(f["reusable"](NAN, 16)) and math.isnan(f["reusable"](5, 0))
     assert compiled._div(NAN, 0) != compiled._div(NAN, 0)  # NaN / 0 is NaN, in the folder as in the interpreter
     assert math.isnan(C.arith("/", NAN, 0))
+    # min and max are NaN wherever an argument is, whatever its place (Python's min(1, nan) is 1)
+    for g in (f["min"], f["max"]):
+        assert all(math.isnan(g(*a)) for a in ((1, NAN), (NAN, 1), (1, NAN, 0), (NAN,)))
+    assert f["min"](3, 1, 2) == 1 and f["max"](3, 5, 2) == 5 and f["min"](INF, -INF) == -INF
 
 
 def test_floor_of_inf_is_a_constant_not_nan():

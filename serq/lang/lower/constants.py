@@ -56,11 +56,24 @@ def log(x):
     return -INF if x == 0 else NAN
 
 
+def _min(a: float, *rest: float) -> float:
+    """min with NaN wherever an argument is NaN (Python's min answers by the arguments' order)."""
+    for b in rest:
+        a = a if a <= b else (b if b < a else NAN)  # neither holds: one is NaN
+    return a
+
+
+def _max(a: float, *rest: float) -> float:
+    for b in rest:
+        a = a if a >= b else (b if b > a else NAN)
+    return a
+
+
 # The functions, total on every number, inf and NaN included: the constant folder and the
 # interpreter call these same ones (name: (least arguments, most, function)).
 FUNCS = {
-    "min": (1, None, min),
-    "max": (1, None, max),
+    "min": (1, None, _min),
+    "max": (1, None, _max),
     "sum": (1, None, _sum),
     "floor": (1, 1, _keep(math.floor)),
     "ceil": (1, 1, _keep(math.ceil)),
