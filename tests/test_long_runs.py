@@ -10,7 +10,9 @@ import signal
 import pytest
 
 from serq import api
+from serq.diagnostics import SerqError
 from serq.interp.sim import Sim
+from serq.interp.stages import PS, FlowNet
 from serq.ir.model import Settings
 from test_closed_forms import near
 from test_workloads import Checked, load
@@ -144,3 +146,14 @@ def test_examples_with_flows_and_legs_drain_after_thousands_of_sessions(path):
         assert sum(rep["stages"][f"D.nic[{j}]"]["completed"] for j in (0, 1)) == n
         assert not sim.flownet.flows and all(st.n == 0 for st in sim.flownet.members)
         assert all(math.isfinite(st.flow_rate) and st.flow_rate == 0 for st in sim.flownet.members)
+
+
+@pytest.mark.parametrize("cls,text,names", [(PS, ONE % 1, "stage `a`"), (FlowNet, TWO % ("maxmin", 1), "`a`, `b`")])
+def test_the_watchdog_names_the_stages_whose_events_stand_still(monkeypatch, cls, text, names):
+    # the hang of the issue, put back: a completion event that completes nothing and comes again
+    monkeypatch.setattr(cls, "_fire", lambda self, version: self.sim.at(self.sim.now, self._fire, version))
+    with pytest.raises(SerqError) as info:
+        run_text(text, horizon=10)
+    err = info.value
+    assert err.code == "R022" and names in str(err) and "100,101 events" in str(err), err.render()
+    assert err.span.line == 2  # stage a's declaration

@@ -23,6 +23,8 @@ from serq.link.rules import _exprs, expr_nodes, header_exprs, walk
 
 INF = math.inf
 MAX_READY = 1000
+STALL = 100_000     # events at one instant before the watchdog looks (_stalled)
+STALL_PER = 100
 
 
 class TurnRec:
@@ -370,6 +372,8 @@ class Sim(Iterations):
         gauges = bool(self.gauges)
         pop = heapq.heappop
         last_t = 0.0
+        now = self.now
+        stall_t, stall, stall_at = None, 0, STALL  # the instant, its events, when the watchdog looks
         while True:
             if ready or pools:
                 self.settle()
@@ -382,7 +386,14 @@ class Sim(Iterations):
             if not heap or heap[0][0] > hz:
                 break
             t, _, fn, arg = pop(heap)
-            self.now = t
+            if t != now:
+                now = self.now = t
+            else:  # the watchdog: a counter, kept only while the clock stands still
+                if stall_t != now:
+                    stall_t, stall, stall_at = now, 0, STALL
+                stall += 1
+                if stall > stall_at:
+                    stall_at = self._stalled(fn, arg, stall)
             if arg is not None:
                 fn(arg)
             else:
@@ -413,6 +424,31 @@ class Sim(Iterations):
         self._claims_at_end()
         from serq.interp.report import build
         return build(self)
+
+    def _stalled(self, fn, arg, n):
+        """The clock has not moved for n events: some n events at one instant are a batch's sessions
+        at work, so each session arrived allows STALL_PER more; past that, the run is stuck, and
+        the event that tripped names where."""
+        allowed = STALL + STALL_PER * self.sessions_arrived
+        if n <= allowed:
+            return allowed
+        owner = getattr(fn, "__self__", None)
+        what, at = "the run's events", None
+        if isinstance(owner, FlowNet):
+            due = [f for f in owner.flows if f.tag <= self.now] or owner.flows
+            names = sorted({st.label for f in due for st in f.stages})
+            what = "the flows over " + ", ".join(f"`{x}`" for x in names)
+            at = due[0].stages[0].at if due else None
+        elif owner is not None and hasattr(owner, "label"):
+            what, at = f"stage `{owner.label}`", owner.at
+        elif fn == self._lease_expired:
+            what, at = f"the leases on pool `{arg[0].pool.label}`", arg[0].pool.at
+        elif getattr(fn, "__name__", "") == "_iteration_end":
+            what, at = f"engine `{arg.label}`'s iterations", arg.at
+        elif fn in (self._arrive_open, self._arrive_one):
+            what, at = "the arrivals", self.prog.workload.arrive.at
+        raise self.run_error("R022", f"the clock has stood at {fmt(self.now)} for {n:,} events, scheduled by "
+                             f"{what}, which do not advance it", at)
 
     def _gap(self):
         v = self.gap_f(Ctx({}, self.arrival_rng, {}, None))
