@@ -25,6 +25,7 @@ INF = math.inf
 MAX_READY = 1000
 STALL = 100_000     # events at one instant before the watchdog looks (_stalled)
 STALL_PER = 100
+MAX_ARRIVALS = 10_000_000  # sessions a run takes: the report keeps each one's response (_bounded)
 
 
 class TurnRec:
@@ -348,12 +349,7 @@ class Sim(Iterations):
     def _run(self, progress=None):
         wl = self.prog.workload
         arr = wl.arrive
-        if self.horizon is None and self.arrivals_n is None and arr.k in ("poisson", "renewal"):
-            raise UsageError("an open workload runs until --horizon T or for --arrivals N: give one")
-        if self.arrivals_n is not None and arr.k not in ("poisson", "renewal"):
-            raise UsageError(f"--arrivals N counts open arrivals (poisson or renewal); this workload is {arr.k}")
-        if arr.k == "closed" and self.horizon is None:
-            raise UsageError("a closed workload's population never ends: give --horizon T")
+        self._bounded(arr)
         self.arrival_rng = LongStream(self.seed, "arrival")
         if arr.k == "poisson":
             self.rate = const_value(arr.rate)
@@ -364,7 +360,7 @@ class Sim(Iterations):
         elif arr.k in ("closed", "batch"):
             for _ in range(arr.n):
                 self.at(0.0, self._arrive_one)
-        horizon = self.horizon
+        horizon = self.horizon if self.horizon != INF else None  # an infinite one ends nothing
         hz = horizon if horizon is not None else INF
         heap = self.heap
         ready = self.ready
@@ -415,8 +411,9 @@ class Sim(Iterations):
         if self.arrivals_n is not None:
             where = self.compiler.span(self.prog.workload.arrive.at)
             if not drained:
-                raise RunError("R032", f"--arrivals {self.arrivals_n}: the sessions did not drain by the horizon "
-                               f"{fmt(horizon)}", where)
+                raise RunError("R032", f"--arrivals {self.arrivals_n}: the sessions did not drain "
+                               + (f"by the horizon {fmt(horizon)}" if horizon is not None else
+                                  "(nothing is left to happen, and sessions wait)"), where)
             if self.end <= self.warmup:
                 raise RunError("R033", f"--arrivals {self.arrivals_n}: the run drained at {fmt(self.end)}, at or "
                                f"before the warm-up {fmt(self.warmup)}", where)
@@ -424,6 +421,30 @@ class Sim(Iterations):
         self._claims_at_end()
         from serq.interp.report import build
         return build(self)
+
+    def _bounded(self, arr):
+        """A run that could not finish is refused before it starts (*A finite run*): an open or
+        closed workload needs a finite horizon (or, open, --arrivals N), and a run takes at most
+        MAX_ARRIVALS sessions, counted or, under a constant rate, expected by the horizon."""
+        hz, n = self.horizon, self.arrivals_n
+        finite = hz is not None and hz < INF
+        if not finite and n is None and arr.k in ("poisson", "renewal"):
+            raise UsageError("an open workload runs until a finite --horizon T or for --arrivals N: give one")
+        if n is not None and arr.k not in ("poisson", "renewal"):
+            raise UsageError(f"--arrivals N counts open arrivals (poisson or renewal); this workload is {arr.k}")
+        if arr.k == "closed" and not finite:
+            raise UsageError("a closed workload's population never ends: give a finite --horizon T")
+        if n is not None and n > MAX_ARRIVALS:
+            raise UsageError(f"--arrivals is at most {MAX_ARRIVALS:,}, not {n:,} (the report keeps every response)")
+        rate = const_value(arr.rate) if arr.k == "poisson" else None
+        if arr.k == "renewal":
+            gap = const_value(arr.gap)
+            rate = 1 / gap if gap else None
+        if n is None and rate is not None and rate * hz > MAX_ARRIVALS:
+            many = rate * hz
+            raise UsageError(f"--horizon {fmt(hz)} at {fmt(rate)} arrivals a unit of time expects "
+                             + (f"{many:.3g} sessions" if many < INF else "too many sessions to count")
+                             + f"; a run takes at most {MAX_ARRIVALS:,}: give a shorter --horizon or --arrivals N")
 
     def _stalled(self, fn, arg, n):
         """The clock has not moved for n events: some n events at one instant are a batch's sessions

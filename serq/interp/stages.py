@@ -7,6 +7,7 @@ import math
 from collections import deque
 
 from serq.interp.stats import TimeAverage
+from serq.lang.lower.constants import fmt
 
 INF = math.inf
 
@@ -173,9 +174,9 @@ class PS(Stage):
             return self.phi_const / n
         self.ctx.x["present"] = float(n)
         phi = self.phi(self.ctx)
-        if not phi > 0 or phi != phi:
-            raise self.sim.run_error("R010", f"stage `{self.label}`'s capacity ps(φ) is {phi} with {n} present: "
-                                     "it must be above 0", self.at)
+        if not 0 < phi < INF:
+            raise self.sim.run_error("R010", f"stage `{self.label}`'s capacity ps(φ) is {fmt(phi)} with {n} present: "
+                                     "it must be above 0 and finite", self.at)
         return phi / n
 
     def _schedule(self):
