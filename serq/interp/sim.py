@@ -447,10 +447,10 @@ class Sim(Iterations):
                              + f"; a run takes at most {MAX_ARRIVALS:,}: give a shorter --horizon or --arrivals N")
 
     def _stalled(self, fn, arg, n):
-        """The clock has not moved for n events: some n events at one instant are a batch's sessions
-        at work, so each session arrived allows STALL_PER more; past that, the run is stuck, and
-        the event that tripped names where."""
-        allowed = STALL + STALL_PER * self.sessions_arrived
+        """The clock has not moved for n events: many events at one instant may be a batch's sessions
+        (or legs) at work, so each one started allows STALL_PER more; past that, the run is stuck,
+        and the event that tripped names where."""
+        allowed = STALL + STALL_PER * self.next_id  # sessions and legs started
         if n <= allowed:
             return allowed
         owner = getattr(fn, "__self__", None)
@@ -463,7 +463,7 @@ class Sim(Iterations):
         elif owner is not None and hasattr(owner, "label"):
             what, at = f"stage `{owner.label}`", owner.at
         elif fn == self._lease_expired:
-            what, at = f"the leases on pool `{arg[0].pool.label}`", arg[0].pool.at
+            what, at = f"the leases on pool `{arg[0].pool.label}`", arg[0].pool.decl.at
         elif getattr(fn, "__name__", "") == "_iteration_end":
             what, at = f"engine `{arg.label}`'s iterations", arg.at
         elif fn in (self._arrive_open, self._arrive_one):
@@ -473,10 +473,12 @@ class Sim(Iterations):
 
     def _gap(self):
         v = self.gap_f(Ctx({}, self.arrival_rng, {}, None))
-        if not (0 < v < INF):
-            raise self.run_error("R034", f"a renewal gap must be positive and finite, not {fmt(v)}: the run stops",
-                                 self.prog.workload.arrive.at)
-        return self.now + v
+        t = self.now + v
+        if not (0 < v < INF) or t == self.now:
+            raise self.run_error("R034", f"a renewal gap must be positive and finite, not {fmt(v)}: the run stops"
+                                 if t != self.now or v <= 0 else f"a renewal gap of {fmt(v)} does not advance the "
+                                 f"clock at {fmt(self.now)}: the run stops", self.prog.workload.arrive.at)
+        return t
 
     def _arrive_open(self):
         self._arrive_one()
