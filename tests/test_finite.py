@@ -133,6 +133,10 @@ def _set(path, v):
     (_set(["workload", "turn", 0, "e", "r", "args", 0, "args", 1, "v"], -5.0), "L082"),
     (_set(["server", 0, "body", 0, "work"], {"k": "num", "v": -1.0}), "L093"),
     (_set(["server", 0, "pools", 0, "units"], {"k": "num", "v": -1.0}), "L093"),
+    (_set(["server", 0, "body", 0, "stages", 0, "name"], "zzz"), "L084"),
+    (_set(["server", 1, "stages", 0, "name"], "kv"), "L084"),  # a pool where a stage goes
+    (_set(["server", 0, "pools", 0, "pool", "index", "v"], 2.0), "L087"),
+    (_set(["server", 0, "pools", 0, "pool", "index"], None), "L085"),
 ])
 def test_an_ir_file_is_checked_as_a_program_is(tmp_path, edit, code):
     path = _ir(tmp_path, edit)

@@ -342,6 +342,7 @@ def check_values(prog: I.Program):
         need(pool_cap_problem(const_value(p.cap)), "L241", p.cap.at, p.at)
         if p.block is not None:
             need(block_problem(const_value(p.block)), "L241", p.block.at, p.at)
+    _targets(prog, fail)
     kinds = {s.name: s.kind for s in prog.stages}
     blocks = [prog.server, prog.workload.init, prog.workload.turn, prog.workload.session or []]
     for b in blocks:
@@ -366,3 +367,38 @@ def check_values(prog: I.Program):
             if s.k == "hold":
                 for hp in s.pools:
                     need(amount_problem(const_value(hp.units), "a hold's units"), "L093", hp.units.at, s.at)
+
+
+# what a Target in a field of this name names (an observable's `of` names either)
+_TARGET_KIND = {"pool": "pool", "growing": "pool", "stages": "stage", "via": "stage", "stage": "stage"}
+
+
+def _targets(prog: I.Program, fail):
+    """Every pool or stage an IR names is declared, of the kind its place wants, indexed as its
+    declaration is an array or not, a constant index in range (the linker's L084, L085, L087)."""
+    decls = {"pool": {p.name: p for p in prog.pools}, "stage": {s.name: s for s in prog.stages}}
+
+    def check(t: I.Target, want, at):
+        table = decls[want] if want else {**decls["pool"], **decls["stage"]}
+        d = table.get(t.name)
+        if d is None:
+            fail("L084", f"`{t.name}` is no {want or 'pool or stage'} declared in the program", at)
+        if (t.index is None) != (d.count is None):
+            fail("L085", f"`{t.name}` " + ("is an array: name a member" if t.index is None else
+                                          "is not an array: it takes no index"), at)
+        v = const_value(t.index) if t.index is not None else None
+        if v is not None and not (v == math.floor(v) and 0 <= v < d.count):
+            fail("L087", f"`{t.name}[{fmt(v)}]`: an index is a whole number from 0 below {d.count}", at)
+
+    def go(x, want, at):
+        if isinstance(x, I.Target):
+            check(x, want, at)
+            go(x.index, None, at)
+        elif isinstance(x, I.Node):
+            at = getattr(x, "at", None) or at
+            for k, v in x:
+                go(v, _TARGET_KIND.get(k), at)
+        elif isinstance(x, list):
+            for v in x:
+                go(v, want, at)
+    go(prog, None, None)
