@@ -376,6 +376,7 @@ _TARGET_KIND = {"pool": "pool", "growing": "pool", "stages": "stage", "via": "st
 def _targets(prog: I.Program, fail):
     """Every pool or stage an IR names is declared, of the kind its place wants, indexed as its
     declaration is an array or not, a constant index in range (the linker's L084, L085, L087)."""
+    from serq.link.exprs import check_index
     decls = {"pool": {p.name: p for p in prog.pools}, "stage": {s.name: s for s in prog.stages}}
 
     def check(t: I.Target, want, at):
@@ -387,8 +388,8 @@ def _targets(prog: I.Program, fail):
             fail("L085", f"`{t.name}` " + ("is an array: name a member" if t.index is None else
                                           "is not an array: it takes no index"), at)
         v = const_value(t.index) if t.index is not None else None
-        if v is not None and not (v == math.floor(v) and 0 <= v < d.count):
-            fail("L087", f"`{t.name}[{fmt(v)}]`: an index is a whole number from 0 below {d.count}", at)
+        if v is not None:
+            check_index(v, d.count, span_of(prog, at) or Span("<ir>", 1, 1), t.name)
 
     def go(x, want, at):
         if isinstance(x, I.Target):
