@@ -105,7 +105,7 @@ def load_ir(path: str) -> I.Program:
     """A JSON IR written by `serq ir` (or by hand): validated against the schema and the IR's rules."""
     from pydantic import ValidationError
 
-    from serq.link.rules import check_program
+    from serq.link.rules import check_program, check_values
     text = read_source(path)
     try:
         prog = I.Program.model_validate_json(text)
@@ -113,6 +113,7 @@ def load_ir(path: str) -> I.Program:
         err = exc.errors()[0]
         where = ".".join(str(x) for x in err["loc"])
         raise SerqError("I001", f"not a serQ IR: {where}: {err['msg']}", Span(path, 1, 1)) from None
+    check_values(prog)
     check_program(prog)
     return prog
 

@@ -30,8 +30,15 @@ WORKLOADS = {
 class Checked(Sim):
     """The simulator, checking the invariants after every event and at every answer."""
 
+    every = 1  # check the pools after every settle (a long run checks one in `every`)
+
     def settle(self):
         super().settle()
+        self.events_checked = getattr(self, "events_checked", 0) + 1
+        if self.events_checked % self.every == 0:
+            self.check_pools()
+
+    def check_pools(self):
         for m in self.pools:
             assert m.used <= m.cap + 1e-6, f"{m.label} holds {m.used} > cap {m.cap}"
             assert m.used + m.cached <= m.cap + 1e-6, f"{m.label}: used + cached above the cap"
@@ -42,7 +49,6 @@ class Checked(Sim):
             if m.block:
                 assert all(a.units % m.block == 0 for a in m.allocs), f"{m.label}: an allocation not in blocks"
                 assert all(e.units % m.block == 0 for e in m.entries), f"{m.label}: an entry not in blocks"
-        self.events_checked = getattr(self, "events_checked", 0) + 1
 
     def _answered(self, rec, sess=None):
         super()._answered(rec, sess)

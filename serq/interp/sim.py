@@ -23,6 +23,9 @@ from serq.link.rules import _exprs, expr_nodes, header_exprs, walk
 
 INF = math.inf
 MAX_READY = 1000
+STALL = 100_000     # events at one instant before the watchdog looks (_stalled)
+STALL_PER = 100
+MAX_ARRIVALS = 10_000_000  # sessions a run takes: the report keeps each one's response (_bounded)
 
 
 class TurnRec:
@@ -346,12 +349,7 @@ class Sim(Iterations):
     def _run(self, progress=None):
         wl = self.prog.workload
         arr = wl.arrive
-        if self.horizon is None and self.arrivals_n is None and arr.k in ("poisson", "renewal"):
-            raise UsageError("an open workload runs until --horizon T or for --arrivals N: give one")
-        if self.arrivals_n is not None and arr.k not in ("poisson", "renewal"):
-            raise UsageError(f"--arrivals N counts open arrivals (poisson or renewal); this workload is {arr.k}")
-        if arr.k == "closed" and self.horizon is None:
-            raise UsageError("a closed workload's population never ends: give --horizon T")
+        self._bounded(arr)
         self.arrival_rng = LongStream(self.seed, "arrival")
         if arr.k == "poisson":
             self.rate = const_value(arr.rate)
@@ -362,7 +360,7 @@ class Sim(Iterations):
         elif arr.k in ("closed", "batch"):
             for _ in range(arr.n):
                 self.at(0.0, self._arrive_one)
-        horizon = self.horizon
+        horizon = self.horizon if self.horizon != INF else None  # an infinite one ends nothing
         hz = horizon if horizon is not None else INF
         heap = self.heap
         ready = self.ready
@@ -370,6 +368,8 @@ class Sim(Iterations):
         gauges = bool(self.gauges)
         pop = heapq.heappop
         last_t = 0.0
+        now = self.now
+        stall_t, stall, stall_at = None, 0, STALL  # the instant, its events, when the watchdog looks
         while True:
             if ready or pools:
                 self.settle()
@@ -382,7 +382,14 @@ class Sim(Iterations):
             if not heap or heap[0][0] > hz:
                 break
             t, _, fn, arg = pop(heap)
-            self.now = t
+            if t != now:
+                now = self.now = t
+            else:  # the watchdog: a counter, kept only while the clock stands still
+                if stall_t != now:
+                    stall_t, stall, stall_at = now, 0, STALL
+                stall += 1
+                if stall > stall_at:
+                    stall_at = self._stalled(fn, arg, stall)
             if arg is not None:
                 fn(arg)
             else:
@@ -415,12 +422,63 @@ class Sim(Iterations):
         from serq.interp.report import build
         return build(self)
 
+    def _bounded(self, arr):
+        """A run that could not finish is refused before it starts (*A finite run*): an open or
+        closed workload needs a finite horizon (or, open, --arrivals N), and a run takes at most
+        MAX_ARRIVALS sessions, counted or, under a constant rate, expected by the horizon."""
+        hz, n = self.horizon, self.arrivals_n
+        finite = hz is not None and hz < INF
+        if not finite and n is None and arr.k in ("poisson", "renewal"):
+            raise UsageError("an open workload runs until a finite --horizon T or for --arrivals N: give one")
+        if n is not None and arr.k not in ("poisson", "renewal"):
+            raise UsageError(f"--arrivals N counts open arrivals (poisson or renewal); this workload is {arr.k}")
+        if arr.k == "closed" and not finite:
+            raise UsageError("a closed workload's population never ends: give a finite --horizon T")
+        if n is not None and n > MAX_ARRIVALS:
+            raise UsageError(f"--arrivals is at most {MAX_ARRIVALS:,}, not {n:,} (the report keeps every response)")
+        rate = const_value(arr.rate) if arr.k == "poisson" else None
+        if arr.k == "renewal":
+            gap = const_value(arr.gap)
+            rate = 1 / gap if gap else None
+        if n is None and rate is not None and rate * hz > MAX_ARRIVALS:
+            many = rate * hz
+            raise UsageError(f"--horizon {fmt(hz)} at {fmt(rate)} arrivals a unit of time expects "
+                             + (f"{many:.3g} sessions" if many < INF else "too many sessions to count")
+                             + f"; a run takes at most {MAX_ARRIVALS:,}: give a shorter --horizon or --arrivals N")
+
+    def _stalled(self, fn, arg, n):
+        """The clock has not moved for n events: many events at one instant may be a batch's sessions
+        (or legs) at work, so each one started allows STALL_PER more; past that, the run is stuck,
+        and the event that tripped names where."""
+        allowed = STALL + STALL_PER * self.next_id  # sessions and legs started
+        if n <= allowed:
+            return allowed
+        owner = getattr(fn, "__self__", None)
+        what, at = "the run's events", None
+        if isinstance(owner, FlowNet):
+            due = [f for f in owner.flows if f.tag <= self.now] or owner.flows
+            names = sorted({st.label for f in due for st in f.stages})
+            what = "the flows over " + ", ".join(f"`{x}`" for x in names)
+            at = due[0].stages[0].at if due else None
+        elif owner is not None and hasattr(owner, "label"):
+            what, at = f"stage `{owner.label}`", owner.at
+        elif fn == self._lease_expired:
+            what, at = f"the leases on pool `{arg[0].pool.label}`", arg[0].pool.decl.at
+        elif getattr(fn, "__name__", "") == "_iteration_end":
+            what, at = f"engine `{arg.label}`'s iterations", arg.at
+        elif fn in (self._arrive_open, self._arrive_one):
+            what, at = "the arrivals", self.prog.workload.arrive.at
+        raise self.run_error("R022", f"the clock has stood at {fmt(self.now)} for {n:,} events, scheduled by "
+                             f"{what}, which do not advance it", at)
+
     def _gap(self):
         v = self.gap_f(Ctx({}, self.arrival_rng, {}, None))
-        if not (0 < v < INF):
-            raise self.run_error("R034", f"a renewal gap must be positive and finite, not {fmt(v)}: the run stops",
-                                 self.prog.workload.arrive.at)
-        return self.now + v
+        t = self.now + v
+        if not (0 < v < INF) or t == self.now:
+            raise self.run_error("R034", f"a renewal gap must be positive and finite, not {fmt(v)}: the run stops"
+                                 if t != self.now or v <= 0 else f"a renewal gap of {fmt(v)} does not advance the "
+                                 f"clock at {fmt(self.now)}: the run stops", self.prog.workload.arrive.at)
+        return t
 
     def _arrive_open(self):
         self._arrive_one()

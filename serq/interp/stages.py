@@ -7,9 +7,9 @@ import math
 from collections import deque
 
 from serq.interp.stats import TimeAverage
+from serq.lang.lower.constants import fmt
 
 INF = math.inf
-EPS = 1e-12
 
 
 class Job:
@@ -174,9 +174,9 @@ class PS(Stage):
             return self.phi_const / n
         self.ctx.x["present"] = float(n)
         phi = self.phi(self.ctx)
-        if not phi > 0 or phi != phi:
-            raise self.sim.run_error("R010", f"stage `{self.label}`'s capacity ps(φ) is {phi} with {n} present: "
-                                     "it must be above 0", self.at)
+        if not 0 < phi < INF:
+            raise self.sim.run_error("R010", f"stage `{self.label}`'s capacity ps(φ) is {fmt(phi)} with {n} present: "
+                                     "it must be above 0 and finite", self.at)
         return phi / n
 
     def _schedule(self):
@@ -202,8 +202,15 @@ class PS(Stage):
         if version != self.version:
             return
         self._advance()
+        # the event was set for the head job's finish tag and nothing changed since: that job has
+        # received its work exactly, whatever the rounding of v (a tiny remainder must not
+        # schedule its end at this same instant again); jobs with the same tag end with it
+        while self.heap and not self.heap[0][2].alive:
+            heapq.heappop(self.heap)
+        if self.heap and self.heap[0][0] > self.v:
+            self.v = self.heap[0][0]
         done = []
-        while self.heap and (self.heap[0][0] <= self.v + EPS * max(1.0, abs(self.v)) or not self.heap[0][2].alive):
+        while self.heap and (self.heap[0][0] <= self.v or not self.heap[0][2].alive):
             tag, seq, job = heapq.heappop(self.heap)
             if job.alive:
                 job.alive = False
@@ -227,7 +234,9 @@ class PS(Stage):
 
 class FlowNet:
     """Stages shared by runs over several stages: every job on them is a flow with one rate, set by
-    the share policy from the stages' constant capacities (*Stages*)."""
+    the share policy from the stages' constant capacities (*Stages*). A flow's `left` is its work
+    still to do and its `tag` the instant it ends at its present rate; the event set for the
+    earliest tag ends the flows due then exactly, so no remainder is left over to round."""
 
     def __init__(self, sim, policy: str):
         self.sim = sim
@@ -241,7 +250,8 @@ class FlowNet:
         dt = now - self.last
         if dt > 0:
             for f in self.flows:
-                f.left -= f.rate * dt
+                left = f.left - f.rate * dt
+                f.left = left if left > 0.0 else 0.0
         self.last = now
 
     def add(self, job):
@@ -263,59 +273,39 @@ class FlowNet:
 
     def _rates(self):
         flows = self.flows
-        stages = {}
+        stages: dict = {}
         for f in flows:
             for st in f.stages:
                 stages.setdefault(st, []).append(f)
         if self.policy == "bottleneck":
             for f in flows:
                 f.rate = min(st.cap / len(stages[st]) for st in f.stages)
-        else:  # maxmin: every flow's rate rises together until a stage fills
-            left = {st: st.cap for st in stages}
-            active = set(flows)
-            for f in flows:
-                f.rate = 0.0
-            while active:
-                share = min(left[st] / sum(1 for f in stages[st] if f in active) for st in stages
-                            if any(f in active for f in stages[st]))
-                for f in active:
-                    f.rate += share
-                for st in stages:
-                    n = sum(1 for f in stages[st] if f in active)
-                    left[st] -= share * n
-                full = [st for st in stages if left[st] <= EPS * st.cap and any(f in active for f in stages[st])]
-                for st in full:
-                    for f in stages[st]:
-                        active.discard(f)
-                if not full:
-                    break
-        for st in stages:
-            st.flow_rate = sum(f.rate for f in stages[st])
+        else:
+            _maxmin(flows, stages)
         now = self.sim.now
-        for st in self._all_stages():
-            st.busy_avg.set(now, (st.flow_rate / st.cap) if st.n else 0.0)
-            if not st.n:
-                st.flow_rate = 0.0
+        for st in self.members:
+            fl = stages.get(st)
+            st.flow_rate = sum(f.rate for f in fl) if fl else 0.0
+            st.busy_avg.set(now, st.flow_rate / st.cap if fl else 0.0)
         self.version += 1
-        nxt = None
+        nxt = INF
         for f in flows:
-            if f.rate > 0:
-                t = f.left / f.rate
-                if nxt is None or t < nxt:
-                    nxt = t
-        if nxt is not None:
-            self.sim.at(now + max(0.0, nxt), self._fire, self.version)
-
-    def _all_stages(self):
-        return self.members
+            # every rate is above 0 (each capacity is); the tag is never before now
+            f.tag = t = now + f.left / f.rate
+            if t < nxt:
+                nxt = t
+        if flows:
+            self.sim.at(nxt, self._fire, self.version)
 
     def _fire(self, version):
         if version != self.version:
             return
         self._advance()
-        done = [f for f in self.flows if f.left <= EPS * max(1.0, f.work)]
-        done.sort(key=lambda f: f.seq)
+        now = self.sim.now
+        # nothing changed since the tags were set, and this is the earliest: its flows are done
+        done = [f for f in self.flows if f.tag <= now]
         for f in done:
+            f.left = 0.0
             self.flows.remove(f)
             for st in f.stages:
                 st.n -= 1
@@ -325,6 +315,33 @@ class FlowNet:
             for st in f.stages:
                 st._done(f)
             self.sim.job_done(f)
+
+
+def _maxmin(flows, stages):
+    """Max-min fair rates: every unfrozen flow's rate rises by the same share until a stage fills;
+    the flows through the stages that filled (those whose share was the least) stop there. Each
+    round fills one stage at least, so there are at most as many rounds as stages."""
+    left = {st: st.cap for st in stages}
+    count = {st: len(fl) for st, fl in stages.items()}
+    frozen: set = set()
+    for f in flows:
+        f.rate = 0.0
+    while count:
+        share = min(left[st] / n for st, n in count.items())
+        full = [st for st, n in count.items() if left[st] / n == share]
+        for f in flows:
+            if f not in frozen:
+                f.rate += share
+        for st, n in count.items():
+            v = left[st] - share * n
+            left[st] = v if v > 0.0 else 0.0
+        for st in full:
+            for f in stages[st]:
+                if f not in frozen:
+                    frozen.add(f)
+                    for s2 in f.stages:
+                        count[s2] -= 1
+        count = {st: n for st, n in count.items() if n > 0}
 
 
 class FlowStage(Stage):

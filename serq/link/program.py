@@ -2,7 +2,6 @@
 (names, moments, sides, holds, amounts and indices, loops, lints, the hidden rule, claims)."""
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 
@@ -14,6 +13,7 @@ from serq.lang.lower.constants import fmt, whole
 from serq.lang.walk import iter_stmts
 from serq.link import names as N
 from serq.link.exprs import ExprLinker, Tables, const_value, same_target
+from serq.link import rules as R
 from serq.link.rules import attrs_read, check_program
 
 INDEX = N.Moment("an index", attrs=True)
@@ -216,16 +216,15 @@ class Linker:
         at = self.x.loc(p.span)
         cap = I.Inf() if p.cap is None else self.x.link(p.cap, N.CAP)
         capv = const_value(cap)
-        if p.cap is not None and (capv is None or math.isnan(capv) or capv < 0):
-            raise SerqError("L241", "a pool's cap is a constant, a number >= 0 or inf", p.cap.span)
+        if p.cap is not None and R.pool_cap_problem(capv):
+            raise SerqError("L241", R.pool_cap_problem(capv), p.cap.span)
         block = None
         if "block" in opts:
             be = opts["block"].args[0]
             block = self.x.link(be, N.CAP)
             bv = const_value(block)
-            if bv is None or not whole(bv, 1):
-                raise SerqError("L241", "a pool's block is a constant whole number >= 1"
-                                + ("" if bv is None else f", not {fmt(bv)}"), be.span)
+            if R.block_problem(bv):
+                raise SerqError("L241", R.block_problem(bv), be.span)
             p.block_value = bv
         engine_mem = p.memory
         evict = I.EvictLru()
@@ -269,12 +268,14 @@ class Linker:
                 if kd.arg is not None:
                     c = self.x.link(kd.arg, N.STAGE_COUNT)
                     v = const_value(c)
-                    if v is None or not (whole(v, 1) or v == math.inf):
-                        raise SerqError("L022", "a fifo's servers are a constant whole number >= 1 (or inf)"
-                                        + ("" if v is None else f", not {fmt(v)}"), kd.arg.span)
+                    if R.fifo_servers_problem(v):
+                        raise SerqError("L022", R.fifo_servers_problem(v), kd.arg.span)
                 kind = I.Fifo(servers=c)
             elif kd.kind == "ps":
                 kind = I.Ps(phi=self.x.link(kd.arg, N.PS_CAP))
+                v = const_value(kind.phi)
+                if R.ps_cap_problem(v):
+                    raise SerqError("L026", R.ps_cap_problem(v), kd.arg.span)
             else:  # delay is ps(present), and links to it (*Stages*)
                 kind = I.Ps(phi=I.Ctx(name="present"))
             return I.Stage(name=s.name, count=s.count, kind=kind, at=at)
@@ -337,22 +338,20 @@ class Linker:
         if law == "poisson":
             rate = self.x.link(e, arrive_m)
             v = const_value(rate)
-            if v is None or not (0 < v < math.inf):
-                raise SerqError("L230", "poisson(rate) takes a positive, finite constant rate"
-                                + ("" if v is None else f", not {fmt(v)}"), e.span)
+            if R.poisson_rate_problem(v):
+                raise SerqError("L230", R.poisson_rate_problem(v), e.span)
             arrive = I.Poisson(rate=rate)
         elif law == "renewal":
             gap = self.x.link(e, arrive_m)
             v = const_value(gap)
-            if v is not None and not (0 < v < math.inf):
-                raise SerqError("L231", f"a constant renewal gap must be positive and finite, not {fmt(v)}", e.span)
+            if R.renewal_gap_problem(v):
+                raise SerqError("L231", R.renewal_gap_problem(v), e.span)
             arrive = I.Renewal(gap=gap)
         elif law in ("closed", "batch"):
             n = self.x.link(e, N.CONST)
             v = const_value(n)
-            if v is None or not whole(v, 1, 1_000_000):
-                raise SerqError("L022", f"{law}(n) is a whole number of sessions from 1 to a million"
-                                + ("" if v is None else f", not {fmt(v)}"), e.span)
+            if R.sessions_problem(law, v):
+                raise SerqError("L022", R.sessions_problem(law, v), e.span)
             arrive = I.Closed(n=int(v)) if law == "closed" else I.Batch(n=int(v))
         else:
             arrive = I.NoArrivals()
@@ -438,8 +437,8 @@ class Linker:
 
     def _amount(self, e_ir, span, what):
         v = const_value(e_ir)
-        if v is not None and (math.isnan(v) or v < 0):
-            raise SerqError("L093", f"{what} is an amount, not negative and not NaN: this one is {fmt(v)}", span)
+        if R.amount_problem(v, what):
+            raise SerqError("L093", R.amount_problem(v, what), span)
         return v
 
     def stmt(self, s, sc: Scope):

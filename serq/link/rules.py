@@ -2,8 +2,11 @@
 table of rules): loops let time pass, the hidden rule, the lints, holds' indices, forks join."""
 from __future__ import annotations
 
+import math
+
 from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
+from serq.lang.lower.constants import fmt, whole
 from serq.link.exprs import const_value
 
 
@@ -260,3 +263,153 @@ def _hidden(prog, stmts, hidden: set[str]):
         return tainted
 
     go(stmts, hidden)
+
+
+# ---------------------------------------------------------------- values the run relies on
+# Each predicate states one rule once; the linker calls it where it builds the node (with the
+# source expression's place), and check_values calls it again on an IR read from a file, whose
+# numbers nobody has checked (a negative rate would pass the schema and hang the run).
+
+def poisson_rate_problem(v) -> str | None:
+    if v is None or not 0 < v < math.inf:
+        return "poisson(rate) takes a positive, finite constant rate" + ("" if v is None else f", not {fmt(v)}")
+    return None
+
+
+def renewal_gap_problem(v) -> str | None:
+    if v is not None and not 0 < v < math.inf:
+        return f"a constant renewal gap must be positive and finite, not {fmt(v)}"
+    return None
+
+
+def sessions_problem(law, v) -> str | None:
+    if v is None or not whole(v, 1, 1_000_000):
+        return f"{law}(n) is a whole number of sessions from 1 to a million" + ("" if v is None else f", not {fmt(v)}")
+    return None
+
+
+def fifo_servers_problem(v) -> str | None:
+    if v is None or not (whole(v, 1) or v == math.inf):
+        return "a fifo's servers are a constant whole number >= 1 (or inf)" + ("" if v is None else f", not {fmt(v)}")
+    return None
+
+
+def ps_cap_problem(v) -> str | None:
+    if v is not None and not 0 < v < math.inf:  # at inf no time would pass (*Stages*)
+        return f"a ps stage's capacity is above 0 and finite, not {fmt(v)}"
+    return None
+
+
+def pool_cap_problem(v) -> str | None:
+    if v is None or math.isnan(v) or v < 0:
+        return "a pool's cap is a constant, a number >= 0 or inf"
+    return None
+
+
+def block_problem(v) -> str | None:
+    if v is None or not whole(v, 1):
+        return "a pool's block is a constant whole number >= 1" + ("" if v is None else f", not {fmt(v)}")
+    return None
+
+
+def amount_problem(v, what) -> str | None:
+    if v is not None and (math.isnan(v) or v < 0):
+        return f"{what} is an amount, not negative and not NaN: this one is {fmt(v)}"
+    return None
+
+
+def check_values(prog: I.Program):
+    """The value rules above, and the arrays' sizes, the draws' constant parameters and the
+    runs over several stages, on an IR given as a file (the linker checked a program's)."""
+    from serq.lang.lower.constants import MAX_MEMBERS
+    from serq.link.exprs import draw_param_error
+
+    def fail(code, msg, *ats):
+        at = next((a for a in ats if a is not None), None)
+        raise SerqError(code, msg, span_of(prog, at) or Span(prog.files[0] if prog.files else "<ir>", 1, 1))
+
+    def need(problem, code, *ats):
+        if problem is not None:
+            fail(code, problem, *ats)
+
+    arr = prog.workload.arrive
+    if arr.k == "poisson":
+        need(poisson_rate_problem(const_value(arr.rate)), "L230", arr.rate.at, arr.at)
+    elif arr.k == "renewal":
+        need(renewal_gap_problem(const_value(arr.gap)), "L231", arr.gap.at, arr.at)
+    elif arr.k in ("closed", "batch"):
+        need(sessions_problem(arr.k, float(arr.n)), "L022", arr.at)
+    for d in list(prog.stages) + list(prog.pools):
+        if d.count is not None and not 1 <= d.count <= MAX_MEMBERS:
+            fail("L022", f"an array's size must be a whole number from 1 to {MAX_MEMBERS:,}, not {d.count}", d.at)
+    for s in prog.stages:
+        kd = s.kind
+        if kd.k == "fifo":
+            need(fifo_servers_problem(const_value(kd.servers)), "L022", kd.servers.at, s.at)
+        elif kd.k == "ps":
+            need(ps_cap_problem(const_value(kd.phi)), "L026", kd.phi.at, s.at)
+    for p in prog.pools:
+        need(pool_cap_problem(const_value(p.cap)), "L241", p.cap.at, p.at)
+        if p.block is not None:
+            need(block_problem(const_value(p.block)), "L241", p.block.at, p.at)
+    _targets(prog, fail)
+    kinds = {s.name: s.kind for s in prog.stages}
+    blocks = [prog.server, prog.workload.init, prog.workload.turn, prog.workload.session or []]
+    for b in blocks:
+        for s in walk(b):
+            for e in _exprs(s):
+                for x in expr_nodes(e):
+                    if x.k == "draw":
+                        bad = draw_param_error(x.dist, [const_value(a) for a in x.args])
+                        if bad is not None:
+                            fail("L082", f"`~{x.dist}`: {bad}", x.at, s.at)
+            if s.k == "run":
+                need(amount_problem(const_value(s.work), "a run's work"), "L093", s.work.at, s.at)
+                if len(s.stages) > 1:
+                    for t in s.stages:
+                        kd = kinds.get(t.name)
+                        if kd is None or kd.k != "ps" or not (const_value(kd.phi) or 0) > 0:
+                            fail("L243", "every stage of a run over several is ps(φ) with a constant φ above 0: "
+                                 f"`{t.name}` is not", s.at)
+                    if prog.share is None:
+                        fail("L244", "a program with a run over several stages declares its `share` (maxmin or "
+                             "bottleneck), which has no default", s.at)
+            if s.k == "hold":
+                for hp in s.pools:
+                    need(amount_problem(const_value(hp.units), "a hold's units"), "L093", hp.units.at, s.at)
+
+
+# what a Target in a field of this name names (an observable's `of` names either)
+_TARGET_KIND = {"pool": "pool", "growing": "pool", "stages": "stage", "via": "stage", "stage": "stage"}
+
+
+def _targets(prog: I.Program, fail):
+    """Every pool or stage an IR names is declared, of the kind its place wants, indexed as its
+    declaration is an array or not, a constant index in range (the linker's L084, L085, L087)."""
+    from serq.link.exprs import check_index
+    decls = {"pool": {p.name: p for p in prog.pools}, "stage": {s.name: s for s in prog.stages}}
+
+    def check(t: I.Target, want, at):
+        table = decls[want] if want else {**decls["pool"], **decls["stage"]}
+        d = table.get(t.name)
+        if d is None:
+            fail("L084", f"`{t.name}` is no {want or 'pool or stage'} declared in the program", at)
+        if (t.index is None) != (d.count is None):
+            fail("L085", f"`{t.name}` " + ("is an array: name a member" if t.index is None else
+                                          "is not an array: it takes no index"), at)
+        v = const_value(t.index) if t.index is not None else None
+        if v is not None:
+            check_index(v, d.count, span_of(prog, at) or Span("<ir>", 1, 1), t.name)
+
+    def go(x, want, at):
+        if isinstance(x, I.Target):
+            check(x, want, at)
+            go(x.index, None, at)
+        elif isinstance(x, I.Node):
+            at = getattr(x, "at", None) or at
+            for k, v in x:
+                go(v, _TARGET_KIND.get(k), at)
+        elif isinstance(x, list):
+            for v in x:
+                go(v, want, at)
+    go(prog, None, None)

@@ -189,8 +189,12 @@ def require_constant(e, consts, what: str, code: str = "L020") -> float:
     return v
 
 
-def require_count(e, consts, what: str, lo: int = 1, hi: int | None = None) -> int:
-    """A count is a whole number (*Arrivals and the run*), or the program does not link."""
+MAX_MEMBERS = 100_000  # an array or family's size: a run builds every member, and reports each
+
+
+def require_count(e, consts, what: str, lo: int = 1, hi: int | None = MAX_MEMBERS) -> int:
+    """A count is a whole number (*Arrivals and the run*), or the program does not link; an
+    array's, at most MAX_MEMBERS."""
     v = require_constant(e, consts, what)
     if not whole(v, lo, INF if hi is None else hi):
         rng = f"from {lo}" + (f" to {hi:,}" if hi is not None else " up")

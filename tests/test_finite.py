@@ -1,0 +1,151 @@
+"""Inputs that could not finish are refused with the reason, or bounded (issue 7, item 9): Erlang
+draws in constant time, arrays' sizes, infinite capacities and horizons, too many arrivals, and
+an IR file's values checked as the linker checks a program's."""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+
+import pytest
+
+from serq import api
+from serq.diagnostics import SerqError
+from serq.interp.rng import PHASES, Stream, gamma
+from serq.interp.sim import MAX_ARRIVALS, Sim
+from serq.ir.model import Settings
+from serq.lang.lower.inputs import UsageError
+from test_long_runs import budget
+
+
+def test_erlang_of_few_phases_is_the_sum_of_its_exponentials():
+    # the draws a program made before stay the same: k <= PHASES sums k exponentials
+    a, b = Stream(7), Stream(7)
+    for k in (1, 3, PHASES):
+        want = -sum(math.log(1.0 - a.random()) for _ in range(k)) * 0.25
+        assert b.gammavariate(k, 0.25) == want
+
+
+@pytest.mark.parametrize("k", [PHASES + 1, 1000, 1e12])
+def test_erlang_of_many_phases_has_gamma_moments(k):
+    # Gamma(k, θ): mean kθ, variance kθ², skewness 2/√k; 40,000 draws, each within 5 standard errors
+    s, n = Stream(11), 40000
+    xs = [s.gammavariate(k, 1.0 / k) for _ in range(n)]
+    m = statistics.fmean(xs)
+    v = statistics.pvariance(xs, m)
+    assert abs(m - 1) < 5 * math.sqrt(1 / k / n)
+    assert abs(v * k - 1) < 5 * math.sqrt(2 / n)
+    skew = sum((x - m) ** 3 for x in xs) / n / v ** 1.5
+    assert abs(skew - 2 / math.sqrt(k)) < 5 * math.sqrt(6 / n)
+
+
+def test_a_draw_of_a_trillion_phases_takes_no_longer_than_one_of_a_hundred():
+    s = Stream(3)
+    t = time.process_time()
+    with budget("2000 draws of ~erlang(1e12, 1)", 10):
+        for _ in range(2000):
+            gamma(s.random, 1e12, 1.0)
+    big = time.process_time() - t
+    t = time.process_time()
+    for _ in range(2000):
+        gamma(s.random, 100, 1.0)
+    small = time.process_time() - t
+    assert big < 3 * small + 0.05
+
+
+def test_a_program_drawing_erlang_1e12_runs():
+    text = """fn main() {
+      stage s : ps(1);
+      workload { arrive poisson(0.5); turn { Size x = ~erlang(1e12, 1); } }
+      server { run s (cost(s, x)); observe drawn = x; }
+    }"""
+    rep = api.run(api.load_text(text, "t.sq"), Settings(arrivals=500))
+    assert rep["observe"]["drawn"]["mean"] == pytest.approx(1.0, abs=1e-4)  # the sd of a draw is 1e-6
+
+
+BATCH = """fn main() {
+  stage s : fifo;
+  workload { arrive %s; turn { Cost w = cost(s, 1); } }
+  server { run s (w); }
+}"""
+
+
+@pytest.mark.parametrize("arrive,settings,says", [
+    ("poisson(1)", dict(horizon=math.inf), "finite --horizon"),
+    ("closed(2)", dict(horizon=math.inf), "finite --horizon"),
+    ("poisson(1)", dict(arrivals=MAX_ARRIVALS + 1), "at most 10,000,000"),
+    ("poisson(1e308)", dict(horizon=10), "too many sessions"),
+    ("poisson(1000)", dict(horizon=1e5), r"1e\+08 sessions"),
+    ("renewal(1e-300)", dict(horizon=1), "a run takes at most"),
+])
+def test_runs_that_could_not_finish_are_refused(arrive, settings, says):
+    with pytest.raises(UsageError, match=says):
+        Sim(api.load_text(BATCH % arrive, "t.sq"), Settings(**settings)).run()
+
+
+@pytest.mark.parametrize("arrive,settings,n", [
+    ("batch(3)", dict(horizon=math.inf), 3),
+    ("poisson(1e308)", dict(arrivals=50, horizon=math.inf), 50),
+])
+def test_an_infinite_horizon_is_fine_where_the_run_ends_by_itself(arrive, settings, n):
+    rep = Sim(api.load_text(BATCH % arrive, "t.sq"), Settings(**settings)).run()
+    assert rep["sessions"]["completed"] == n and math.isfinite(rep["end"])
+
+
+TWO = """fn main() {
+  pool kv[2] { cap 100; }
+  stage a : ps(20000);
+  stage b : ps(30000);
+  stage c : fifo(2);
+  share maxmin;
+  workload { arrive poisson(10); turn { Size n = 100 + floor(~uniform(0, 2000)); } }
+  server { hold kv[0] (cost(kv, 1)) { run a, b (cost(a, b, n)); } run c (cost(c, 0.01)); }
+}"""
+
+
+def _ir(tmp_path, edit):
+    d = json.loads(api.load_text(TWO, "t.sq").model_dump_json(exclude_none=True))
+    edit(d)
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(d))
+    return str(p)
+
+
+def _set(path, v):
+    def f(d):
+        x = d
+        for k in path[:-1]:
+            x = x[k]
+        x[path[-1]] = v
+    return f
+
+
+@pytest.mark.parametrize("edit,code", [
+    (_set(["workload", "arrive", "rate", "v"], -1.0), "L230"),
+    (_set(["workload", "arrive", "rate"], {"k": "inf"}), "L230"),
+    (_set(["pools", 0, "count"], 10 ** 9), "L022"),
+    (_set(["pools", 0, "cap", "v"], -3.0), "L241"),
+    (_set(["stages", 0, "kind", "phi", "v"], 0.0), "L026"),
+    (_set(["stages", 2, "kind", "servers", "v"], 1.5), "L022"),
+    (_set(["stages", 1, "kind", "phi"], {"k": "ctx", "name": "present"}), "L243"),
+    (_set(["share"], None), "L244"),
+    (_set(["workload", "turn", 0, "e", "r", "args", 0, "args", 1, "v"], -5.0), "L082"),
+    (_set(["server", 0, "body", 0, "work"], {"k": "num", "v": -1.0}), "L093"),
+    (_set(["server", 0, "pools", 0, "units"], {"k": "num", "v": -1.0}), "L093"),
+    (_set(["server", 0, "body", 0, "stages", 0, "name"], "zzz"), "L084"),
+    (_set(["server", 1, "stages", 0, "name"], "kv"), "L084"),  # a pool where a stage goes
+    (_set(["server", 0, "pools", 0, "pool", "index", "v"], 2.0), "L087"),
+    (_set(["server", 0, "pools", 0, "pool", "index"], None), "L085"),
+])
+def test_an_ir_file_is_checked_as_a_program_is(tmp_path, edit, code):
+    path = _ir(tmp_path, edit)
+    with pytest.raises(SerqError) as info:
+        api.load_ir(path)
+    assert info.value.code == code, info.value.render()
+
+
+def test_an_unedited_ir_file_passes(tmp_path):
+    prog = api.load_ir(_ir(tmp_path, lambda d: None))
+    rep = Sim(prog, Settings(horizon=5)).run()
+    assert rep["sessions"]["completed"] > 0
