@@ -353,6 +353,7 @@ def check_values(prog: I.Program):
         if p.block is not None:
             need(block_problem(const_value(p.block)), "L241", p.block.at, p.at)
     _targets(prog, fail)
+    _arities(prog, fail)
     kinds = {s.name: s.kind for s in prog.stages}
     blocks = [prog.server, prog.workload.init, prog.workload.turn, prog.workload.session or []]
     for b in blocks:
@@ -413,3 +414,30 @@ def _targets(prog: I.Program, fail):
             for v in x:
                 go(v, want, at)
     go(prog, None, None)
+
+
+def _arities(node, fail):
+    """Every draw and function anywhere in the IR has the arguments its definition takes (the linker
+    counts them in the text; a hand-written IR may not)."""
+    from serq.lang.lower.constants import FUNCS
+    if isinstance(node, list):
+        for x in node:
+            _arities(x, fail)
+        return
+    if not isinstance(node, I.Node):
+        return
+    k = getattr(node, "k", None)
+    if k == "draw" and len(node.args) != I.DISTRIBUTIONS[node.dist]:
+        fail("L042", f"`~{node.dist}` takes {I.DISTRIBUTIONS[node.dist]} parameter(s), given {len(node.args)}",
+             node.at)
+    if k == "fn":
+        least, most, _ = FUNCS[node.name]
+        if len(node.args) < least or (most is not None and len(node.args) > most):
+            fail("L042", f"`{node.name}` takes {least if most == least else f'{least} or more'} argument(s), "
+                 f"given {len(node.args)}", node.at)
+    for name in type(node).model_fields:
+        v = getattr(node, name)
+        if isinstance(v, (list, I.Node)):
+            _arities(v, fail)
+        elif isinstance(v, dict):
+            _arities(list(v.values()), fail)
