@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.serq-installed
 
-.PHONY: demo test check install clean schema
+.PHONY: demo test check install clean schema fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ check: $(STAMP)
 	$(BIN)/python -m pytest
 	@if command -v lake >/dev/null 2>&1; then cd lean && lake build; \
 	else echo "Lean check SKIPPED: lake is not on the PATH (no Lean toolchain on this machine)"; fi
+
+# the interpreter against the reference kernel on many generated fragment programs (docs/lean.md)
+FUZZ_CASES ?= 5000
+fuzz: $(STAMP)
+	SERQ_FUZZ_CASES=$(FUZZ_CASES) $(BIN)/python -m pytest -q tests/test_ref_differential.py
 
 schema: $(STAMP)
 	$(BIN)/python -m serq.ir.schema > docs/reference/ir.schema.json
