@@ -34,6 +34,7 @@ class Case:
     arrive: str        # batch | renewal
     gap: int
     sessions: tuple    # per session, its turns: (new, out, think)
+    fifo: bool = False  # the request queue is fifo (else by (submitted, serial), vLLM's)
 
     @property
     def n(self) -> int:
@@ -102,7 +103,7 @@ def text(c: Case) -> str:
     execute ({c.cost});
   }}
   pool kv on gpu {{ {f"block {c.bs};" if c.bs else ""} evict lru; {"preempt lifo;" if c.lifo else "preempt none;"} }}
-  pool reqs on llm {{ queue by (submitted, serial); }}
+  pool reqs on llm {{ {"queue fifo;" if c.fifo else "queue by (submitted, serial);"} }}
   workload {{
     {arrive}
     trace "trace.csv" ordered;
@@ -159,4 +160,4 @@ def cases(draw) -> Case:
         chunked=draw(st.booleans()), reserve=draw(st.booleans()),
         cost=draw(st.sampled_from(("1", "2", "1 + batch.decoding", "1 + floor(batch.tokens / 16)"))),
         arrive=draw(st.sampled_from(("batch", "batch", "renewal"))), gap=draw(st.integers(1, 8)),
-        sessions=sessions)
+        sessions=sessions, fifo=draw(st.booleans()))
