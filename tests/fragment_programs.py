@@ -35,6 +35,7 @@ class Case:
     gap: int
     sessions: tuple    # per session, its turns: (new, out, think)
     fifo: bool = False  # the request queue is fifo (else by (submitted, serial), vLLM's)
+    iter_claims: bool = True  # claims over iterations (none: the interpreter may fast-forward steady decoding)
 
     @property
     def n(self) -> int:
@@ -116,13 +117,17 @@ def text(c: Case) -> str:
     set prompt = context + new;
     llm (prompt, out);
   }}
-  claim work_conserving: every iteration of llm (demand < {c.budget} || tokens == {c.budget});
+{iter_claims(c) if c.iter_claims else ""}  claim all_done: at end (count(last_token) == {nreq});
+  claim short: at end (prefix_total(last_token) <= {nreq * nreq * 40});
+}}
+"""
+
+
+def iter_claims(c: Case) -> str:
+    return f"""  claim work_conserving: every iteration of llm (demand < {c.budget} || tokens == {c.budget});
   claim full: some iteration of llm (residents >= {c.seqs});
   claim small_batches: every iteration of llm (tokens <= {max(1, c.budget // 2)});
-  claim all_done: at end (count(last_token) == {nreq});
-  claim short: at end (prefix_total(last_token) <= {nreq * nreq * 40});
   claim early given (lim < 2): some iteration of llm (kv_prefill > 0 && decoders > 0);
-}}
 """
 
 
@@ -160,4 +165,4 @@ def cases(draw) -> Case:
         chunked=draw(st.booleans()), reserve=draw(st.booleans()),
         cost=draw(st.sampled_from(("1", "2", "1 + batch.decoding", "1 + floor(batch.tokens / 16)"))),
         arrive=draw(st.sampled_from(("batch", "batch", "renewal"))), gap=draw(st.integers(1, 8)),
-        sessions=sessions, fifo=draw(st.booleans()))
+        sessions=sessions, fifo=draw(st.booleans()), iter_claims=draw(st.booleans()))
