@@ -47,3 +47,31 @@ def test_every_exec_lean_definition_has_a_python_twin():
 def test_the_table_names_no_definition_exec_lean_lacks():
     defs = set(lean_defs())
     assert not [k for k in table() if k not in defs]
+
+
+def lean_constructors(name: str) -> list[str]:
+    """The constructors of an inductive of lean/Serq/IR.lean, in order."""
+    with open(os.path.join(ROOT, "lean", "Serq", "IR.lean"), encoding="utf-8") as fh:
+        text = fh.read()
+    m = re.search(rf"^inductive {name} where\n(.*?)(?:\n  deriving|\n\n)", text, re.M | re.S)
+    assert m, name
+    return re.findall(r"\|\s*([a-zA-Z]+)", m.group(1))
+
+
+def test_every_ir_enumeration_maps_to_its_lean_constructors():
+    from serq.ref import ir as R
+    pairs = {"BinOp": R.LEAN_BIN_OPS, "Fun": R.LEAN_FUNS, "StepVar": R.LEAN_STEP_VARS, "ObsFn": R.LEAN_OBS,
+             "AggFn": R.LEAN_AGGS, "Mode": R.LEAN_MODES, "Form": R.LEAN_FORMS, "Arrive": R.LEAN_ARRIVALS}
+    for name, mapping in pairs.items():
+        assert sorted(lean_constructors(name)) == sorted(mapping.values()), name
+    assert set(R.LEAN_BIN_OPS) == set(R.BIN_OPS) and set(R.LEAN_OBS) == set(R.OBS) and set(R.LEAN_AGGS) == set(R.AGGS)
+
+
+def test_every_ir_lean_constructor_has_its_python_class():
+    from serq.ref import ir as R
+    classes = {"Expr": ["Num", "Attr", "Ctx", "StepVar", "Reg", "Obs", "Agg", "Not", "Bin", "Ite", "Fn"],
+               "Stmt": ["SetA", "DrawA", "ObserveA", "BranchS", "WhileS", "TurnS", "HoldS", "RunS", "EndS"],
+               "IStmt": ["IServe", "IAdmit", "IBranch", "ISet"]}
+    for name, pys in classes.items():
+        assert len(lean_constructors(name)) == len(pys), name
+        assert all(hasattr(R, c) for c in pys)

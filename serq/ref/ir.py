@@ -85,6 +85,19 @@ class Fn:
 
 Expr = Union[Num, Attr, Ctx, StepVar, Reg, Obs, Agg, Not, Bin, Ite, Fn]
 
+# The Lean constructor of each enumerated name (IR.lean): what the Lean generator writes.
+LEAN_BIN_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "%": "mod", "==": "eq", "!=": "ne", "<": "lt",
+                "<=": "le", ">": "gt", ">=": "ge", "&&": "and", "||": "or"}
+LEAN_FUNS = {f: f for f in FUNS}
+LEAN_STEP_VARS = {v: v.lower() for v in STEP_VARS}
+LEAN_OBS = {"used": "used", "free": "free", "holders": "holders", "queued": "queued", "queue": "queue",
+            "busy": "busy", "cachedin": "cachedin", "budget_left": "budgetLeft", "work": "work"}
+LEAN_AGGS = {"total": "total", "count": "count", "largest": "largest", "smallest": "smallest",
+             "prefix_total": "prefixTotal"}
+LEAN_MODES = {"prefill": "prefill", "decode": "decode"}
+LEAN_FORMS = {"every": "every", "some": "someIter", "end": "atEnd"}
+LEAN_ARRIVALS = {"batch": "batch", "renewal": "renewal", "poisson": "poisson"}
+
 # ---------------------------------------------------------------- statements (Lean: Serq.Stmt)
 
 
