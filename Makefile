@@ -15,6 +15,8 @@ FUZZ_TIMEOUT ?= 10
 FUZZ_SEED    ?= 1
 FUZZ_OUT     ?= fuzz-out
 FUZZ_ARGS    ?=
+# and the interpreter against the reference kernel on DIFF_CASES generated fragment programs (docs/lean.md)
+DIFF_CASES   ?= 5000
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,9 +39,12 @@ check: $(STAMP)
 	@if command -v lake >/dev/null 2>&1; then cd lean && lake build; \
 	else echo "Lean check SKIPPED: lake is not on the PATH (no Lean toolchain on this machine)"; fi
 
+# both campaigns run; it fails when either found anything
 fuzz: $(STAMP)
 	$(BIN)/python tools/fuzz.py --cases $(FUZZ_CASES) --jobs $(FUZZ_JOBS) --timeout $(FUZZ_TIMEOUT) \
-		--seed $(FUZZ_SEED) --out $(FUZZ_OUT) $(FUZZ_ARGS)
+		--seed $(FUZZ_SEED) --out $(FUZZ_OUT) $(FUZZ_ARGS); a=$$?; \
+	SERQ_FUZZ_CASES=$(DIFF_CASES) SERQ_FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest -q tests/test_ref_differential.py; \
+	b=$$?; test $$a = 0 -a $$b = 0
 
 schema: $(STAMP)
 	$(BIN)/python -m serq.ir.schema > docs/reference/ir.schema.json

@@ -247,7 +247,12 @@ class Worker:
             return self._died(t0)
         # over budget: the stacks, then the worker goes
         self.proc.send_signal(signal.SIGUSR1)
-        time.sleep(0.3)
+        # the stacks are written when the worker is next scheduled: wait for them (a loaded machine
+        # may take a while), then the worker goes
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and os.path.getsize(self.stacks) == 0:
+            time.sleep(0.05)
+        time.sleep(0.1)
         self.kill()
         with open(self.stacks, errors="replace") as fh:
             cause, dump = _hang_cause(fh.read())

@@ -1,11 +1,14 @@
 """Check serQ's vLLM v1 program against scenarios recorded from vLLM's real scheduler.
 
-    python tools/vllm_oracle.py check FILE...
+    python tools/vllm_oracle.py check [--ref] FILE...
 
 Each FILE is a result file (tools/oracle/results/*.json, or any of that format): a scenario's
 config and requests, and what vLLM did. Each scenario runs through examples/oracle/vllm_request.sq
 (each request a session's turn of a trace written beside a copy of the program); the tool prints,
 per scenario, `agree` or the first request and field that differ, then `K/N scenarios agree`.
+
+With `--ref` the scenarios run through the reference kernel (serq/ref/, docs/lean.md) instead
+of the interpreter, with the same output.
 
 Requests chained by `arrive_after` are one session's turns (the next prompt extends the last
 prompt and its output); a prompt whose first token differs is a forced miss (a session of its own).
@@ -91,8 +94,9 @@ def scenario_inputs(path: str, result: dict) -> list[dict]:
     return result["requests"]
 
 
-def run_scenario(result: dict, path: str = ""):
-    """serQ's values for each request of one recorded scenario: {id: {field: value}}."""
+def run_scenario(result: dict, path: str = "", ref: bool = False):
+    """serQ's values for each request of one recorded scenario: {id: {field: value}}; with `ref`,
+    the reference kernel's."""
     from serq import api
     from serq.ir.model import Settings
     cfg = result["config"]
@@ -111,8 +115,13 @@ def run_scenario(result: dict, path: str = ""):
         inputs["sessions"] = float(len(sessions))
         prog = api.load(os.path.join(tmp, "vllm_request.sq"), inputs)
         horizon = float(result.get("max_steps") or result.get("summary", {}).get("max_steps") or 100000)
-        rep = api.run(prog, Settings(horizon=horizon))
-        sim = rep.pop("_sim")
+        if ref:
+            obs_rows = _ref_observations(prog, rows, len(sessions), int(horizon))
+        else:
+            rep = api.run(prog, Settings(horizon=horizon))
+            sim = rep.pop("_sim")
+            obs_rows = {name: [(serial, turn, v) for (t, serial, turn), v in zip(ser.rows, ser.v)]
+                        for name, ser in sim.obs.items()}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     serial_key = {}
@@ -123,14 +132,27 @@ def run_scenario(result: dict, path: str = ""):
     names = {"first_token": "first_token_step", "last_token": "last_token_step", "preemptions": "num_preemptions",
              "first_hit": "num_cached_tokens_first_admission"}
     for obs, field in names.items():
-        ser = sim.obs.get(obs)
-        if ser is None:
-            continue
-        for (t, serial, turn), v in zip(ser.rows, ser.v):
+        for serial, turn, v in obs_rows.get(obs, ()):
             rid = serial_key.get((serial, turn))
             if rid is not None:
                 got[rid][field] = int(v)
     return got
+
+
+def _ref_observations(prog, rows, n, horizon):
+    """The reference kernel's observations, {name: [(session, turn, value)]}: the trace's rows are
+    the workload (every session arrives at 0, `arrive batch`)."""
+    from serq import ref
+    from serq.ref import ir as R
+    p = ref.convert(prog)
+    trace: list = [[] for _ in range(n)]
+    for row in rows:
+        trace[int(row["session"][1:])].append(R.Row(row["new"], row["out"], row["think"], row["forced"]))
+    res = ref.evaluate(p, ref.workload(p, n, trace=trace), horizon=horizon)
+    out: dict = {}
+    for name, v, _t, sid, turn in res.observations:
+        out.setdefault(name, []).append((sid, turn, v))
+    return out
 
 
 def compare(result: dict, got: dict):
@@ -146,14 +168,14 @@ def compare(result: dict, got: dict):
     return None
 
 
-def check(paths: list[str]) -> int:
+def check(paths: list[str], ref: bool = False) -> int:
     agree = 0
     for p in paths:
         with open(p, encoding="utf-8") as fh:
             result = json.load(fh)
         name = result.get("name", os.path.basename(p))
         try:
-            got = run_scenario(result, p)
+            got = run_scenario(result, p, ref)
         except Exception as exc:  # a scenario the program cannot run is a disagreement, said plainly
             print(f"{name}: error: {exc}")
             continue
@@ -172,10 +194,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="vllm_oracle.py", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("check", help="run result files through examples/oracle/vllm_request.sq")
+    c.add_argument("--ref", action="store_true", help="run the reference kernel (serq/ref/) instead")
     c.add_argument("files", nargs="+")
     args = ap.parse_args(argv)
     if args.cmd == "check":
-        return check(args.files)
+        return check(args.files, args.ref)
     return 2
 
 

@@ -1,0 +1,3 @@
+import Serq.IR
+import Serq.Exec
+import Serq.Claims

@@ -1,0 +1,166 @@
+/-!
+# The fragment's IR
+
+The IR of a serQ program inside the Lean fragment (docs/lean.md), type for type the Python
+representation in `serq/ref/ir.py`. Every number is a natural; `none` is `inf` where a cap or a
+budget may be one. The generator (`serq claims`) writes a program's linked IR as a value of
+`Program`.
+-/
+namespace Serq
+
+/-- A binary operator: arithmetic over the naturals (`sub` stops at 0, `div` is floor division),
+comparisons and connectives giving 1 or 0. -/
+inductive BinOp where
+  | add | sub | mul | div | mod | eq | ne | lt | le | gt | ge | and | or
+  deriving DecidableEq, Repr
+
+/-- A function of numbers; `floor`, `ceil`, `round` and `abs` are the identity on naturals.
+`reusable n b` is `(n - 1) / b * b`, the whole blocks of `n` tokens but the last. -/
+inductive Fun where
+  | min | max | sum | floor | ceil | round | abs | reusable
+  deriving DecidableEq, Repr
+
+/-- The engine's values (*Engines on devices*): `running.count` is `nres`, ... -/
+inductive StepVar where
+  | nres | ndec | kvb | kvp | preempted | admitted | ntok | npre | attn | queued
+  deriving DecidableEq, Repr
+
+/-- The observables of a pool or of the engine. -/
+inductive ObsFn where
+  | used | free | holders | queued | queue | busy | cachedin | budgetLeft | work
+  deriving DecidableEq, Repr
+
+/-- The aggregates a claim at end reads of an observation. -/
+inductive AggFn where
+  | total | count | largest | smallest | prefixTotal
+  deriving DecidableEq, Repr
+
+/-- An expression. A context variable (`ctx`) is one of `now`, `admission`, `decoding`,
+`remaining`, `waited`, `demand`, `served`, `arrived`. -/
+inductive Expr where
+  | num (v : Nat)
+  | attr (name : String)
+  | ctx (name : String)
+  | step (v : StepVar) (batch : Bool)
+  | reg (name : String)
+  | obs (f : ObsFn) (target : String)
+  | agg (f : AggFn) (name : String)
+  | not (e : Expr)
+  | bin (op : BinOp) (l r : Expr)
+  | ite (c a b : Expr)
+  | fn (f : Fun) (args : List Expr)
+  deriving Repr
+
+inductive Mode where
+  | prefill | decode
+  deriving DecidableEq, Repr
+
+/-- One pool of a hold: its pool (an index into `Program.pools`), units and reserve;
+`staticUnits` when the units read attributes and numbers only, `staticReserve` when the reserve
+does: each such one is judged on its own when the hold joins (*Pools*). -/
+structure HoldPool where
+  pool : Nat
+  units : Expr
+  reserve : Option Expr
+  staticUnits : Bool
+  staticReserve : Bool
+  deriving Repr
+
+/-- A statement of a session. `drawA x` takes the workload's next value (any natural);
+`holdS` waits in its first pool's queue, and its `cache` is `none` when it takes no part in the
+prefix cache. -/
+inductive Stmt where
+  | setA (name : String) (e : Expr)
+  | drawA (name : String)
+  | observeA (name : String) (e : Expr)
+  | branchS (c : Expr) (thn els : List Stmt)
+  | whileS (c : Expr) (body : List Stmt)
+  | turnS
+  | holdS (pools : List HoldPool) (reuse cache : Option Expr) (body : List Stmt)
+  | runS (mode : Mode) (work : Expr) (growing : Option Nat)
+  | endS
+  deriving Repr
+
+/-- A statement of the engine's iteration (*The iteration as a program*). -/
+inductive IStmt where
+  | serve (only : Option Expr) (keys : Option (List Expr)) (chunk : Option Expr)
+  | admit (only gate chunk : Option Expr)
+  | branch (c : Expr) (thn els : List IStmt)
+  | set (name : String) (e : Expr)
+  deriving Repr
+
+/-- A pool: its cap (`none`: inf), block (0: none), `preempt lifo` (else `none`), its queue's
+keys (`[]`: fifo), whether the engine admits its queue, whether it is the engine's memory. -/
+structure Pool where
+  name : String
+  cap : Option Nat
+  block : Nat
+  lifo : Bool
+  queueKeys : List Expr
+  admitted : Bool
+  memory : Bool
+  deriving Repr
+
+/-- The one step stage. `chunk` reads 0 as no cap; `body` is the iteration, vLLM's two
+statements written out when the program has none. -/
+structure Engine where
+  name : String
+  budget : Option Expr
+  chunk : Expr
+  granule : Option Expr
+  exclusive : Bool
+  keys : List Expr
+  body : List IStmt
+  cost : Expr
+  registers : List (String × Nat)
+  deriving Repr
+
+inductive Form where
+  | every | someIter | atEnd
+  deriving DecidableEq, Repr
+
+structure Claim where
+  name : String
+  form : Form
+  e : Expr
+  given : Option Expr
+  deriving Repr
+
+inductive Arrive where
+  | batch | renewal | poisson
+  deriving DecidableEq, Repr
+
+structure Program where
+  pools : List Pool
+  engine : Engine
+  arrive : Arrive
+  gap : Nat
+  n : Nat
+  trace : Bool
+  init : List Stmt
+  turn : List Stmt
+  session : Option (List Stmt)
+  server : List Stmt
+  claims : List Claim
+  deriving Repr
+
+/-- One trace row: a turn's `new`, `out`, `think` and `forced`. -/
+structure Row where
+  new : Nat
+  out : Nat
+  think : Nat
+  forced : Nat
+  deriving DecidableEq, Repr
+
+/-- One session of a concrete workload: when it arrives, the values its draws take, its rows. -/
+structure SessionIn where
+  arrival : Nat
+  draws : List Nat
+  rows : List Row
+  deriving DecidableEq, Repr
+
+structure Workload where
+  sessions : List SessionIn
+  deriving DecidableEq, Repr
+
+end Serq

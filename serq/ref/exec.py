@@ -1,0 +1,1220 @@
+"""The executable semantics of the fragment, definition for definition lean/Serq/Exec.lean
+(docs/lean.md has the table of twins). Pure functions over immutable state: every function takes
+the program and a machine and returns a new machine; numbers are naturals (a subtraction stops at
+0, division is floor division); `None` is inf where a cap or a budget may be one. No speed tricks:
+the run is `step` applied until nothing is left or the fuel runs out.
+
+The order of everything follows the reference's *Ties* and the interpreter's settling (*Events and
+settling*): events by time then the order they were scheduled, sessions in the order they became
+ready, an engine starting its iteration once no other event is pending at its instant.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from serq.ref import ir as R
+
+
+class KernelError(Exception):
+    """A run-time error of the program (the interpreter's R-codes): the kernel stops."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+# ---------------------------------------------------------------- the machine (Lean: Serq.Machine)
+
+
+@dataclass(frozen=True)
+class Req:
+    """A run on the engine: its request id, session, mode, tokens left, growing pool, admission."""
+    rid: int
+    sid: int
+    mode: str
+    left: int
+    growing: Optional[int]
+    adm: int
+    it: int = 0                # the iteration that served it last (0: none; iterations count from 1)
+
+
+@dataclass(frozen=True)
+class Alloc:
+    sid: int
+    units: int
+    pos: int
+    consumed: int
+    advanced: bool = False     # a growing run moved the position
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A cached prefix: its owner (None: dead), units, release time and release order."""
+    owner: Optional[int]
+    units: int
+    t: int
+    seq: int
+
+
+@dataclass(frozen=True)
+class QItem:
+    sid: int
+    seq: int
+    t: int
+    head: bool
+
+
+@dataclass(frozen=True)
+class PoolSt:
+    used: int = 0
+    allocs: tuple = ()         # Alloc, in admission order
+    entries: tuple = ()        # Entry, in release order
+    queue: tuple = ()          # QItem
+
+
+@dataclass(frozen=True)
+class TurnRec:
+    """What a request (a turn) did: its start, first and last token times, preemptions, hit."""
+    start: int
+    first: Optional[int] = None
+    pf: Optional[int] = None
+    last: Optional[int] = None
+    preemptions: int = 0
+    cached: Optional[int] = None
+
+
+# frames of a session's continuation (the top is the last)
+@dataclass(frozen=True)
+class Blk:
+    stmts: tuple
+
+
+@dataclass(frozen=True)
+class Loop:
+    w: R.WhileS
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The end of a hold's body: release it."""
+    h: R.HoldS
+
+
+@dataclass(frozen=True)
+class TurnGo:
+    row: Optional[R.Row]
+
+
+@dataclass(frozen=True)
+class TurnEnd:
+    pass
+
+
+@dataclass(frozen=True)
+class Given:
+    pass
+
+
+@dataclass(frozen=True)
+class Sess:
+    sid: int
+    attrs: tuple               # (name, value) pairs
+    cont: tuple                # frames
+    rows: tuple = ()
+    row_i: int = 0
+    draws: tuple = ()
+    draw_i: int = 0
+    turn_idx: int = 0
+    eng_adm: int = 0
+    hold: Optional[R.HoldS] = None   # the hold it waits for or holds
+    held: bool = False
+    retry: Optional[int] = None      # a preempted hold's computed position, read when it runs again
+    at_run: Optional[int] = None     # the request id it waits for
+    rec: Optional[TurnRec] = None
+    alive: bool = True
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The iteration being planned."""
+    budget: Optional[int]
+    chunk: Optional[int]
+    granule: Optional[int]
+    admit_cap: Optional[int] = None
+    stop: bool = False
+    no_admit: bool = False
+    batch: tuple = ()          # (rid, tokens) in the order served
+    just: tuple = ()           # request ids an admission just brought
+
+
+@dataclass(frozen=True)
+class Eng:
+    reqs: tuple = ()           # Req, in admission order
+    busy: bool = False
+    want: bool = False
+    served_total: int = 0
+    adm_seq: int = 0
+    iter_no: int = 0
+    iterations: int = 0
+    regs: tuple = ()
+    vars: tuple = ()           # the running.* and iteration values
+    bvars: tuple = ()          # the batch's Ndec, Kvb, Kvp
+    plan: Optional[Plan] = None
+    batch: tuple = ()          # the iteration in flight: (rid, tokens)
+
+
+@dataclass(frozen=True)
+class Machine:
+    now: int
+    events: tuple              # (t, seq, kind, arg), sorted
+    seq: int
+    ready: tuple               # session ids
+    sess: tuple                # Sess, by serial
+    pools: tuple               # PoolSt
+    eng: Eng
+    wl: R.Workload
+    rel_seq: int = 0
+    join_seq: int = 0
+    rid_seq: int = 0
+    arrived: int = 0
+    obs: tuple = ()            # (name, value, t, sid, turn)
+    path: tuple = ()           # per iteration: (t, claim values)
+    given: tuple = ()          # (sid, attrs after init)
+    requests: tuple = ()       # (sid, turn, TurnRec)
+
+
+@dataclass(frozen=True)
+class Env:
+    """What an expression reads besides the machine: a session's attributes and id, the moment's
+    context variables."""
+    attrs: Optional[tuple] = None
+    sid: Optional[int] = None
+    x: tuple = ()
+
+
+# ---------------------------------------------------------------- small helpers
+
+# the bounds that make every definition total (Lean: exprFuel, sessFuel, ...): far above any run's
+EXPR_FUEL = 1000            # an expression's depth
+SESS_FUEL = 1_000_000       # frames a session runs without blocking
+GROW_FUEL = 100_000         # preemptions one growth makes
+ADMIT_FUEL = 100_000        # admissions from one queue in one iteration
+SETTLE_FUEL = 1_000_000     # sessions one settling runs
+BODY_FUEL = 100_000         # statements one iteration's schedule runs
+
+
+def out_of_fuel(what: str):
+    raise KernelError("R020", f"{what} ran out of fuel")
+
+
+
+def lookup(pairs: tuple, name: str):
+    for k, v in pairs:
+        if k == name:
+            return v
+    return None
+
+
+def assign(pairs: tuple, name: str, v) -> tuple:
+    out = tuple((k, w) for k, w in pairs if k != name)
+    return out + ((name, v),)
+
+
+def put(t: tuple, i: int, v) -> tuple:
+    return t[:i] + (v,) + t[i + 1:]
+
+
+def round_up(u: int, b: int) -> int:
+    return u if b == 0 else (u + b - 1) // b * b
+
+
+def round_down(u: int, b: int) -> int:
+    return u if b == 0 else u // b * b
+
+
+def omin(a: Optional[int], b: Optional[int]) -> Optional[int]:
+    """The least of two caps, None being inf."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)
+
+
+def sess_env(m: Machine, sid: int, x: tuple = ()) -> Env:
+    return Env(m.sess[sid].attrs, sid, x)
+
+
+def set_sess(m: Machine, s: Sess) -> Machine:
+    return replace(m, sess=put(m.sess, s.sid, s))
+
+
+def set_pool(m: Machine, i: int, st: PoolSt) -> Machine:
+    return replace(m, pools=put(m.pools, i, st))
+
+
+def set_eng(m: Machine, **kw) -> Machine:
+    return replace(m, eng=replace(m.eng, **kw))
+
+
+def set_plan(m: Machine, **kw) -> Machine:
+    return set_eng(m, plan=replace(m.eng.plan, **kw))
+
+
+def set_var(m: Machine, name: str, v: int) -> Machine:
+    return set_eng(m, vars=assign(m.eng.vars, name, v))
+
+
+def schedule(m: Machine, t: int, kind: str, arg) -> Machine:
+    ev = (t, m.seq + 1, kind, arg)
+    return replace(m, seq=m.seq + 1, events=tuple(sorted(m.events + (ev,), key=lambda e: (e[0], e[1]))))
+
+
+def wake(m: Machine, sid: int) -> Machine:
+    return replace(m, ready=m.ready + (sid,))
+
+
+def want(m: Machine) -> Machine:
+    return set_eng(m, want=True)
+
+
+def find_req(m: Machine, rid: int) -> Optional[Req]:
+    for r in m.eng.reqs:
+        if r.rid == rid:
+            return r
+    return None
+
+
+def find_alloc(m: Machine, pool: int, sid: int) -> Optional[Alloc]:
+    for a in m.pools[pool].allocs:
+        if a.sid == sid:
+            return a
+    return None
+
+
+def set_alloc(m: Machine, pool: int, a: Alloc) -> Machine:
+    st = m.pools[pool]
+    return set_pool(m, pool, replace(st, allocs=tuple(a if b.sid == a.sid else b for b in st.allocs)))
+
+
+def cached_units(st: PoolSt) -> int:
+    return sum(e.units for e in st.entries)
+
+
+# ---------------------------------------------------------------- expressions
+
+
+def eval_expr(p: R.Program, m: Machine, env: Env, e, fuel: int = EXPR_FUEL) -> int:
+    """The value of an expression, a natural; fuel bounds its depth (Lean: evalExpr, eval)."""
+    if fuel == 0:
+        out_of_fuel("an expression")
+    fuel -= 1
+    if isinstance(e, R.Num):
+        return e.v
+    if isinstance(e, R.Attr):
+        v = lookup(env.attrs or (), e.name)
+        if v is None:
+            raise KernelError("R001", f"`{e.name}` is read before it is set")
+        return v
+    if isinstance(e, R.Ctx):
+        if e.name == "now":
+            return m.now
+        v = lookup(env.x, e.name)
+        if v is None:
+            raise KernelError("R002", f"`{e.name}` has no value here")
+        return v
+    if isinstance(e, R.StepVar):
+        if e.batch and e.name in ("Ndec", "Kvb", "Kvp"):
+            return lookup(m.eng.bvars, e.name) or 0
+        return lookup(m.eng.vars, e.name) or 0
+    if isinstance(e, R.Reg):
+        return lookup(m.eng.regs, e.name)
+    if isinstance(e, R.Obs):
+        return eval_obs(p, m, env, e)
+    if isinstance(e, R.Agg):
+        return eval_agg(m, e)
+    if isinstance(e, R.Not):
+        return 1 if eval_expr(p, m, env, e.e, fuel) == 0 else 0
+    if isinstance(e, R.Bin):
+        return eval_bin(e.op, eval_expr(p, m, env, e.l, fuel), eval_expr(p, m, env, e.r, fuel))
+    if isinstance(e, R.Ite):
+        c = eval_expr(p, m, env, e.c, fuel)
+        return eval_expr(p, m, env, e.a, fuel) if c != 0 else eval_expr(p, m, env, e.b, fuel)
+    if isinstance(e, R.Fn):
+        return eval_fn(e.name, [eval_expr(p, m, env, a, fuel) for a in e.args])
+    raise AssertionError(e)
+
+
+def eval_bin(op: str, l: int, r: int) -> int:
+    """Natural arithmetic: `-` stops at 0, `/` is floor division (*Amounts and indices*)."""
+    if op == "+":
+        return l + r
+    if op == "-":
+        return max(0, l - r)
+    if op == "*":
+        return l * r
+    if op in ("/", "%"):
+        if r == 0:
+            raise KernelError("R007", f"`{op}` by 0")
+        return l // r if op == "/" else l % r
+    return int({"==": l == r, "!=": l != r, "<": l < r, "<=": l <= r, ">": l > r, ">=": l >= r,
+                "&&": l != 0 and r != 0, "||": l != 0 or r != 0}[op])
+
+
+def eval_fn(name: str, vs: list) -> int:
+    if name == "min":
+        return min(vs)
+    if name == "max":
+        return max(vs)
+    if name == "sum":
+        return sum(vs)
+    if name == "reusable":
+        n, b = vs
+        if b == 0:
+            raise KernelError("R007", "`reusable` of a block of 0")
+        return (n - 1) // b * b if n >= 1 else 0
+    return vs[0]  # floor, ceil, round and abs are the identity on naturals
+
+
+def pool_index(p: R.Program, name: str) -> int:
+    for i, q in enumerate(p.pools):
+        if q.name == name:
+            return i
+    raise AssertionError(name)
+
+
+def eval_obs(p: R.Program, m: Machine, env: Env, e: R.Obs) -> int:
+    fn = e.fn
+    if e.of == p.engine.name:
+        if fn in ("queue", "busy"):
+            n = len(m.eng.reqs)
+            return n if fn == "queue" else int(n > 0)
+        if fn == "work":
+            return sum(r.left for r in m.eng.reqs)
+        if fn == "budget_left":
+            return budget_left(p, m)
+        raise KernelError("R002", f"`{fn}({e.of})` has no value here")
+    i = pool_index(p, e.of)
+    st = m.pools[i]
+    if fn == "used":
+        return st.used
+    if fn == "free":
+        cap = p.pools[i].cap
+        if cap is None:
+            raise KernelError("R002", f"`free({e.of})` of a pool with no cap")
+        return max(0, cap - st.used)
+    if fn == "holders":
+        return len({a.sid for a in st.allocs})
+    if fn == "queued":
+        return len(st.queue)
+    if fn == "cachedin":
+        return sum(x.units for x in st.entries if env.sid is not None and x.owner == env.sid)
+    raise KernelError("R002", f"`{fn}({e.of})` has no value here")
+
+
+def budget_left(p: R.Program, m: Machine) -> int:
+    """The tokens the iteration being planned has left, within the admission's `each at most`."""
+    pl = m.eng.plan
+    v = omin(pl.budget, pl.admit_cap) if pl is not None else (
+        eval_expr(p, m, Env(), p.engine.budget) if p.engine.budget is not None else None)
+    if v is None:
+        raise KernelError("R002", "`budget_left` of an engine with no tokens cap and no chunk cap")
+    return v
+
+
+def eval_agg(m: Machine, e: R.Agg) -> int:
+    vs = [v for n, v, _, _, _ in m.obs if n == e.name]
+    if e.fn == "total":
+        return sum(vs)
+    if e.fn == "count":
+        return len(vs)
+    if e.fn == "largest":
+        return max(vs, default=0)
+    if e.fn == "smallest":
+        return min(vs, default=0)
+    acc = tot = 0  # prefix_total: Σ_k (v_1 + … + v_k) over the values sorted ascending
+    for v in sorted(vs):
+        acc += v
+        tot += acc
+    return tot
+
+
+def guard(p: R.Program, m: Machine, env: Env, e) -> bool:
+    """A test has two answers (*Branching*)."""
+    v = eval_expr(p, m, env, e)
+    if v not in (0, 1):
+        raise KernelError("R006", f"a guard is 0 or 1, not {v}")
+    return v == 1
+
+
+# ---------------------------------------------------------------- pools
+
+
+def room_for(p: R.Program, m: Machine, i: int, r: int) -> bool:
+    cap = p.pools[i].cap
+    return cap is None or m.pools[i].used + r <= cap
+
+
+def make_room(p: R.Program, m: Machine, i: int, need: int) -> Machine:
+    """Evict cached entries least recently released first, per block from an entry's tail, until
+    allocations and cache fit (*Pools*)."""
+    cap, block = p.pools[i].cap, p.pools[i].block
+    st = m.pools[i]
+    if cap is None:
+        return m
+    over = st.used + cached_units(st) + need - cap
+    if over <= 0:
+        return m
+    entries = st.entries
+    for e in sorted(st.entries, key=lambda e: (e.t, e.seq)):
+        if over <= 0:
+            break
+        take = min(e.units, round_up(over, block)) if block and e.units > over else e.units
+        entries = evict_units(entries, e, take)
+        over -= take
+    return set_pool(m, i, replace(st, entries=entries))
+
+
+def evict_units(entries: tuple, e: Entry, take: int) -> tuple:
+    """Evict `take` units of one entry; the entry goes when nothing is left of it."""
+    return tuple(x if x.seq != e.seq else replace(x, units=x.units - take) for x in entries
+                 if x.seq != e.seq or x.units - take > 0)
+
+
+def consume(p: R.Program, m: Machine, i: int, sid: int, rho: Optional[int], units: int) -> tuple:
+    """At admission with a cache clause: at most rho of the own prefix, in blocks; the rest of the
+    entry stays cached, dead, with its age. Returns (machine, units consumed)."""
+    st = m.pools[i]
+    own = [e for e in st.entries if e.owner == sid]
+    if not own:
+        return m, 0
+    e = own[0]
+    take = round_down(min(e.units if rho is None else min(rho, e.units), units), p.pools[i].block)
+    rest = e.units - take
+    entries = tuple((replace(x, owner=None, units=rest) if x is e else x) for x in st.entries
+                    if not (x is e and rest <= 0))
+    return set_pool(m, i, replace(st, entries=entries)), take
+
+
+def put_cache(p: R.Program, m: Machine, i: int, sid: int, units: int) -> Machine:
+    """A release caches its prefix, in whole blocks; the session's previous prefix is dead."""
+    units = round_down(units, p.pools[i].block)
+    if units <= 0:
+        return m
+    st = m.pools[i]
+    entries = tuple(replace(e, owner=None) if e.owner == sid else e for e in st.entries)
+    entries += (Entry(sid, units, m.now, m.rel_seq + 1),)
+    m = replace(m, rel_seq=m.rel_seq + 1)
+    m = set_pool(m, i, replace(st, entries=entries))
+    return make_room(p, m, i, 0)
+
+
+def computed_of(a: Alloc, preempted: bool) -> int:
+    """What a released allocation computed: its position when a growing run moved it, else the
+    prefix it consumed after a preemption, or its allocation."""
+    if a.advanced:
+        return a.pos
+    return a.consumed if preempted else a.units
+
+
+def release(p: R.Program, m: Machine, sid: int, h: R.HoldS, preempted: bool) -> Machine:
+    """The hold's allocations given back, each caching min(cache, computed) (*Pools*)."""
+    for hp in h.pools:
+        a = find_alloc(m, hp.pool, sid)
+        if a is None:
+            continue
+        st = m.pools[hp.pool]
+        m = set_pool(m, hp.pool, replace(st, used=st.used - a.units,
+                                         allocs=tuple(b for b in st.allocs if b.sid != sid)))
+        m = want(m)
+        if h.cache is not None:
+            ell = eval_expr(p, m, sess_env(m, sid), h.cache)
+            m = put_cache(p, m, hp.pool, sid, min(ell, computed_of(a, preempted)))
+    return set_sess(m, replace(m.sess[sid], held=False))
+
+
+def head_of(p: R.Program, m: Machine, i: int) -> QItem:
+    """The queue's head: a preempted hold first, else the least keys then the joining order."""
+    q = m.pools[i].queue
+    keys = p.pools[i].queue_keys
+    if q[0].head or not keys:
+        return q[0]
+    best = bk = None
+    for it in q:
+        if it.head:
+            return it
+        env = sess_env(m, it.sid, (("waited", m.now - it.t),))
+        k = tuple(eval_expr(p, m, env, f) for f in keys) + (it.seq,)
+        if bk is None or k < bk:
+            best, bk = it, k
+    return best
+
+
+def try_admit(p: R.Program, m: Machine, it: QItem, i: int) -> tuple:
+    """Admit a waiting hold if every pool has room for max(units, reserve) (*Pools*): consume the
+    cached prefix, evict to fit, allocate. Returns (machine, admitted)."""
+    sid = it.sid
+    h = m.sess[sid].hold
+    env = sess_env(m, sid)
+    units, needs = [], []
+    for hp in h.pools:
+        u = round_up(eval_expr(p, m, env, hp.units), p.pools[hp.pool].block)
+        r = eval_expr(p, m, env, hp.reserve) if hp.reserve is not None else 0
+        units.append(u)
+        needs.append(max(u, r))
+    for hp, need in zip(h.pools, needs):
+        cap = p.pools[hp.pool].cap
+        if (cap is not None and need > cap) or not room_for(p, m, hp.pool, need):
+            return m, False
+    rho = eval_expr(p, m, env, h.reuse) if h.reuse is not None else None
+    got = []
+    for hp, u in zip(h.pools, units):
+        if h.cache is not None:
+            m, c = consume(p, m, hp.pool, sid, rho, u)
+        else:
+            c = 0
+        got.append(c)
+    s = m.sess[sid]
+    cached = max(got) if got else 0
+    rec = s.rec if s.rec is None or s.rec.cached is not None else replace(s.rec, cached=cached)
+    m = set_sess(m, replace(s, attrs=assign(s.attrs, "cached", cached), held=True, rec=rec))
+    for hp, u, c in zip(h.pools, units, got):
+        m = make_room(p, m, hp.pool, u)
+        st = m.pools[hp.pool]
+        m = set_pool(m, hp.pool, replace(st, used=st.used + u, allocs=st.allocs + (Alloc(sid, u, c, c),)))
+    st = m.pools[i]
+    return set_pool(m, i, replace(st, queue=tuple(x for x in st.queue if x is not it))), True
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def arrive(p: R.Program, m: Machine, k: int) -> Machine:
+    """Session k arrives: its init, the claims' given, then its turns (*Workload*)."""
+    w = m.wl.sessions[k]
+    main = p.session if p.session is not None else (R.TurnS(),)
+    s = Sess(k, (("serial", k), ("turn_no", 0), ("cached", 0), ("computed", 0)),
+             (Blk(main), Given(), Blk(p.init)), rows=w.rows, draws=w.draws)
+    m = replace(m, sess=m.sess + (s,), arrived=m.arrived + 1)
+    m = wake(m, k)
+    if p.arrive != "batch" and k + 1 < len(m.wl.sessions):
+        m = schedule(m, m.wl.sessions[k + 1].arrival, "arrive", k + 1)
+    return m
+
+
+def finish(p: R.Program, m: Machine, sid: int) -> Machine:
+    """The session ends: its hold released (caches kept), its waiting undone."""
+    s = m.sess[sid]
+    if s.hold is not None and s.held:
+        m = release(p, m, sid, s.hold, False)
+    elif s.hold is not None:
+        i = s.hold.pools[0].pool
+        st = m.pools[i]
+        m = set_pool(m, i, replace(st, queue=tuple(x for x in st.queue if x.sid != sid)))
+    if s.at_run is not None:
+        m = drop_req(m, s.at_run)
+    s = m.sess[sid]
+    return set_sess(m, replace(s, alive=False, cont=(), hold=None, held=False, at_run=None))
+
+
+def run_sess(p: R.Program, m: Machine, sid: int, fuel: int = SESS_FUEL) -> Machine:
+    """Run a session's statements until it blocks or ends (Lean: runSess, fuel-bounded)."""
+    while fuel > 0:
+        fuel -= 1
+        s = m.sess[sid]
+        if not s.alive:
+            return m
+        if not s.cont:
+            return finish(p, m, sid)
+        m, blocked = exec_frame(p, m, sid)
+        if blocked:
+            return m
+    raise KernelError("R020", f"session {sid} ran out of fuel without blocking")
+
+
+def push(s: Sess, *frames) -> Sess:
+    return replace(s, cont=s.cont + frames)
+
+
+def exec_frame(p: R.Program, m: Machine, sid: int) -> tuple:
+    """One frame of the continuation: (machine, whether the session blocked)."""
+    s = m.sess[sid]
+    top, rest = s.cont[-1], s.cont[:-1]
+    s = replace(s, cont=rest)
+    if isinstance(top, Blk):
+        if not top.stmts:
+            return set_sess(m, s), False
+        s = push(s, Blk(top.stmts[1:]))
+        return exec_stmt(p, set_sess(m, s), sid, top.stmts[0])
+    if isinstance(top, Loop):
+        if guard(p, m, sess_env(m, sid), top.w.c):
+            s = push(s, top, Blk(top.w.body))
+        return set_sess(m, s), False
+    if isinstance(top, Scope):
+        m = release(p, set_sess(m, s), sid, top.h, False)
+        s = m.sess[sid]
+        return set_sess(m, replace(s, hold=None, attrs=assign(s.attrs, "computed", 0))), False
+    if isinstance(top, Given):
+        return replace(set_sess(m, s), given=m.given + ((sid, s.attrs),)), False
+    if isinstance(top, TurnEnd):
+        m = replace(m, requests=m.requests + ((sid, s.turn_idx, s.rec),))
+        return set_sess(m, replace(s, turn_idx=s.turn_idx + 1, rec=None)), False
+    if isinstance(top, TurnGo):
+        attrs = s.attrs
+        row = top.row
+        if row is not None:
+            for k, v in (("new", row.new), ("out", row.out), ("think", row.think), ("forced", row.forced),
+                         ("more", int(s.row_i < len(s.rows)))):
+                attrs = assign(attrs, k, v)
+        attrs = assign(attrs, "turn_no", s.turn_idx)
+        s = push(replace(s, attrs=attrs, rec=TurnRec(m.now)), TurnEnd(), Blk(p.turn + p.server))
+        return set_sess(m, s), False
+    raise AssertionError(top)
+
+
+def exec_stmt(p: R.Program, m: Machine, sid: int, st) -> tuple:
+    s = m.sess[sid]
+    env = sess_env(m, sid)
+    if isinstance(st, R.SetA):
+        return set_sess(m, replace(s, attrs=assign(s.attrs, st.name, eval_expr(p, m, env, st.e)))), False
+    if isinstance(st, R.DrawA):
+        if s.draw_i >= len(s.draws):
+            raise KernelError("R003", f"session {sid}'s workload gives no value for its draw of `{st.name}`")
+        return set_sess(m, replace(s, attrs=assign(s.attrs, st.name, s.draws[s.draw_i]),
+                                   draw_i=s.draw_i + 1)), False
+    if isinstance(st, R.ObserveA):
+        v = eval_expr(p, m, env, st.e)
+        return replace(m, obs=m.obs + ((st.name, v, m.now, sid, s.turn_idx),)), False
+    if isinstance(st, R.BranchS):
+        return set_sess(m, push(s, Blk(st.then if guard(p, m, env, st.c) else st.else_))), False
+    if isinstance(st, R.WhileS):
+        return set_sess(m, push(s, Loop(st))), False
+    if isinstance(st, R.TurnS):
+        return turn(p, m, sid)
+    if isinstance(st, R.HoldS):
+        return hold(p, m, sid, st)
+    if isinstance(st, R.RunS):
+        return run_stmt(p, m, sid, st)
+    if isinstance(st, R.EndS):
+        return finish(p, m, sid), True
+    raise AssertionError(st)
+
+
+def turn(p: R.Program, m: Machine, sid: int) -> tuple:
+    """A turn: with a trace, the next row (after its think time), then the turn block and the server."""
+    s = m.sess[sid]
+    if not p.trace:
+        return set_sess(m, push(s, TurnGo(None))), False
+    if s.row_i >= len(s.rows):
+        raise KernelError("R035", f"session {sid} replays a trace session of {len(s.rows)} turn(s) and asks "
+                                  "for another")
+    row = s.rows[s.row_i]
+    s = push(replace(s, row_i=s.row_i + 1), TurnGo(row))
+    m = set_sess(m, s)
+    if row.think > 0:
+        return schedule(m, m.now + row.think, "wake", sid), True
+    return m, False
+
+
+def hold(p: R.Program, m: Machine, sid: int, h: R.HoldS) -> tuple:
+    """A hold joins its first pool's queue (a preempted one at the head), after each of its units and
+    reserves that reads only attributes and numbers is judged: above the cap, the request can never
+    fit and is refused (*Pools*)."""
+    s = m.sess[sid]
+    computed = s.retry if s.retry is not None else 0
+    s = replace(s, attrs=assign(s.attrs, "computed", computed))
+    m = set_sess(m, s)
+    env = sess_env(m, sid)
+    for hp in h.pools:
+        pool = p.pools[hp.pool]
+        if pool.cap is None:
+            continue
+        if hp.static_units and round_up(eval_expr(p, m, env, hp.units), pool.block) > pool.cap or \
+                hp.static_reserve and eval_expr(p, m, env, hp.reserve) > pool.cap:
+            return finish(p, m, sid), True
+    i = h.pools[0].pool
+    it = QItem(sid, m.join_seq + 1, m.now, s.retry is not None)
+    st = m.pools[i]
+    q = (it,) + st.queue if it.head else st.queue + (it,)
+    m = set_pool(replace(m, join_seq=m.join_seq + 1), i, replace(st, queue=q))
+    s = push(replace(s, hold=h, held=False, retry=None), Scope(h), Blk(h.body))
+    return want(set_sess(m, s)), True
+
+
+def run_stmt(p: R.Program, m: Machine, sid: int, st: R.RunS) -> tuple:
+    """`run E prefill|decode (w) [growing P]`: a request on the engine; a run of no work completes
+    at once. One that arrives while the engine plans is served in the admission that brought it."""
+    s = m.sess[sid]
+    work = eval_expr(p, m, sess_env(m, sid), st.work)
+    if st.growing is not None and find_alloc(m, st.growing, sid) is None:
+        raise KernelError("R042", f"`growing {p.pools[st.growing].name}`: session {sid} holds nothing there")
+    if work <= 0:
+        return m, False
+    rid = m.rid_seq + 1
+    r = Req(rid, sid, st.mode, work, st.growing, s.eng_adm)
+    m = replace(m, rid_seq=rid)
+    m = set_eng(m, reqs=insert_req(r, m.eng.reqs))
+    m = set_sess(m, replace(s, at_run=rid))
+    if m.eng.plan is not None:
+        return set_plan(m, just=m.eng.plan.just + (rid,)), True
+    return want(m), True
+
+
+def insert_req(r: Req, reqs: tuple) -> tuple:
+    """Insert a request after those admitted no later (the engine keeps admission order)."""
+    j = len(reqs)
+    while j and reqs[j - 1].adm > r.adm:
+        j -= 1
+    return reqs[:j] + (r,) + reqs[j:]
+
+
+def settle(p: R.Program, m: Machine, fuel: int = SETTLE_FUEL) -> Machine:
+    """Run every ready session, in the order it became ready."""
+    while m.ready:
+        if fuel == 0:
+            out_of_fuel("settling")
+        fuel -= 1
+        sid, m = m.ready[0], replace(m, ready=m.ready[1:])
+        m = run_sess(p, m, sid)
+    return m
+
+
+# ---------------------------------------------------------------- the engine
+
+
+def drop_req(m: Machine, rid: int) -> Machine:
+    """A request leaves the engine; its tokens in the iteration being planned return to the budget."""
+    r = find_req(m, rid)
+    m = set_eng(m, reqs=tuple(x for x in m.eng.reqs if x.rid != rid))
+    pl = m.eng.plan
+    if pl is not None and r is not None:
+        for x, n in pl.batch:
+            if x == rid:
+                m = untally(m, r, n)
+                return set_plan(m, batch=tuple(b for b in pl.batch if b[0] != rid),
+                                budget=None if pl.budget is None else pl.budget + n)
+    return m
+
+
+def tally(m: Machine, r: Req, n: int) -> Machine:
+    """batch.tokens and batch.prefilled: what the iteration has scheduled so far, which a schedule's
+    guard reads (*The iteration as a program*)."""
+    m = set_var(m, "Ntok", lookup(m.eng.vars, "Ntok") + n)
+    return set_var(m, "Npre", lookup(m.eng.vars, "Npre") + n) if r.mode == "prefill" else m
+
+
+def untally(m: Machine, r: Req, n: int) -> Machine:
+    """A request's tokens leave the batch being planned."""
+    m = set_var(m, "Ntok", max(0, lookup(m.eng.vars, "Ntok") - n))
+    return set_var(m, "Npre", max(0, lookup(m.eng.vars, "Npre") - n)) if r.mode == "prefill" else m
+
+
+def resident_ids(p: R.Program, m: Machine) -> set:
+    ids = {r.sid for r in m.eng.reqs}
+    for i, pool in enumerate(p.pools):
+        if pool.admitted:
+            ids |= {a.sid for a in m.pools[i].allocs}
+    return ids
+
+
+def growing_pos(m: Machine, r: Req) -> int:
+    """The position of the hold a request's run grows (0 when it grows none)."""
+    a = find_alloc(m, r.growing, r.sid) if r.growing is not None else None
+    return a.pos if a is not None else 0
+
+
+def running_values(p: R.Program, m: Machine) -> tuple:
+    """running.count, .decoding, .kv_decode, .kv_prefill and waiting.count as the residents stand."""
+    ndec = kvb = kvp = 0
+    for r in m.eng.reqs:
+        if r.mode == "decode":
+            ndec += 1
+            kvb += growing_pos(m, r)
+        else:
+            kvp += growing_pos(m, r)
+    queued = sum(len(m.pools[i].queue) for i, q in enumerate(p.pools) if q.admitted)
+    return (("Nres", len(resident_ids(p, m))), ("Ndec", ndec), ("Kvb", kvb), ("Kvp", kvp), ("Queued", queued),
+            ("Preempted", 0), ("Admitted", 0), ("Ntok", 0), ("Npre", 0), ("Attn", 0))
+
+
+def cap_of(p: R.Program, m: Machine, e) -> Optional[int]:
+    """An `each at most`: 0 reads as no cap."""
+    v = eval_expr(p, m, Env(), e if e is not None else p.engine.chunk)
+    return None if v == 0 else v
+
+
+def start_iteration(p: R.Program, m: Machine) -> Machine:
+    """Plan an iteration: the schedule's statements, then its cost and its claims; a try that
+    schedules no token is no iteration unless it preempted (*Engines*): what it admitted stays
+    admitted, and its register sets are undone."""
+    eng = p.engine
+    m = set_eng(m, vars=running_values(p, m), bvars=(("Ndec", 0), ("Kvb", 0), ("Kvp", 0)),
+                iter_no=m.eng.iter_no + 1)
+    saved = m.eng.regs
+    budget = eval_expr(p, m, Env(), eng.budget) if eng.budget is not None else None
+    granule = eval_expr(p, m, Env(), eng.granule) if eng.granule is not None else None
+    m = set_eng(m, plan=Plan(budget, cap_of(p, m, eng.chunk), granule or None))
+    m = exclusive(p, m, budget) if eng.exclusive else run_body(p, m, eng.body)
+    batch = m.eng.plan.batch
+    ntok = sum(n for _, n in batch)
+    v = m.eng.vars
+    if ntok <= 0 and lookup(v, "Preempted") == 0:
+        return set_eng(m, regs=saved, plan=None)
+    reqs = {r.rid: r for r in m.eng.reqs}
+    pos = {rid: growing_pos(m, reqs[rid]) for rid, _ in batch}
+    dec = [(rid, n) for rid, n in batch if reqs[rid].mode == "decode"]
+    pre = [(rid, n) for rid, n in batch if reqs[rid].mode == "prefill"]
+    v = assign(v, "Ntok", ntok)
+    v = assign(v, "Npre", sum(n for _, n in pre))
+    v = assign(v, "Attn", sum(n * (pos[rid] + n) for rid, n in batch))
+    v = assign(v, "Nres", max(0, lookup(v, "Nres") + lookup(v, "Admitted") - lookup(v, "Preempted")))
+    m = set_eng(m, vars=v, bvars=(("Ndec", len(dec)), ("Kvb", sum(pos[r] for r, _ in dec)),
+                                  ("Kvp", sum(pos[r] for r, _ in pre))))
+    cost = eval_expr(p, m, Env(), eng.cost)
+    if ntok > 0 and cost <= 0:
+        raise KernelError("R112", "an iteration that schedules tokens lasts no time")
+    m = replace(m, path=m.path + ((m.now, claim_values(p, m)),))
+    m = set_eng(m, served_total=m.eng.served_total + ntok, iterations=m.eng.iterations + 1, busy=True,
+                batch=batch, plan=None)
+    return schedule(m, m.now + cost, "end", None)
+
+
+def claim_values(p: R.Program, m: Machine) -> tuple:
+    """Each claim over iterations read as the iteration starts, after its batch is scheduled
+    (*Claims*); None for a claim at end."""
+    chunk = m.eng.plan.chunk  # the iteration's cap, read as it started
+    demand = sum(1 if r.mode == "decode" else (r.left if chunk is None else min(r.left, chunk))
+                 for r in m.eng.reqs if r.left > 0)
+    env = Env(None, None, (("served", m.eng.served_total), ("arrived", m.arrived), ("demand", demand)))
+    return tuple(None if c.form == "end" else eval_expr(p, m, env, c.e) != 0 for c in p.claims)
+
+
+def run_body(p: R.Program, m: Machine, body: tuple, fuel: int = BODY_FUEL) -> Machine:
+    """The iteration's statements, in order; fuel bounds the statements and branches run."""
+    for st in body:
+        if fuel == 0:
+            out_of_fuel("an iteration's statements")
+        fuel -= 1
+        if isinstance(st, R.IServe):
+            m = serve(p, m, st.only, st.keys if st.keys is not None else p.engine.keys, st.chunk)
+        elif isinstance(st, R.IAdmit):
+            m = admit(p, m, st.only, st.gate, st.chunk)
+        elif isinstance(st, R.IBranch):
+            m = run_body(p, m, st.then if guard(p, m, Env(), st.c) else st.else_, fuel)
+        else:
+            m = set_eng(m, regs=assign(m.eng.regs, st.name, eval_expr(p, m, Env(), st.e)))
+    return m
+
+
+def req_env(m: Machine, r: Req) -> Env:
+    return Env(None, None, (("decoding", int(r.mode == "decode")), ("admission", m.sess[r.sid].eng_adm),
+                            ("remaining", r.left)))
+
+
+def serve(p: R.Program, m: Machine, only, keys: tuple, chunk_e) -> Machine:
+    """`advance running`: the residents not yet served, in the order, skipping those `only` excludes."""
+    if m.eng.plan.stop:
+        return m
+    cap = cap_of(p, m, chunk_e)
+    reqs = [r for r in m.eng.reqs if r.it != m.eng.iter_no]
+    if keys:
+        reqs.sort(key=lambda r: (tuple(eval_expr(p, m, req_env(m, r), k) for k in keys), m.sess[r.sid].eng_adm))
+    return serve_list(p, only, cap, reqs, m)
+
+
+def serve_list(p: R.Program, only, cap: Optional[int], reqs, m: Machine) -> Machine:
+    """Give each request of a list its tokens, in order, skipping those served already or excluded
+    by `only`, until the serving stops."""
+    for r0 in reqs:
+        if m.eng.plan.stop:
+            break
+        r = find_req(m, r0.rid)
+        if r is None or r.it == m.eng.iter_no:
+            continue
+        if only is not None and eval_expr(p, m, req_env(m, r), only) == 0:
+            continue
+        m, _ = give(p, m, r.rid, cap)
+    return m
+
+
+def tokens_for(m: Machine, r: Req, cap: Optional[int]) -> tuple:
+    """One token to a decode; up to the cap to a prefill, a multiple of the granule short of its
+    remainder (none: passed over, and no one admitted after it). Returns (machine, tokens)."""
+    pl = m.eng.plan
+    if r.mode == "decode":
+        return m, min(1, r.left) if pl.budget is None else min(1, pl.budget, r.left)
+    n = min(r.left, *(x for x in (cap, pl.budget) if x is not None))
+    g = pl.granule
+    if g and n < r.left:
+        n = n // g * g
+        if n <= 0:
+            m = set_plan(m, no_admit=True)
+    return m, n
+
+
+def give(p: R.Program, m: Machine, rid: int, cap: Optional[int]) -> tuple:
+    """Serve a request its tokens, growing its hold to the position it will reach. (machine, served)."""
+    r = find_req(m, rid)
+    m, n = tokens_for(m, r, cap)
+    if n <= 0:
+        return m, False
+    if r.growing is not None:
+        a = find_alloc(m, r.growing, r.sid)
+        if a.pos + n > a.units:
+            need = round_up(a.pos + n, p.pools[r.growing].block) - a.units
+            if need > 0:
+                m, ok = grow(p, m, r, need)
+                if not ok:
+                    return m, False
+    r = find_req(m, rid)
+    if r is None:
+        return m, False
+    pl = m.eng.plan
+    m = tally(m, r, n)
+    m = set_plan(m, batch=pl.batch + ((rid, n),), budget=None if pl.budget is None else pl.budget - n)
+    return set_eng(m, reqs=tuple(replace(x, it=m.eng.iter_no) if x.rid == rid else x for x in m.eng.reqs)), True
+
+
+def grow(p: R.Program, m: Machine, r: Req, need: int) -> tuple:
+    """Grow block by block, preempting the last admitted resident while there is no room; a grower
+    that preempts itself ends the iteration's serving (*Engines*)."""
+    i = r.growing
+    fuel = GROW_FUEL
+    while not room_for(p, m, i, need):
+        if fuel == 0:
+            out_of_fuel("a growth")
+        fuel -= 1
+        v = victim(p, m, i)
+        if v is None:
+            return m, False
+        m = set_var(m, "Preempted", lookup(m.eng.vars, "Preempted") + 1)
+        m = preempt(p, m, v, i)
+        if v == r.sid:
+            return set_plan(m, stop=True), False
+    m = make_room(p, m, i, need)
+    a = find_alloc(m, i, r.sid)
+    st = m.pools[i]
+    m = set_pool(m, i, replace(st, used=st.used + need))
+    return set_alloc(m, i, replace(a, units=a.units + need)), True
+
+
+def victim(p: R.Program, m: Machine, i: int) -> Optional[int]:
+    """`preempt lifo`: of the holders that are the engine's residents, the one admitted last."""
+    if not p.pools[i].lifo:
+        return None
+    res = resident_ids(p, m)
+    cands = [a.sid for a in m.pools[i].allocs if a.sid in res]
+    if not cands:
+        return None
+    return sorted(cands, key=lambda sid: m.sess[sid].eng_adm)[-1]
+
+
+def preempt(p: R.Program, m: Machine, sid: int, i: int) -> Machine:
+    """The victim's hold is released with its computed prefix cached, its request leaves the engine,
+    and the hold executes again, at the head of its queue, reading `computed` (*Pools*)."""
+    s = m.sess[sid]
+    pos = computed_of(find_alloc(m, i, sid), True)
+    m = release(p, m, sid, s.hold, True)
+    if s.at_run is not None:
+        m = drop_req(m, s.at_run)
+    s = m.sess[sid]
+    k = max(j for j, f in enumerate(s.cont) if isinstance(f, Scope))
+    rec = replace(s.rec, preemptions=s.rec.preemptions + 1) if s.rec is not None else None
+    s = replace(s, cont=s.cont[:k] + (Blk((s.hold,)),), hold=None, held=False, retry=pos, at_run=None, rec=rec)
+    m = set_sess(m, s)
+    return replace(m, ready=tuple(x for x in m.ready if x != sid) + (sid,))
+
+
+def admit(p: R.Program, m: Machine, only, gate, chunk_e) -> Machine:
+    """`admit waiting`: the heads of the queues the engine admits, one at a time, each served at
+    once unless `only` excludes it, while budget is left, the head fits and the gate is 1."""
+    if m.eng.plan.no_admit:
+        return m
+    cap = cap_of(p, m, chunk_e)
+    m = set_plan(m, admit_cap=cap)
+    for i, pool in enumerate(p.pools):
+        if pool.admitted:
+            m, stop = admit_pool(p, m, i, only, gate, cap)
+            if stop:
+                return m
+    return m
+
+
+def admit_pool(p: R.Program, m: Machine, i: int, only, gate, cap: Optional[int], fuel: int = ADMIT_FUEL) -> tuple:
+    """Admit from pool i while its queue has a head, budget is left and the gate is 1.
+    Returns (machine, whether the admissions stop for the iteration)."""
+    while m.pools[i].queue:
+        if fuel == 0:
+            out_of_fuel("admission")
+        fuel -= 1
+        pl = m.eng.plan
+        if (pl.budget is not None and pl.budget <= 0) or pl.no_admit:
+            return m, True
+        if gate is not None and eval_expr(p, m, Env(), gate) == 0:
+            return m, True
+        m, added = admit_head(p, m, i)
+        if added is None:
+            return set_plan(m, no_admit=True), True
+        m = give_added(p, only, cap, added, m)
+    return m, False
+
+
+def give_added(p: R.Program, only, cap: Optional[int], rids, m: Machine) -> Machine:
+    """Give each of the requests just admitted its tokens, unless `only` excludes it."""
+    for rid in rids:
+        r = find_req(m, rid)
+        if r is not None and (only is None or eval_expr(p, m, req_env(m, r), only) != 0):
+            m, _ = give(p, m, rid, cap)
+    return m
+
+
+def admit_head(p: R.Program, m: Machine, i: int) -> tuple:
+    """Admit the head of pool i's queue and run its session at once until it blocks: (machine, the
+    requests it brought), or (machine, None) when the head does not fit."""
+    it = head_of(p, m, i)
+    m, ok = try_admit(p, m, it, i)
+    if not ok:
+        return m, None
+    m = set_var(m, "Admitted", lookup(m.eng.vars, "Admitted") + 1)
+    m = set_eng(m, adm_seq=m.eng.adm_seq + 1)
+    m = set_sess(m, replace(m.sess[it.sid], eng_adm=m.eng.adm_seq))
+    m = set_plan(m, just=())
+    m = run_sess(p, m, it.sid)
+    added = m.eng.plan.just
+    return set_plan(m, just=()), added
+
+
+def exclusive(p: R.Program, m: Machine, full: Optional[int]) -> Machine:
+    """`exclusive prefill`: a running prefill alone, else the decodes, which a waiting prefill that
+    fits displaces, taking the full budget; nothing is admitted after a prefill (*Engines*)."""
+    reqs = sorted(m.eng.reqs, key=lambda r: m.sess[r.sid].eng_adm)
+    chunk = m.eng.plan.chunk
+    pre = [r for r in reqs if r.mode == "prefill"]
+    if pre:
+        return give(p, m, pre[0].rid, chunk)[0]
+    m = serve_list(p, None, chunk, reqs, m)
+    if lookup(m.eng.vars, "Preempted") != 0 or m.eng.plan.no_admit:
+        return m
+    tentative = m.eng.plan.batch
+    left = m.eng.plan.budget
+    m = set_plan(m, budget=full, admit_cap=chunk)
+    for i, pool in enumerate(p.pools):
+        if not pool.admitted or not m.pools[i].queue:
+            continue
+        m, added = admit_head(p, m, i)
+        if added is None:
+            break
+        new = [rid for rid in added if find_req(m, rid) is not None and find_req(m, rid).mode == "prefill"]
+        if new:
+            gone = {rid for rid, _ in tentative}
+            for rid, n in tentative:
+                r = find_req(m, rid)
+                if r is not None and rid in {b[0] for b in m.eng.plan.batch}:
+                    m = untally(m, r, n)
+            m = set_plan(m, batch=tuple(b for b in m.eng.plan.batch if b[0] not in gone), budget=full)
+            m = set_eng(m, reqs=tuple(replace(r, it=0) if r.rid in gone else r for r in m.eng.reqs))
+            return give(p, m, new[0], chunk)[0]
+        break
+    return set_plan(m, budget=left)
+
+
+def advance_hold(m: Machine, r: Req, n: int) -> Machine:
+    """A growing run's hold advances by the tokens the iteration gave it."""
+    a = find_alloc(m, r.growing, r.sid) if r.growing is not None else None
+    return m if a is None else set_alloc(m, r.growing, replace(a, pos=a.pos + n, advanced=True))
+
+
+def decode_token(m: Machine, r: Req) -> Machine:
+    """A decode token: the request's first when it has none (the last prefill's, else this one),
+    and its last (*What the client sees*)."""
+    s = m.sess[r.sid]
+    if r.mode != "decode" or s.rec is None:
+        return m
+    rec = s.rec
+    first = rec.first if rec.first is not None else (rec.pf if rec.pf is not None else m.now)
+    return set_sess(m, replace(s, rec=replace(rec, first=first, last=m.now)))
+
+
+def apply_tokens(acc: tuple, b: tuple) -> tuple:
+    """One request's tokens of the iteration that ends; the finished requests collected."""
+    m, done = acc
+    rid, n = b
+    r = find_req(m, rid)
+    if r is None or n <= 0:
+        return m, done
+    r = replace(r, left=r.left - n)
+    m = set_eng(m, reqs=tuple(r if x.rid == rid else x for x in m.eng.reqs))
+    m = decode_token(advance_hold(m, r, n), r)
+    return m, done + ((r,) if r.left <= 0 else ())
+
+
+def end_iteration(p: R.Program, m: Machine) -> Machine:
+    """The iteration's tokens are applied when it ends; a finished run wakes its session, a prefill
+    samples a token (*What the client sees*)."""
+    done: tuple = ()
+    for b in m.eng.batch:
+        m, done = apply_tokens((m, done), b)
+    m = set_eng(m, batch=(), busy=False)
+    for r in done:
+        m = set_eng(m, reqs=tuple(x for x in m.eng.reqs if x.rid != r.rid))
+        s = m.sess[r.sid]
+        if r.mode == "prefill" and s.rec is not None:
+            s = replace(s, rec=replace(s.rec, pf=m.now if s.rec.first is None else s.rec.pf, last=m.now))
+        if s.at_run == r.rid:
+            m = wake(set_sess(m, replace(s, at_run=None)), r.sid)
+        else:
+            m = set_sess(m, s)
+    return want(m)
+
+
+# ---------------------------------------------------------------- the run
+
+
+def initial(p: R.Program, wl: R.Workload) -> Machine:
+    m = Machine(0, (), 0, (), (), tuple(PoolSt() for _ in p.pools), Eng(regs=p.engine.registers), wl)
+    if not wl.sessions:
+        return m
+    if p.arrive == "batch":
+        for k, s in enumerate(wl.sessions):
+            m = schedule(m, s.arrival, "arrive", k)
+        return m
+    return schedule(m, wl.sessions[0].arrival, "arrive", 0)
+
+
+def step(p: R.Program, m: Machine, horizon: Optional[int] = None) -> tuple:
+    """One move of the machine: settle, then start the engine's iteration when nothing else is
+    pending at this instant, else the next event up to the horizon. (machine, whether it is over)."""
+    m = settle(p, m)
+    if m.eng.want and (not m.events or m.events[0][0] > m.now):
+        m = set_eng(m, want=False)
+        return (m if m.eng.busy else start_iteration(p, m)), False
+    if not m.events or (horizon is not None and m.events[0][0] > horizon):
+        return m, True
+    (t, _, kind, arg), m = m.events[0], replace(m, events=m.events[1:])
+    m = replace(m, now=t)
+    if kind == "arrive":
+        return arrive(p, m, arg), False
+    if kind == "wake":
+        return wake(m, arg), False
+    return end_iteration(p, m), False
+
+
+@dataclass(frozen=True)
+class Run:
+    machine: Machine
+    done: bool                 # False: the fuel ran out first
+
+
+def run(p: R.Program, wl: R.Workload, fuel: int = 10_000_000, horizon: Optional[int] = None) -> Run:
+    """`step` from the initial machine until the run is over or the fuel is spent."""
+    return run_from(p, horizon, fuel, initial(p, wl))
+
+
+def run_from(p: R.Program, horizon: Optional[int], fuel: int, m: Machine) -> Run:
+    while fuel > 0:
+        fuel -= 1
+        m, over = step(p, m, horizon)
+        if over:
+            return Run(m, True)
+    return Run(m, False)

@@ -1,0 +1,311 @@
+"""Which linked programs are in the Lean fragment (docs/lean.md), and their conversion to the
+fragment's own representation (serq/ref/ir.py, lean/Serq/IR.lean).
+
+`convert(program)` returns the representation or raises a `SerqError` naming the first construct
+outside the fragment, with an F-code (docs/reference/errors.md) and the IR node's line and column.
+"""
+from __future__ import annotations
+
+from serq.diagnostics import SerqError, Span
+from serq.ir import model as I
+from serq.ref import ir as R
+
+CLIENT_METRICS = ("ttft", "tpot", "response")  # the client's samples: no observation of the program's
+
+
+class Outside(SerqError):
+    """A construct outside the Lean fragment."""
+
+
+def default_body() -> tuple:
+    """vLLM's two statements, what a step stage with no iteration body runs (*Engines on devices*)."""
+    gate = R.Bin("==", R.StepVar("Preempted"), R.Num(0))
+    return (R.IServe(None, None, None), R.IAdmit(None, gate, None))
+
+
+class _Conv:
+    def __init__(self, prog: I.Program):
+        self.prog = prog
+        self.files = prog.files
+        self.pool_ix = {p.name: i for i, p in enumerate(prog.pools)}
+        self.engine = None
+        self.loc = None  # the innermost node with a location seen so far
+
+    # -- diagnostics
+    def fail(self, code: str, what: str, at: I.Loc | None = None):
+        at = at or self.loc
+        span = None
+        if at is not None:
+            f = self.files[at.file] if at.file < len(self.files) else "<ir>"
+            span = Span(f, at.line, at.col, at.end_line, at.end_col)
+        raise Outside(code, f"{what} is outside the Lean fragment (docs/lean.md)", span)
+
+    def _at(self, node):
+        at = getattr(node, "at", None)
+        if at is not None:
+            self.loc = at
+        return at
+
+    # -- constants
+    def const(self, e, what: str):
+        """A number the linker left as an expression of numbers (a cap, a block, an init)."""
+        v = _fold(e)
+        if v is None:
+            self.fail("F002", f"{what} that is not a constant")
+        if v != int(v) or v < 0:
+            self.fail("F001", f"{what} {v:g}, not a natural number,")
+        return int(v)
+
+    # -- expressions
+    def expr(self, e, draw_ok=False):
+        self._at(e)
+        k = e.k
+        if k == "num":
+            if e.v != int(e.v) or e.v < 0:
+                self.fail("F001", f"the number {e.v:g}, not a natural,", e.at)
+            return R.Num(int(e.v))
+        if k == "inf":
+            self.fail("F002", "`inf` outside a pool's cap or an engine's tokens cap", e.at)
+        if k == "attr":
+            return R.Attr(e.name)
+        if k == "ctx":
+            if e.name not in R.CTX:
+                self.fail("F003", f"the context variable `{e.name}`", e.at)
+            return R.Ctx(e.name)
+        if k == "step":
+            return R.StepVar(e.name, e.batch)
+        if k == "reg":
+            return R.Reg(e.name)
+        if k == "obs":
+            if e.fn not in R.OBS:
+                self.fail("F003", f"the observable `{e.fn}`", e.at)
+            return R.Obs(e.fn, self.target(e.of))
+        if k == "agg":
+            if e.name in CLIENT_METRICS:
+                self.fail("F005", f"the client's `{e.fn}({e.name})`", e.at)
+            return R.Agg(e.fn, e.name)
+        if k == "un":
+            if e.op == "-":
+                self.fail("F006", "a negation (`-e`: the fragment's values are naturals)", e.at)
+            return R.Not(self.expr(e.e))
+        if k == "bin":
+            return R.Bin(e.op, self.expr(e.l), self.expr(e.r))
+        if k == "if":
+            return R.Ite(self.expr(e.c), self.expr(e.a), self.expr(e.b))
+        if k == "fn":
+            if e.name not in R.FUNS:
+                self.fail("F007", f"the function `{e.name}`", e.at)
+            return R.Fn(e.name, tuple(self.expr(a) for a in e.args))
+        if k == "cost":
+            return self.expr(e.e)
+        if k == "draw":
+            self.fail("F008", f"a draw `~{e.dist}` other than an init's or a turn's `set x = ~…;`", e.at)
+        raise AssertionError(k)
+
+    def opt(self, e):
+        return self.expr(e) if e is not None else None
+
+    def target(self, t: I.Target) -> str:
+        if t.index is not None:
+            self.fail("F004", f"an array member `{t.name}[…]`")
+        return t.name
+
+    def pool(self, t: I.Target) -> int:
+        name = self.target(t)
+        if name not in self.pool_ix:
+            self.fail("F013", f"`{name}`, a stage where a pool is expected,")
+        return self.pool_ix[name]
+
+    # -- statements
+    def block(self, stmts, where: str, depth: int = 0) -> tuple:
+        return tuple(self.stmt(s, where, depth) for s in stmts)
+
+    def stmt(self, s, where: str, depth: int):
+        at = self._at(s)
+        k = s.k
+        if k == "set":
+            if s.e.k == "draw" and where == "workload":
+                return R.DrawA(s.name)
+            return R.SetA(s.name, self.expr(s.e))
+        if k == "observe":
+            return R.ObserveA(s.name, self.expr(s.e))
+        if k == "branch":
+            return R.BranchS(self.expr(s.cond), self.block(s.then, where, depth), self.block(s.else_, where, depth))
+        if k == "while":
+            return R.WhileS(self.expr(s.cond), self.block(s.body, where, depth))
+        if k == "turn":
+            return R.TurnS()
+        if k == "end":
+            return R.EndS()
+        if k == "hold":
+            return self.hold(s, where, depth)
+        if k == "run":
+            if s.mode is None or len(s.stages) != 1 or self.target(s.stages[0]) != self.engine:
+                self.fail("F013", "a run on a stage other than the engine", at)
+            return R.RunS(s.mode, self.expr(s.work), self.pool(s.growing) if s.growing is not None else None)
+        self.fail("F009", f"the statement `{k}`", at)
+
+    def hold(self, s, where: str, depth: int):
+        at = s.at
+        if where != "server":
+            self.fail("F010", "a hold outside the server", at)
+        if depth > 0:
+            self.fail("F011", "a hold inside a hold", at)
+        if s.lease is not None:
+            self.fail("F009", "the clause `lease`", at)
+        pools = []
+        for hp in s.pools:
+            i = self.pool(hp.pool)
+            units, reserve = self.expr(hp.units), self.opt(hp.reserve)
+            pools.append(R.HoldPool(i, units, reserve, not _reads_state(units),
+                                    reserve is not None and not _reads_state(reserve)))
+        first = self.prog.pools[pools[0].pool]
+        if first.admit_via != self.engine:
+            self.fail("F010", f"a hold waiting in `{first.name}`, a queue the engine does not admit,", at)
+        for hp in pools:
+            p = self.prog.pools[hp.pool]
+            if p.admit_via != self.engine and p.memory != self.engine:
+                self.fail("F010", f"a hold of `{p.name}`, a pool that is not the engine's,", at)
+        return R.HoldS(tuple(pools), self.opt(s.reuse), self.opt(s.cache), self.block(s.body, where, depth + 1))
+
+    # -- declarations
+    def pool_decl(self, p: I.Pool) -> R.Pool:
+        self._at(p)
+        if p.count is not None:
+            self.fail("F004", f"the pool array `{p.name}[{p.count}]`", p.at)
+        if p.evict.k != "lru":
+            self.fail("F012", "`evict by`", p.at)
+        lifo = False
+        if p.preempt.k == "by":
+            keys = p.preempt.keys
+            lifo = (len(keys) == 1 and keys[0].k == "un" and keys[0].op == "-" and keys[0].e.k == "ctx"
+                    and keys[0].e.name == "admission" and p.preempt.requeue == "head")
+            if not lifo:
+                self.fail("F012", "`preempt by` other than `preempt lifo`", p.at)
+            if p.memory != self.engine:
+                self.fail("F012", "`preempt lifo` on a pool that is not the engine's memory", p.at)
+        if p.reserve_held:
+            self.fail("F012", "`reserve held`", p.at)
+        if p.spill is not None:
+            self.fail("F012", "`spill`", p.at)
+        if p.admit_via is None and p.memory is None:
+            self.fail("F010", f"the pool `{p.name}`, which the engine neither admits nor holds as its memory,",
+                      p.at)
+        cap = None if p.cap.k == "inf" or _fold(p.cap) == float("inf") else self.const(p.cap, "a cap")
+        block = self.const(p.block, "a block") if p.block is not None else 0
+        keys = tuple(self.expr(k) for k in p.queue.keys) if p.queue.k == "by" else ()
+        return R.Pool(p.name, cap, block, lifo, keys, p.admit_via == self.engine, p.memory == self.engine)
+
+    def engine_decl(self) -> R.Engine:
+        steps = [s for s in self.prog.stages if s.kind.k == "step"]
+        others = [s for s in self.prog.stages if s.kind.k != "step"]
+        if others:
+            self.fail("F013", f"the {others[0].kind.k} stage `{others[0].name}`", others[0].at)
+        if len(steps) != 1:
+            self.fail("F013", f"a program of {len(steps)} engines (the fragment has one)",
+                      steps[1].at if steps else None)
+        st = steps[0]
+        self._at(st)
+        if st.count is not None:
+            self.fail("F004", f"the engine array `{st.name}[{st.count}]`", st.at)
+        self.engine = st.name
+        k = st.kind
+        budget = None if k.budget.k == "inf" else self.expr(k.budget)
+        body = default_body() if k.iteration is None else tuple(self.istmt(s) for s in k.iteration)
+        regs = tuple((r.name, self.const(r.init, "a register's initial value")) for r in k.registers)
+        return R.Engine(st.name, budget, self.expr(k.chunk), self.opt(k.granule),
+                        k.serve.k == "exclusive_prefill",
+                        tuple(self.expr(e) for e in k.serve.keys) if k.serve.k == "by" else (),
+                        body, self.expr(k.cost), regs)
+
+    def istmt(self, s):
+        self._at(s)
+        if s.k == "serve":
+            return R.IServe(self.opt(s.only), tuple(self.expr(e) for e in s.order.keys) if s.order else None,
+                            self.opt(s.chunk))
+        if s.k == "admit":
+            return R.IAdmit(self.opt(s.only), self.opt(s.gate), self.opt(s.chunk))
+        if s.k == "branch":
+            return R.IBranch(self.expr(s.cond), tuple(self.istmt(t) for t in s.then),
+                             tuple(self.istmt(t) for t in s.else_))
+        return R.ISet(s.name, self.expr(s.e))
+
+    def program(self) -> R.Program:
+        prog = self.prog
+        eng = self.engine_decl()
+        pools = tuple(self.pool_decl(p) for p in prog.pools)
+        wl = prog.workload
+        a = wl.arrive
+        self._at(a)
+        gap = n = 0
+        if a.k == "renewal":
+            gap = self.const(a.gap, "a renewal gap")
+            if gap == 0:
+                self.fail("F014", "a renewal gap of 0", a.at)
+        elif a.k == "batch":
+            n = a.n
+        elif a.k != "poisson":
+            self.fail("F014", f"`arrive {a.k}`", a.at)
+        if wl.trace is not None and not wl.trace.ordered:
+            self.fail("F014", "an unordered trace (it draws its sessions)", a.at)
+        init = self.block(wl.init, "workload")
+        turn = self.block(wl.turn, "workload")
+        session = self.block(wl.session, "session") if wl.session is not None else None
+        server = self.block(prog.server, "server")
+        claims = []
+        for c in prog.claims:
+            self._at(c)
+            if c.stage is not None and (c.stage.index is not None or c.stage.name != eng.name):
+                self.fail("F013", "a claim over the iterations of another stage", c.at)
+            claims.append(R.Claim(c.name, c.form, self.expr(c.e), self.opt(c.given)))
+        return R.Program(pools, eng, a.k, gap, n, wl.trace is not None, init, turn, session, server,
+                         tuple(claims))
+
+
+def _fold(e):
+    """The value of an expression made of numbers only, else None."""
+    if e is None:
+        return None
+    k = e.k
+    if k == "num":
+        return float(e.v)
+    if k == "inf":
+        return float("inf")
+    if k == "cost":
+        return _fold(e.e)
+    if k == "un":
+        v = _fold(e.e)
+        return None if v is None else (-v if e.op == "-" else float(v == 0))
+    if k == "bin":
+        l, r = _fold(e.l), _fold(e.r)
+        if l is None or r is None:
+            return None
+        ops = {"+": lambda: l + r, "-": lambda: l - r, "*": lambda: l * r,
+               "/": lambda: l / r if r else None, "min": None}
+        f = ops.get(e.op)
+        return f() if f is not None else None
+    if k == "fn" and e.name in ("min", "max"):
+        vs = [_fold(x) for x in e.args]
+        return None if None in vs else (min(vs) if e.name == "min" else max(vs))
+    return None
+
+
+def _reads_state(e) -> bool:
+    """Whether an expression reads the deployment's state (an observable, a context variable, an
+    iteration value or a register): such units are judged at every try (*Pools*)."""
+    if isinstance(e, (R.Obs, R.Ctx, R.StepVar, R.Reg)):
+        return True
+    if isinstance(e, R.Not):
+        return _reads_state(e.e)
+    if isinstance(e, R.Bin):
+        return _reads_state(e.l) or _reads_state(e.r)
+    if isinstance(e, R.Ite):
+        return _reads_state(e.c) or _reads_state(e.a) or _reads_state(e.b)
+    if isinstance(e, R.Fn):
+        return any(_reads_state(a) for a in e.args)
+    return False
+
+
+def convert(prog: I.Program) -> R.Program:
+    """The program in the fragment's representation, or an `Outside` diagnostic."""
+    return _Conv(prog).program()

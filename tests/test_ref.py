@@ -1,0 +1,158 @@
+"""The reference kernel (serq/ref/): the fragment's diagnostics, a hand-computed run, natural
+arithmetic, and vLLM's recorded scenarios through it (tools/vllm_oracle.py check --ref)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from serq import api, ref
+from serq.ir import model as I
+from serq.ref import exec as X
+
+HERE = os.path.dirname(__file__)
+ROOT = os.path.join(HERE, "..")
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+
+import vllm_oracle  # noqa: E402
+
+FRAGMENT = sorted(glob.glob(os.path.join(HERE, "data", "fragment", "*.sq")))
+EXPECT = re.compile(r"//\s*expect:\s*(F\d{3})\s+(\d+):(\d+)")
+THREE = os.path.join(HERE, "data", "ref", "three_requests.sq")
+
+
+def _expect(path):
+    with open(path, encoding="utf-8") as fh:
+        m = EXPECT.search(fh.readline())
+    return m.group(1), int(m.group(2)), int(m.group(3))
+
+
+@pytest.mark.parametrize("path", FRAGMENT, ids=[os.path.basename(p) for p in FRAGMENT])
+def test_a_construct_outside_the_fragment_is_named(path):
+    code, line, col = _expect(path)
+    prog = api.load(path)  # it links: only the fragment refuses it
+    with pytest.raises(ref.Outside) as info:
+        ref.convert(prog)
+    err = info.value
+    assert (err.code, err.span.line, err.span.col) == (code, line, col), err.render()
+    assert "outside the Lean fragment" in err.message and "^" in err.render()
+
+
+def _codes():
+    with open(os.path.join(ROOT, "serq", "ref", "fragment.py"), encoding="utf-8") as fh:
+        return set(re.findall(r'"(F\d{3})"', fh.read()))
+
+
+def test_every_fragment_code_has_a_program_and_a_line_in_errors_md():
+    tested = {_expect(p)[0] for p in FRAGMENT} | {"F003"}  # F003: below, from the IR
+    assert _codes() <= tested
+    with open(os.path.join(ROOT, "docs", "reference", "errors.md"), encoding="utf-8") as fh:
+        doc = fh.read()
+    assert not [c for c in _codes() if f"`{c}`" not in doc]
+
+
+def test_a_context_variable_outside_the_fragment_from_the_ir():
+    prog = api.load(THREE)
+    claim = prog.claims[0].model_copy(update={"e": I.Ctx(name="present", at=I.Loc(line=7, col=9))})
+    with pytest.raises(ref.Outside) as info:
+        ref.convert(prog.model_copy(update={"claims": [claim]}))
+    assert (info.value.code, info.value.span.line, info.value.span.col) == ("F003", 7, 9)
+
+
+def test_every_example_converts_or_is_named_outside():
+    for path in sorted(glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"), recursive=True)):
+        try:
+            prog = api.load(path)
+        except api.SerqError:
+            continue  # a library, or a program that needs inputs
+        try:
+            ref.convert(prog)
+        except ref.Outside as e:
+            assert e.code.startswith("F") and e.span is not None
+
+
+def test_three_requests_by_hand():
+    """tokens cap 16, prompts of 8, 3 outputs: the first iteration prefills two requests (16
+    tokens), the second decodes them and prefills the third; each decode is a token an iteration."""
+    p = ref.convert(api.load(THREE))
+    res = ref.evaluate(p, ref.workload(p, 3, draws=[(8, 3)] * 3))
+    assert res.done and res.end == 4 and res.iterations == 4
+    assert res.requests == ((0, 0, 1, 3, 0, 0), (1, 0, 1, 3, 0, 0), (2, 0, 2, 4, 0, 0))
+    assert [(n, v, t) for n, v, t, _, _ in res.observations if n == "done"] == [("done", 3, 3), ("done", 3, 3),
+                                                                                ("done", 4, 4)]
+    assert res.claims["small"].status == "held"
+    assert (res.claims["fast"].status, res.claims["fast"].at) == ("held", 4)
+
+
+def test_natural_arithmetic():
+    assert X.eval_bin("-", 2, 5) == 0          # a subtraction stops at 0
+    assert X.eval_bin("/", 7, 2) == 3          # floor division
+    assert X.eval_fn("reusable", [33, 16]) == 32 and X.eval_fn("reusable", [32, 16]) == 16
+    with pytest.raises(X.KernelError):
+        X.eval_bin("/", 1, 0)
+
+
+RESULTS = sorted(glob.glob(os.path.join(ROOT, "tools", "oracle", "results", "*.json")))
+EXTRA = sorted(glob.glob(os.path.join(ROOT, "tools", "oracle", "extra", "results", "*.json")))
+# docs/vllm.md: the interpreter's known divergences, which the kernel shares
+DIVERGENT = {
+    "09_prefix_caching_multiturn": ("repeat", "num_cached_tokens_first_admission", 32, 0),
+    "09b_prefix_caching_multiturn_tight": ("s2t3", "first_token_step", 50, 53),
+    "10_preempt_only_step_stall": ("A", "last_token_step", 44, None),
+}
+
+
+@pytest.mark.parametrize("path", RESULTS + EXTRA[::5],
+                         ids=[os.path.basename(p)[:-5] for p in RESULTS + EXTRA[::5]])
+def test_the_kernel_agrees_with_vllm_where_the_interpreter_does(path):
+    with open(path, encoding="utf-8") as fh:
+        result = json.load(fh)
+    diff = vllm_oracle.compare(result, vllm_oracle.run_scenario(result, path, ref=True))
+    assert diff == DIVERGENT.get(result["name"]), (result["name"], diff)
+
+
+def test_check_ref_prints_per_scenario_and_a_total():
+    picks = [p for p in RESULTS if os.path.basename(p).startswith(("01_", "10_"))]
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "vllm_oracle.py"), "check", "--ref", *picks],
+                       capture_output=True, text=True)
+    lines = r.stdout.strip().splitlines()
+    assert lines[0] == "01_self_preemption: agree"
+    assert lines[1].startswith("10_preempt_only_step_stall: request A: last_token_step vLLM 44, serQ None")
+    assert lines[-1] == "1/2 scenarios agree" and r.returncode == 1
+
+
+def test_a_guard_reads_the_batch_so_far(tmp_path):
+    """`admit waiting while (batch.tokens < 8)` with prompts of 8 under a budget of 16: one
+    admission an iteration, since the first fills half the batch (*The iteration as a program*:
+    a guard reads what the iteration has scheduled so far). The interpreter read 0 before."""
+    with open(THREE, encoding="utf-8") as fh:
+        text = fh.read().replace("admit waiting while (running.preempted == 0)", "admit waiting while (batch.tokens < 8)")
+    path = tmp_path / "half.sq"
+    path.write_text(text, encoding="utf-8")
+    prog = api.load(str(path))
+    p = ref.convert(prog)
+    res = ref.evaluate(p, ref.workload(p, 3, draws=[(8, 3)] * 3))
+    firsts = [r[2] for r in res.requests]
+    assert firsts == [1, 2, 3]
+    rep = api.run(prog, I.Settings())
+    sim = rep.pop("_sim")
+    assert [v for v in sim.obs["done"].v] == [3.0, 4.0, 5.0]
+    assert [t for t, _, _ in sim.obs["done"].rows] == [3.0, 4.0, 5.0]
+
+
+def test_poisson_arrivals_are_the_workloads(tmp_path):
+    """Under `poisson` the workload gives the arrival times (the family: any): a session alone at 0,
+    then two at 5 admitted together (16 tokens of prefill), by hand."""
+    with open(THREE, encoding="utf-8") as fh:
+        text = fh.read().replace("arrive batch(3);", "arrive poisson(1);")
+    path = tmp_path / "open.sq"
+    path.write_text(text, encoding="utf-8")
+    p = ref.convert(api.load(str(path)))
+    res = ref.evaluate(p, ref.workload(p, 3, arrivals=[0, 5, 5], draws=[(8, 3)] * 3))
+    assert res.requests == ((0, 0, 1, 3, 0, 0), (1, 0, 6, 8, 0, 0), (2, 0, 6, 8, 0, 0))
+    assert res.end == 8 and res.iterations == 6
