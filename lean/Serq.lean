@@ -1,1 +1,2 @@
 import Serq.IR
+import Serq.Oracle
