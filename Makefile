@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.serq-installed
 
-.PHONY: demo test check install clean schema
+.PHONY: demo test check golden install clean schema
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,11 +21,22 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-# the Lean side: built where lake is installed, otherwise said to be skipped
+# the user's verification gate (README): every example links, the generated Lean is current, the
+# differential suite passes, and lean/ builds where lake is installed (else said to be skipped)
+EXAMPLES     := $(sort $(shell find examples -name '*.sq'))
+DIFFERENTIAL := $(sort $(wildcard tests/test_ref*.py tests/test_differential*.py)) tests/test_leangen.py
 check: $(STAMP)
-	$(BIN)/python -m pytest
+	@for f in $(EXAMPLES); do $(BIN)/serq check $$f || exit 1; done
+	$(BIN)/python -m serq.leangen --check
+	$(BIN)/python tools/gen_oracle_lean.py --check
+	$(BIN)/python -m pytest $(DIFFERENTIAL)
 	@if command -v lake >/dev/null 2>&1; then cd lean && lake build; \
-	else echo "Lean check SKIPPED: lake is not on the PATH (no Lean toolchain on this machine)"; fi
+	else echo "Lean build SKIPPED: lake is not on the PATH (no Lean toolchain here); lean/ was not compiled"; fi
+
+# regenerate the golden Lean files and lean/Serq/Oracle.lean (docs/leangen.md)
+golden: $(STAMP)
+	$(BIN)/python -m serq.leangen --update
+	$(BIN)/python tools/gen_oracle_lean.py
 
 schema: $(STAMP)
 	$(BIN)/python -m serq.ir.schema > docs/reference/ir.schema.json
