@@ -292,3 +292,7 @@ def test_oracle_lean_is_current():
     text, scs = gen_oracle_lean.generate()
     assert text == read(ORACLE), "run: python tools/gen_oracle_lean.py"
     assert len(scs) == 52 + 5 * gen_oracle_lean.EXTRA_PER
+
+
+def test_text_inside_a_lean_comment_cannot_close_or_open_one():
+    assert T.comment("a -/ b /- c\nd") == "a - / b / - c d"

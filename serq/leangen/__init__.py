@@ -82,6 +82,6 @@ def generate(prog: I.Program, source: str | None = None) -> ClaimsFile:
     p = convert(prog)
     source = source or (prog.files[0] if prog.files else "<ir>")
     from serq.leangen.claims import statements
-    text = render("program.lean.j2", source=source.replace("\n", " "), ns=namespace(source), name="program",
+    text = render("program.lean.j2", source=T.comment(source), ns=namespace(source), name="program",
                   p=program_fields(p), claims=statements(p))
     return ClaimsFile(text, len(p.claims))

@@ -30,7 +30,7 @@ def statements(p: R.Program) -> list[dict]:
         seen.add(name)
         given = "" if c.given is None else ", every session satisfying its `given`"
         out.append({
-            "name": c.name.replace("-/", "- /"),
+            "name": T.comment(c.name),
             "ident": name,
             "reading": f"{READING[c.form]} (up to {BOUND} sessions{given}).",
             "statement": f"{PROPS[c.form]} program {BOUND} {j}",

@@ -44,13 +44,13 @@ def render_oracle(scenarios) -> str:
         seen.add(base)
         reqs = ", ".join(f"({si}, {ti})" for _rid, si, ti, *_ in s.expected)
         answers = ", ".join(f"({_opt(a)}, {_opt(b)}, {_opt(c)})" for *_x, a, b, c in s.expected)
-        who = ", ".join(f"{rid} (session {si}, turn {ti})" for rid, si, ti, *_ in s.expected)
+        who = T.comment(", ".join(f"{rid} (session {si}, turn {ti})" for rid, si, ti, *_ in s.expected))
         items.append({
-            "name": s.name, "path": s.path, "base": base, "fields": f,
+            "name": T.comment(s.name), "path": T.comment(s.path), "base": base, "fields": f,
             "workload": T.workload(s.wl, 0), "horizon": T.nat(s.horizon),
             "reqs": reqs, "answers": answers, "who": who,
         })
-    left = [s for s in scenarios if s.differs is not None]
+    left = [(T.comment(s.name), T.comment(s.differs)) for s in scenarios if s.differs is not None]
     return render("oracle.lean.j2", defs=defs, items=items, left=left, fuel=T.nat(FUEL), tactic=TACTIC,
                   tried=len(scenarios))
 

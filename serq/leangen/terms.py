@@ -57,6 +57,11 @@ def string(s: str) -> str:
     return "".join(out)
 
 
+def comment(s: str) -> str:
+    """Text for inside a Lean comment: one line, and no `/-` or `-/` (block comments nest)."""
+    return " ".join(s.split()).replace("/-", "/ -").replace("-/", "- /")
+
+
 def ident_part(s: str) -> str:
     """`s` with every character outside [A-Za-z0-9_] written `_xHH_`: a piece of an identifier."""
     return "".join(ch if (ch.isascii() and (ch.isalnum() or ch == "_")) else f"_x{ord(ch):02x}_" for ch in s)
