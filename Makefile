@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.serq-installed
 
-.PHONY: demo test check golden install clean schema
+.PHONY: demo test check golden install clean schema fuzz
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,11 @@ check: $(STAMP)
 golden: $(STAMP)
 	$(BIN)/python -m serq.leangen --update
 	$(BIN)/python tools/gen_oracle_lean.py
+
+# the interpreter against the reference kernel on many generated fragment programs (docs/lean.md)
+FUZZ_CASES ?= 5000
+fuzz: $(STAMP)
+	SERQ_FUZZ_CASES=$(FUZZ_CASES) $(BIN)/python -m pytest -q tests/test_ref_differential.py
 
 schema: $(STAMP)
 	$(BIN)/python -m serq.ir.schema > docs/reference/ir.schema.json

@@ -124,3 +124,22 @@ def test_check_ref_prints_per_scenario_and_a_total():
     assert lines[0] == "01_self_preemption: agree"
     assert lines[1].startswith("10_preempt_only_step_stall: request A: last_token_step vLLM 44, serQ None")
     assert lines[-1] == "1/2 scenarios agree" and r.returncode == 1
+
+
+def test_a_guard_reads_the_batch_so_far(tmp_path):
+    """`admit waiting while (batch.tokens < 8)` with prompts of 8 under a budget of 16: one
+    admission an iteration, since the first fills half the batch (*The iteration as a program*:
+    a guard reads what the iteration has scheduled so far). The interpreter read 0 before."""
+    with open(THREE, encoding="utf-8") as fh:
+        text = fh.read().replace("admit waiting while (running.preempted == 0)", "admit waiting while (batch.tokens < 8)")
+    path = tmp_path / "half.sq"
+    path.write_text(text, encoding="utf-8")
+    prog = api.load(str(path))
+    p = ref.convert(prog)
+    res = ref.evaluate(p, ref.workload(p, 3, draws=[(8, 3)] * 3))
+    firsts = [r[2] for r in res.requests]
+    assert firsts == [1, 2, 3]
+    rep = api.run(prog, I.Settings())
+    sim = rep.pop("_sim")
+    assert [v for v in sim.obs["done"].v] == [3.0, 4.0, 5.0]
+    assert [t for t, _, _ in sim.obs["done"].rows] == [3.0, 4.0, 5.0]

@@ -103,10 +103,18 @@ class Engine:
         else:
             self.sim.engine_wants(self)
 
+    def tally(self, req: Req, n):
+        """batch.tokens and batch.prefilled: what the iteration has scheduled so far, which a
+        schedule's guard reads (*The iteration as a program*)."""
+        self.vars["Ntok"] += n
+        if req.mode == "prefill":
+            self.vars["Npre"] += n
+
     def drop(self, req: Req):
         if req in self.reqs:
             self.reqs.remove(req)
         if req in self.batch_reqs:
+            self.tally(req, -req.served)
             self.budget += req.served
             req.served = 0.0
             self.batch_reqs.remove(req)
@@ -428,6 +436,7 @@ class Iterations:
             if new:
                 for r in tentative:  # displaced: no token this iteration; each keeps what it holds
                     if r in eng.batch_reqs:
+                        eng.tally(r, -r.served)
                         eng.batch_reqs.remove(r)
                         r.it = -1
                     r.served = 0.0
@@ -486,6 +495,8 @@ class Iterations:
         return n
 
     def _give(self, eng, r, cap) -> bool:
+        if not r.alive:  # preempted earlier in this iteration: it holds nothing to grow
+            return False
         if r.mode == "decode":
             n = 1.0 if eng.budget >= 1.0 and r.left >= 1.0 else min(1.0, eng.budget, r.left)
         else:
@@ -501,6 +512,7 @@ class Iterations:
             return False
         r.served = n
         eng.budget -= n
+        eng.tally(r, n)
         eng.batch_reqs.append(r)
         r.it = eng.iter_no
         return True

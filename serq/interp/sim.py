@@ -487,8 +487,8 @@ class Sim(Iterations):
             st = self.claim_state[c.name]
             if st["status"] == "out_of_scope":
                 continue
-            if g(sess.c) == 0:
-                st.update(status="out_of_scope", session=sess.serial)
+            if g(sess.c) == 0:  # out of scope: an earlier failure or witness no longer names an iteration
+                st.update(status="out_of_scope", session=sess.serial, at=None)
 
     def turn(self, sess, at):
         tr = sess.trace

@@ -50,7 +50,8 @@ def workload(p: R.Program, n: int, trace=None, arrivals=None, draws=None) -> R.W
 
 @dataclass(frozen=True)
 class Result:
-    done: bool                   # the run drained (else the fuel ran out)
+    done: bool                   # the run ended (else the fuel ran out)
+    live: int                    # sessions still live at the end (the run did not drain)
     end: int
     iterations: int
     requests: tuple              # (session, turn, first, last, preemptions, cached at first admission)
@@ -62,4 +63,4 @@ def evaluate(p: R.Program, wl: R.Workload, fuel: int = 10_000_000, horizon=None)
     run = X.run(p, wl, fuel, horizon)
     m = run.machine
     reqs = tuple((sid, turn, r.first, r.last, r.preemptions, r.cached) for sid, turn, r in m.requests)
-    return Result(run.done, m.now, m.eng.iterations, reqs, m.obs, C.outcomes(p, run))
+    return Result(run.done, sum(s.alive for s in m.sess), m.now, m.eng.iterations, reqs, m.obs, C.outcomes(p, run))

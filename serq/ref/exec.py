@@ -36,7 +36,7 @@ class Req:
     left: int
     growing: Optional[int]
     adm: int
-    it: int = -1               # the iteration that served it last
+    it: int = 0                # the iteration that served it last (0: none; iterations count from 1)
 
 
 @dataclass(frozen=True)
@@ -195,6 +195,19 @@ class Env:
 
 # ---------------------------------------------------------------- small helpers
 
+# the bounds that make every definition total (Lean: exprFuel, sessFuel, ...): far above any run's
+EXPR_FUEL = 1000            # an expression's depth
+SESS_FUEL = 1_000_000       # frames a session runs without blocking
+GROW_FUEL = 100_000         # preemptions one growth makes
+ADMIT_FUEL = 100_000        # admissions from one queue in one iteration
+SETTLE_FUEL = 1_000_000     # sessions one settling runs
+BODY_FUEL = 100_000         # statements one iteration's schedule runs
+
+
+def out_of_fuel(what: str):
+    raise KernelError("R020", f"{what} ran out of fuel")
+
+
 
 def lookup(pairs: tuple, name: str):
     for k, v in pairs:
@@ -292,8 +305,11 @@ def cached_units(st: PoolSt) -> int:
 # ---------------------------------------------------------------- expressions
 
 
-def eval_expr(p: R.Program, m: Machine, env: Env, e) -> int:
-    """The value of an expression, a natural (Lean: evalExpr)."""
+def eval_expr(p: R.Program, m: Machine, env: Env, e, fuel: int = EXPR_FUEL) -> int:
+    """The value of an expression, a natural; fuel bounds its depth (Lean: evalExpr, eval)."""
+    if fuel == 0:
+        out_of_fuel("an expression")
+    fuel -= 1
     if isinstance(e, R.Num):
         return e.v
     if isinstance(e, R.Attr):
@@ -319,13 +335,14 @@ def eval_expr(p: R.Program, m: Machine, env: Env, e) -> int:
     if isinstance(e, R.Agg):
         return eval_agg(m, e)
     if isinstance(e, R.Not):
-        return 1 if eval_expr(p, m, env, e.e) == 0 else 0
+        return 1 if eval_expr(p, m, env, e.e, fuel) == 0 else 0
     if isinstance(e, R.Bin):
-        return eval_bin(e.op, eval_expr(p, m, env, e.l), eval_expr(p, m, env, e.r))
+        return eval_bin(e.op, eval_expr(p, m, env, e.l, fuel), eval_expr(p, m, env, e.r, fuel))
     if isinstance(e, R.Ite):
-        return eval_expr(p, m, env, e.a) if eval_expr(p, m, env, e.c) != 0 else eval_expr(p, m, env, e.b)
+        c = eval_expr(p, m, env, e.c, fuel)
+        return eval_expr(p, m, env, e.a, fuel) if c != 0 else eval_expr(p, m, env, e.b, fuel)
     if isinstance(e, R.Fn):
-        return eval_fn(e.name, [eval_expr(p, m, env, a) for a in e.args])
+        return eval_fn(e.name, [eval_expr(p, m, env, a, fuel) for a in e.args])
     raise AssertionError(e)
 
 
@@ -449,21 +466,20 @@ def make_room(p: R.Program, m: Machine, i: int, need: int) -> Machine:
     over = st.used + cached_units(st) + need - cap
     if over <= 0:
         return m
-    order = sorted(st.entries, key=lambda e: (e.t, e.seq))
-    entries = list(st.entries)
-    for e in order:
+    entries = st.entries
+    for e in sorted(st.entries, key=lambda e: (e.t, e.seq)):
         if over <= 0:
             break
-        take = e.units
-        if block and e.units > over:
-            take = min(e.units, round_up(over, block))
-        j = entries.index(e)
-        if e.units - take > 0:
-            entries[j] = replace(e, units=e.units - take)
-        else:
-            del entries[j]
+        take = min(e.units, round_up(over, block)) if block and e.units > over else e.units
+        entries = evict_units(entries, e, take)
         over -= take
-    return set_pool(m, i, replace(st, entries=tuple(entries)))
+    return set_pool(m, i, replace(st, entries=entries))
+
+
+def evict_units(entries: tuple, e: Entry, take: int) -> tuple:
+    """Evict `take` units of one entry; the entry goes when nothing is left of it."""
+    return tuple(x if x.seq != e.seq else replace(x, units=x.units - take) for x in entries
+                 if x.seq != e.seq or x.units - take > 0)
 
 
 def consume(p: R.Program, m: Machine, i: int, sid: int, rho: Optional[int], units: int) -> tuple:
@@ -541,17 +557,16 @@ def try_admit(p: R.Program, m: Machine, it: QItem, i: int) -> tuple:
     sid = it.sid
     h = m.sess[sid].hold
     env = sess_env(m, sid)
-    units = []
+    units, needs = [], []
     for hp in h.pools:
-        pool = p.pools[hp.pool]
-        u = round_up(eval_expr(p, m, env, hp.units), pool.block)
+        u = round_up(eval_expr(p, m, env, hp.units), p.pools[hp.pool].block)
         r = eval_expr(p, m, env, hp.reserve) if hp.reserve is not None else 0
-        need = max(u, r)
-        if pool.cap is not None and need > pool.cap:
-            return m, False
-        if not room_for(p, m, hp.pool, need):
-            return m, False
         units.append(u)
+        needs.append(max(u, r))
+    for hp, need in zip(h.pools, needs):
+        cap = p.pools[hp.pool].cap
+        if (cap is not None and need > cap) or not room_for(p, m, hp.pool, need):
+            return m, False
     rho = eval_expr(p, m, env, h.reuse) if h.reuse is not None else None
     got = []
     for hp, u in zip(h.pools, units):
@@ -603,7 +618,7 @@ def finish(p: R.Program, m: Machine, sid: int) -> Machine:
     return set_sess(m, replace(s, alive=False, cont=(), hold=None, held=False, at_run=None))
 
 
-def run_sess(p: R.Program, m: Machine, sid: int, fuel: int = 1_000_000) -> Machine:
+def run_sess(p: R.Program, m: Machine, sid: int, fuel: int = SESS_FUEL) -> Machine:
     """Run a session's statements until it blocks or ends (Lean: runSess, fuel-bounded)."""
     while fuel > 0:
         fuel -= 1
@@ -737,21 +752,28 @@ def run_stmt(p: R.Program, m: Machine, sid: int, st: R.RunS) -> tuple:
         return m, False
     rid = m.rid_seq + 1
     r = Req(rid, sid, st.mode, work, st.growing, s.eng_adm)
-    reqs = m.eng.reqs
-    j = len(reqs)
-    while j and reqs[j - 1].adm > r.adm:  # kept in admission order
-        j -= 1
     m = replace(m, rid_seq=rid)
-    m = set_eng(m, reqs=reqs[:j] + (r,) + reqs[j:])
+    m = set_eng(m, reqs=insert_req(r, m.eng.reqs))
     m = set_sess(m, replace(s, at_run=rid))
     if m.eng.plan is not None:
         return set_plan(m, just=m.eng.plan.just + (rid,)), True
     return want(m), True
 
 
-def settle(p: R.Program, m: Machine) -> Machine:
+def insert_req(r: Req, reqs: tuple) -> tuple:
+    """Insert a request after those admitted no later (the engine keeps admission order)."""
+    j = len(reqs)
+    while j and reqs[j - 1].adm > r.adm:
+        j -= 1
+    return reqs[:j] + (r,) + reqs[j:]
+
+
+def settle(p: R.Program, m: Machine, fuel: int = SETTLE_FUEL) -> Machine:
     """Run every ready session, in the order it became ready."""
     while m.ready:
+        if fuel == 0:
+            out_of_fuel("settling")
+        fuel -= 1
         sid, m = m.ready[0], replace(m, ready=m.ready[1:])
         m = run_sess(p, m, sid)
     return m
@@ -762,14 +784,29 @@ def settle(p: R.Program, m: Machine) -> Machine:
 
 def drop_req(m: Machine, rid: int) -> Machine:
     """A request leaves the engine; its tokens in the iteration being planned return to the budget."""
-    m = set_eng(m, reqs=tuple(r for r in m.eng.reqs if r.rid != rid))
+    r = find_req(m, rid)
+    m = set_eng(m, reqs=tuple(x for x in m.eng.reqs if x.rid != rid))
     pl = m.eng.plan
-    if pl is not None:
+    if pl is not None and r is not None:
         for x, n in pl.batch:
             if x == rid:
+                m = untally(m, r, n)
                 return set_plan(m, batch=tuple(b for b in pl.batch if b[0] != rid),
                                 budget=None if pl.budget is None else pl.budget + n)
     return m
+
+
+def tally(m: Machine, r: Req, n: int) -> Machine:
+    """batch.tokens and batch.prefilled: what the iteration has scheduled so far, which a schedule's
+    guard reads (*The iteration as a program*)."""
+    m = set_var(m, "Ntok", lookup(m.eng.vars, "Ntok") + n)
+    return set_var(m, "Npre", lookup(m.eng.vars, "Npre") + n) if r.mode == "prefill" else m
+
+
+def untally(m: Machine, r: Req, n: int) -> Machine:
+    """A request's tokens leave the batch being planned."""
+    m = set_var(m, "Ntok", max(0, lookup(m.eng.vars, "Ntok") - n))
+    return set_var(m, "Npre", max(0, lookup(m.eng.vars, "Npre") - n)) if r.mode == "prefill" else m
 
 
 def resident_ids(p: R.Program, m: Machine) -> set:
@@ -780,16 +817,21 @@ def resident_ids(p: R.Program, m: Machine) -> set:
     return ids
 
 
+def growing_pos(m: Machine, r: Req) -> int:
+    """The position of the hold a request's run grows (0 when it grows none)."""
+    a = find_alloc(m, r.growing, r.sid) if r.growing is not None else None
+    return a.pos if a is not None else 0
+
+
 def running_values(p: R.Program, m: Machine) -> tuple:
     """running.count, .decoding, .kv_decode, .kv_prefill and waiting.count as the residents stand."""
     ndec = kvb = kvp = 0
     for r in m.eng.reqs:
-        a = find_alloc(m, r.growing, r.sid) if r.growing is not None else None
         if r.mode == "decode":
             ndec += 1
-            kvb += a.pos if a is not None else 0
-        elif a is not None:
-            kvp += a.pos
+            kvb += growing_pos(m, r)
+        else:
+            kvp += growing_pos(m, r)
     queued = sum(len(m.pools[i].queue) for i, q in enumerate(p.pools) if q.admitted)
     return (("Nres", len(resident_ids(p, m))), ("Ndec", ndec), ("Kvb", kvb), ("Kvp", kvp), ("Queued", queued),
             ("Preempted", 0), ("Admitted", 0), ("Ntok", 0), ("Npre", 0), ("Attn", 0))
@@ -820,11 +862,7 @@ def start_iteration(p: R.Program, m: Machine) -> Machine:
         if lookup(v, "Admitted") == 0:
             return set_eng(m, plan=None)
     reqs = {r.rid: r for r in m.eng.reqs}
-    pos = {}
-    for rid, _ in batch:
-        r = reqs[rid]
-        a = find_alloc(m, r.growing, r.sid) if r.growing is not None else None
-        pos[rid] = a.pos if a is not None else 0
+    pos = {rid: growing_pos(m, reqs[rid]) for rid, _ in batch}
     dec = [(rid, n) for rid, n in batch if reqs[rid].mode == "decode"]
     pre = [(rid, n) for rid, n in batch if reqs[rid].mode == "prefill"]
     v = assign(v, "Ntok", ntok)
@@ -852,14 +890,18 @@ def claim_values(p: R.Program, m: Machine) -> tuple:
     return tuple(None if c.form == "end" else eval_expr(p, m, env, c.e) != 0 for c in p.claims)
 
 
-def run_body(p: R.Program, m: Machine, body: tuple) -> Machine:
+def run_body(p: R.Program, m: Machine, body: tuple, fuel: int = BODY_FUEL) -> Machine:
+    """The iteration's statements, in order; fuel bounds the statements and branches run."""
     for st in body:
+        if fuel == 0:
+            out_of_fuel("an iteration's statements")
+        fuel -= 1
         if isinstance(st, R.IServe):
             m = serve(p, m, st.only, st.keys if st.keys is not None else p.engine.keys, st.chunk)
         elif isinstance(st, R.IAdmit):
             m = admit(p, m, st.only, st.gate, st.chunk)
         elif isinstance(st, R.IBranch):
-            m = run_body(p, m, st.then if guard(p, m, Env(), st.c) else st.else_)
+            m = run_body(p, m, st.then if guard(p, m, Env(), st.c) else st.else_, fuel)
         else:
             m = set_eng(m, regs=assign(m.eng.regs, st.name, eval_expr(p, m, Env(), st.e)))
     return m
@@ -875,15 +917,20 @@ def serve(p: R.Program, m: Machine, only, keys: tuple, chunk_e) -> Machine:
     if m.eng.plan.stop:
         return m
     cap = cap_of(p, m, chunk_e)
-    it = m.eng.iter_no
-    reqs = [r for r in m.eng.reqs if r.it != it]
+    reqs = [r for r in m.eng.reqs if r.it != m.eng.iter_no]
     if keys:
         reqs.sort(key=lambda r: (tuple(eval_expr(p, m, req_env(m, r), k) for k in keys), m.sess[r.sid].eng_adm))
+    return serve_list(p, only, cap, reqs, m)
+
+
+def serve_list(p: R.Program, only, cap: Optional[int], reqs, m: Machine) -> Machine:
+    """Give each request of a list its tokens, in order, skipping those served already or excluded
+    by `only`, until the serving stops."""
     for r0 in reqs:
         if m.eng.plan.stop:
             break
         r = find_req(m, r0.rid)
-        if r is None or r.it == it:
+        if r is None or r.it == m.eng.iter_no:
             continue
         if only is not None and eval_expr(p, m, req_env(m, r), only) == 0:
             continue
@@ -924,6 +971,7 @@ def give(p: R.Program, m: Machine, rid: int, cap: Optional[int]) -> tuple:
     if r is None:
         return m, False
     pl = m.eng.plan
+    m = tally(m, r, n)
     m = set_plan(m, batch=pl.batch + ((rid, n),), budget=None if pl.budget is None else pl.budget - n)
     return set_eng(m, reqs=tuple(replace(x, it=m.eng.iter_no) if x.rid == rid else x for x in m.eng.reqs)), True
 
@@ -932,7 +980,11 @@ def grow(p: R.Program, m: Machine, r: Req, need: int) -> tuple:
     """Grow block by block, preempting the last admitted resident while there is no room; a grower
     that preempts itself ends the iteration's serving (*Engines*)."""
     i = r.growing
+    fuel = GROW_FUEL
     while not room_for(p, m, i, need):
+        if fuel == 0:
+            out_of_fuel("a growth")
+        fuel -= 1
         v = victim(p, m, i)
         if v is None:
             return m, False
@@ -982,21 +1034,38 @@ def admit(p: R.Program, m: Machine, only, gate, chunk_e) -> Machine:
     cap = cap_of(p, m, chunk_e)
     m = set_plan(m, admit_cap=cap)
     for i, pool in enumerate(p.pools):
-        if not pool.admitted:
-            continue
-        while m.pools[i].queue:
-            pl = m.eng.plan
-            if (pl.budget is not None and pl.budget <= 0) or pl.no_admit:
+        if pool.admitted:
+            m, stop = admit_pool(p, m, i, only, gate, cap)
+            if stop:
                 return m
-            if gate is not None and eval_expr(p, m, Env(), gate) == 0:
-                return m
-            m, added = admit_head(p, m, i)
-            if added is None:
-                return set_plan(m, no_admit=True)
-            for rid in added:
-                r = find_req(m, rid)
-                if r is not None and (only is None or eval_expr(p, m, req_env(m, r), only) != 0):
-                    m, _ = give(p, m, rid, cap)
+    return m
+
+
+def admit_pool(p: R.Program, m: Machine, i: int, only, gate, cap: Optional[int], fuel: int = ADMIT_FUEL) -> tuple:
+    """Admit from pool i while its queue has a head, budget is left and the gate is 1.
+    Returns (machine, whether the admissions stop for the iteration)."""
+    while m.pools[i].queue:
+        if fuel == 0:
+            out_of_fuel("admission")
+        fuel -= 1
+        pl = m.eng.plan
+        if (pl.budget is not None and pl.budget <= 0) or pl.no_admit:
+            return m, True
+        if gate is not None and eval_expr(p, m, Env(), gate) == 0:
+            return m, True
+        m, added = admit_head(p, m, i)
+        if added is None:
+            return set_plan(m, no_admit=True), True
+        m = give_added(p, only, cap, added, m)
+    return m, False
+
+
+def give_added(p: R.Program, only, cap: Optional[int], rids, m: Machine) -> Machine:
+    """Give each of the requests just admitted its tokens, unless `only` excludes it."""
+    for rid in rids:
+        r = find_req(m, rid)
+        if r is not None and (only is None or eval_expr(p, m, req_env(m, r), only) != 0):
+            m, _ = give(p, m, rid, cap)
     return m
 
 
@@ -1024,11 +1093,7 @@ def exclusive(p: R.Program, m: Machine, full: Optional[int]) -> Machine:
     pre = [r for r in reqs if r.mode == "prefill"]
     if pre:
         return give(p, m, pre[0].rid, chunk)[0]
-    for r in reqs:
-        if m.eng.plan.stop:
-            break
-        if find_req(m, r.rid) is not None:
-            m, _ = give(p, m, r.rid, chunk)
+    m = serve_list(p, None, chunk, reqs, m)
     if lookup(m.eng.vars, "Preempted") != 0 or m.eng.plan.no_admit:
         return m
     tentative = m.eng.plan.batch
@@ -1043,33 +1108,53 @@ def exclusive(p: R.Program, m: Machine, full: Optional[int]) -> Machine:
         new = [rid for rid in added if find_req(m, rid) is not None and find_req(m, rid).mode == "prefill"]
         if new:
             gone = {rid for rid, _ in tentative}
+            for rid, n in tentative:
+                r = find_req(m, rid)
+                if r is not None and rid in {b[0] for b in m.eng.plan.batch}:
+                    m = untally(m, r, n)
             m = set_plan(m, batch=tuple(b for b in m.eng.plan.batch if b[0] not in gone), budget=full)
-            m = set_eng(m, reqs=tuple(replace(r, it=-1) if r.rid in gone else r for r in m.eng.reqs))
+            m = set_eng(m, reqs=tuple(replace(r, it=0) if r.rid in gone else r for r in m.eng.reqs))
             return give(p, m, new[0], chunk)[0]
         break
     return set_plan(m, budget=left)
 
 
+def advance_hold(m: Machine, r: Req, n: int) -> Machine:
+    """A growing run's hold advances by the tokens the iteration gave it."""
+    a = find_alloc(m, r.growing, r.sid) if r.growing is not None else None
+    return m if a is None else set_alloc(m, r.growing, replace(a, pos=a.pos + n, advanced=True))
+
+
+def decode_token(m: Machine, r: Req) -> Machine:
+    """A decode token: the request's first when it has none (the last prefill's, else this one),
+    and its last (*What the client sees*)."""
+    s = m.sess[r.sid]
+    if r.mode != "decode" or s.rec is None:
+        return m
+    rec = s.rec
+    first = rec.first if rec.first is not None else (rec.pf if rec.pf is not None else m.now)
+    return set_sess(m, replace(s, rec=replace(rec, first=first, last=m.now)))
+
+
+def apply_tokens(acc: tuple, b: tuple) -> tuple:
+    """One request's tokens of the iteration that ends; the finished requests collected."""
+    m, done = acc
+    rid, n = b
+    r = find_req(m, rid)
+    if r is None or n <= 0:
+        return m, done
+    r = replace(r, left=r.left - n)
+    m = set_eng(m, reqs=tuple(r if x.rid == rid else x for x in m.eng.reqs))
+    m = decode_token(advance_hold(m, r, n), r)
+    return m, done + ((r,) if r.left <= 0 else ())
+
+
 def end_iteration(p: R.Program, m: Machine) -> Machine:
     """The iteration's tokens are applied when it ends; a finished run wakes its session, a prefill
     samples a token (*What the client sees*)."""
-    done = []
-    for rid, n in m.eng.batch:
-        r = find_req(m, rid)
-        if r is None or n <= 0:
-            continue
-        r = replace(r, left=r.left - n)
-        m = set_eng(m, reqs=tuple(r if x.rid == rid else x for x in m.eng.reqs))
-        if r.growing is not None:
-            a = find_alloc(m, r.growing, r.sid)
-            m = set_alloc(m, r.growing, replace(a, pos=a.pos + n, advanced=True))
-        s = m.sess[r.sid]
-        if r.mode == "decode" and s.rec is not None:
-            rec = s.rec
-            m = set_sess(m, replace(s, rec=replace(rec, first=rec.first if rec.first is not None else (
-                rec.pf if rec.pf is not None else m.now), last=m.now)))
-        if r.left <= 0:
-            done.append(r)
+    done: tuple = ()
+    for b in m.eng.batch:
+        m, done = apply_tokens((m, done), b)
     m = set_eng(m, batch=(), busy=False)
     for r in done:
         m = set_eng(m, reqs=tuple(x for x in m.eng.reqs if x.rid != r.rid))
@@ -1122,8 +1207,11 @@ class Run:
 
 
 def run(p: R.Program, wl: R.Workload, fuel: int = 10_000_000, horizon: Optional[int] = None) -> Run:
-    """`step` until the run is over or the fuel is spent (Lean: run, by fuel)."""
-    m = initial(p, wl)
+    """`step` from the initial machine until the run is over or the fuel is spent."""
+    return run_from(p, horizon, fuel, initial(p, wl))
+
+
+def run_from(p: R.Program, horizon: Optional[int], fuel: int, m: Machine) -> Run:
     while fuel > 0:
         fuel -= 1
         m, over = step(p, m, horizon)

@@ -1,0 +1,1117 @@
+import Serq.IR
+
+/-!
+# The executable semantics
+
+A machine and its step, definition for definition the Python reference kernel
+`serq/ref/exec.py` (docs/lean.md has the table of twins). Every definition is total: recursion
+is structural (on a list or an expression) or on an explicit `fuel`, so `decide` can evaluate a
+run. Numbers are naturals: `-` stops at 0 and `/` is floor division (the reference's *Amounts and
+indices*). `Option` is the result where the program may fail at run time (an attribute read
+before it is set, a guard that is not 0 or 1) or the fuel may run out: `none`.
+
+Orders follow the reference's *Ties*: events by time then the order they were scheduled,
+sessions in the order they became ready, an engine's iteration starting once no other event is
+pending at its instant (*Events and settling*).
+-/
+namespace Serq
+
+/-! ## Small helpers (Python: tuples and their builtins) -/
+
+/-- The value of a name in a list of pairs (Python: `lookup`). -/
+def lookup {α : Type} [BEq α] (k : α) : List (α × Nat) → Option Nat
+  | [] => none
+  | (k', v) :: rest => if k' == k then some v else lookup k rest
+
+/-- The pairs with `k` set to `v`, at the end (Python: `assign`). -/
+def assign {α : Type} [BEq α] (ps : List (α × Nat)) (k : α) (v : Nat) : List (α × Nat) :=
+  ps.filter (fun p => !(p.1 == k)) ++ [(k, v)]
+
+/-- The list with its `i`-th element replaced (Python: `put`). -/
+def put {α : Type} : List α → Nat → α → List α
+  | [], _, _ => []
+  | _ :: xs, 0, v => v :: xs
+  | x :: xs, i + 1, v => x :: put xs i v
+
+/-- Insert `x` into a sorted list, after the elements `before` says go first. -/
+def insertBy {α : Type} (before : α → α → Bool) (x : α) : List α → List α
+  | [] => [x]
+  | y :: ys => if before y x then y :: insertBy before x ys else x :: y :: ys
+
+/-- A stable sort by `lt` (Python: `sorted`): an element goes after a later one only when that
+one is strictly less. -/
+def sortBy {α : Type} (lt : α → α → Bool) : List α → List α
+  | [] => []
+  | x :: xs => insertBy lt x (sortBy lt xs)
+
+/-- Lexicographic order on keys (Python: tuple comparison). -/
+def lexLt : List Nat → List Nat → Bool
+  | [], [] => false
+  | [], _ :: _ => true
+  | _ :: _, [] => false
+  | a :: as, b :: bs => a < b || (a == b && lexLt as bs)
+
+def roundUp (u b : Nat) : Nat := if b == 0 then u else (u + b - 1) / b * b
+
+def roundDown (u b : Nat) : Nat := if b == 0 then u else u / b * b
+
+/-- The least of two caps, `none` being inf. -/
+def omin : Option Nat → Option Nat → Option Nat
+  | none, b => b
+  | a, none => a
+  | some a, some b => some (min a b)
+
+def sumList (xs : List Nat) : Nat := xs.foldl (· + ·) 0
+
+/-! ## The machine -/
+
+/-- A run on the engine: request id, session, mode, tokens left, growing pool, admission, and
+the iteration that served it last (0: none). -/
+structure Req where
+  rid : Nat
+  sid : Nat
+  mode : Mode
+  left : Nat
+  growing : Option Nat
+  adm : Nat
+  it : Nat := 0
+  deriving Repr
+
+structure Alloc where
+  sid : Nat
+  units : Nat
+  pos : Nat
+  consumed : Nat
+  advanced : Bool := false
+  deriving Repr
+
+/-- A cached prefix: its owner (`none`: dead), units, release time and release order. -/
+structure Entry where
+  owner : Option Nat
+  units : Nat
+  t : Nat
+  seq : Nat
+  deriving Repr
+
+structure QItem where
+  sid : Nat
+  seq : Nat
+  t : Nat
+  head : Bool
+  deriving Repr
+
+structure PoolSt where
+  used : Nat := 0
+  allocs : List Alloc := []
+  entries : List Entry := []
+  queue : List QItem := []
+  deriving Repr
+
+/-- What a request did: its start, first and last token times, preemptions, hit. -/
+structure TurnRec where
+  start : Nat
+  first : Option Nat := none
+  pf : Option Nat := none
+  last : Option Nat := none
+  preemptions : Nat := 0
+  cached : Option Nat := none
+  deriving Repr
+
+/-- A frame of a session's continuation; the top of the stack is the list's last. `scope h` is
+the end of the hold `h`'s body. -/
+inductive Frame where
+  | blk (stmts : List Stmt)
+  | loop (c : Expr) (body : List Stmt)
+  | scope (h : Stmt)
+  | turnGo (row : Option Row)
+  | turnEnd
+  | given
+  deriving Repr
+
+structure Sess where
+  sid : Nat
+  attrs : List (String × Nat)
+  cont : List Frame
+  rows : List Row := []
+  rowI : Nat := 0
+  draws : List Nat := []
+  drawI : Nat := 0
+  turnIdx : Nat := 0
+  engAdm : Nat := 0
+  hold : Option Stmt := none
+  held : Bool := false
+  retry : Option Nat := none
+  atRun : Option Nat := none
+  turnRec : Option TurnRec := none
+  alive : Bool := true
+  deriving Repr
+
+/-- The iteration being planned. -/
+structure Plan where
+  budget : Option Nat
+  chunk : Option Nat
+  granule : Option Nat
+  admitCap : Option Nat := none
+  stop : Bool := false
+  noAdmit : Bool := false
+  batch : List (Nat × Nat) := []
+  just : List Nat := []
+  deriving Repr
+
+structure Eng where
+  reqs : List Req := []
+  busy : Bool := false
+  want : Bool := false
+  servedTotal : Nat := 0
+  admSeq : Nat := 0
+  iterNo : Nat := 0
+  iterations : Nat := 0
+  regs : List (String × Nat) := []
+  vars : List (StepVar × Nat) := []
+  bvars : List (StepVar × Nat) := []
+  plan : Option Plan := none
+  batch : List (Nat × Nat) := []
+  deriving Repr
+
+inductive EvKind where
+  | arrive (k : Nat)
+  | wake (sid : Nat)
+  | iterEnd
+  deriving Repr
+
+structure Event where
+  t : Nat
+  seq : Nat
+  kind : EvKind
+  deriving Repr
+
+structure Machine where
+  now : Nat
+  events : List Event
+  seq : Nat
+  ready : List Nat
+  sess : List Sess
+  pools : List PoolSt
+  eng : Eng
+  wl : Workload
+  relSeq : Nat := 0
+  joinSeq : Nat := 0
+  ridSeq : Nat := 0
+  arrived : Nat := 0
+  obs : List (String × Nat × Nat × Nat × Nat) := []
+  path : List (Nat × List (Option Bool)) := []
+  given : List (Nat × List (String × Nat)) := []
+  requests : List (Nat × Nat × TurnRec) := []
+  deriving Repr
+
+/-- What an expression reads besides the machine: a session's attributes and id, the moment's
+context variables. -/
+structure Env where
+  attrs : Option (List (String × Nat)) := none
+  sid : Option Nat := none
+  x : List (String × Nat) := []
+
+def sessEnv (m : Machine) (sid : Nat) (x : List (String × Nat) := []) : Env :=
+  { attrs := (m.sess.get? sid).map (·.attrs), sid := some sid, x := x }
+
+def setSess (m : Machine) (s : Sess) : Machine := { m with sess := put m.sess s.sid s }
+
+def setPool (m : Machine) (i : Nat) (st : PoolSt) : Machine := { m with pools := put m.pools i st }
+
+def setPlan (m : Machine) (f : Plan → Plan) : Machine :=
+  { m with eng := { m.eng with plan := m.eng.plan.map f } }
+
+def setVar (m : Machine) (v : StepVar) (n : Nat) : Machine :=
+  { m with eng := { m.eng with vars := assign m.eng.vars v n } }
+
+/-- Schedule an event, after every event at or before its time. -/
+def schedule (m : Machine) (t : Nat) (k : EvKind) : Machine :=
+  { m with seq := m.seq + 1,
+           events := insertBy (fun a b => a.t ≤ b.t) { t := t, seq := m.seq + 1, kind := k } m.events }
+
+def wake (m : Machine) (sid : Nat) : Machine := { m with ready := m.ready ++ [sid] }
+
+def want (m : Machine) : Machine := { m with eng := { m.eng with want := true } }
+
+def findReq (m : Machine) (rid : Nat) : Option Req := m.eng.reqs.find? (·.rid == rid)
+
+def findAlloc (m : Machine) (pool sid : Nat) : Option Alloc :=
+  (m.pools.get? pool).bind fun st => st.allocs.find? (·.sid == sid)
+
+def setAlloc (m : Machine) (pool : Nat) (a : Alloc) : Machine :=
+  match m.pools.get? pool with
+  | none => m
+  | some st => setPool m pool { st with allocs := st.allocs.map fun b => if b.sid == a.sid then a else b }
+
+def cachedUnits (st : PoolSt) : Nat := sumList (st.entries.map (·.units))
+
+def poolIndex (p : Program) (name : String) : Option Nat :=
+  let rec go : List Pool → Nat → Option Nat
+    | [], _ => none
+    | q :: qs, i => if q.name == name then some i else go qs (i + 1)
+  go p.pools 0
+
+/-! ## Expressions -/
+
+def evalBin (op : BinOp) (l r : Nat) : Option Nat :=
+  let b (x : Bool) : Option Nat := some (if x then 1 else 0)
+  match op with
+  | .add => some (l + r)
+  | .sub => some (l - r)
+  | .mul => some (l * r)
+  | .div => if r == 0 then none else some (l / r)
+  | .mod => if r == 0 then none else some (l % r)
+  | .eq => b (l == r)
+  | .ne => b (l != r)
+  | .lt => b (l < r)
+  | .le => b (l ≤ r)
+  | .gt => b (l > r)
+  | .ge => b (l ≥ r)
+  | .and => b (l != 0 && r != 0)
+  | .or => b (l != 0 || r != 0)
+
+def evalFn (f : Fun) (vs : List Nat) : Option Nat :=
+  match f, vs with
+  | .min, v :: rest => some (rest.foldl min v)
+  | .max, v :: rest => some (rest.foldl max v)
+  | .sum, _ => some (sumList vs)
+  | .reusable, [n, b] => if b == 0 then none else some (if n ≥ 1 then (n - 1) / b * b else 0)
+  | .floor, [v] => some v
+  | .ceil, [v] => some v
+  | .round, [v] => some v
+  | .abs, [v] => some v
+  | _, _ => none
+
+/-- The tokens the iteration being planned has left, within the admission's `each at most`;
+between iterations, the tokens cap (`budget`, evaluated when read). -/
+def budgetLeftOf (m : Machine) (budget : Unit → Option Nat) : Option Nat :=
+  match m.eng.plan with
+  | some pl => omin pl.budget pl.admitCap
+  | none => budget ()
+
+/-- An observable of a pool or of the engine; `budget` evaluates the tokens cap when read. -/
+def evalObs (p : Program) (m : Machine) (env : Env) (f : ObsFn) (target : String)
+    (budget : Unit → Option Nat) : Option Nat :=
+  if target == p.engine.name then
+    match f with
+    | .queue => some m.eng.reqs.length
+    | .busy => some (if m.eng.reqs.isEmpty then 0 else 1)
+    | .work => some (sumList (m.eng.reqs.map (·.left)))
+    | .budgetLeft => budgetLeftOf m budget
+    | _ => none
+  else do
+    let i ← poolIndex p target
+    let st ← m.pools.get? i
+    let pool ← p.pools.get? i
+    match f with
+    | .used => some st.used
+    | .free => pool.cap.map (· - st.used)
+    | .holders => some (st.allocs.map (·.sid)).eraseDups.length
+    | .queued => some st.queue.length
+    | .cachedin => some (sumList ((st.entries.filter fun x => x.owner.isSome && x.owner == env.sid).map (·.units)))
+    | _ => none
+
+def evalAgg (m : Machine) (f : AggFn) (name : String) : Nat :=
+  let vs := (m.obs.filter (·.1 == name)).map (·.2.1)
+  match f with
+  | .total => sumList vs
+  | .count => vs.length
+  | .largest => vs.foldl max 0
+  | .smallest => (match vs with
+    | [] => 0
+    | v :: rest => rest.foldl min v)
+  | .prefixTotal =>
+    -- Σ_k (v_1 + … + v_k) over the values sorted ascending
+    ((sortBy (fun a b => a < b) vs).foldl (fun (acc : Nat × Nat) v => (acc.1 + v, acc.2 + acc.1 + v)) (0, 0)).2
+
+/-- The value of an expression, a natural; `fuel` bounds its depth. -/
+def evalExpr (fuel : Nat) (p : Program) (m : Machine) (env : Env) (e : Expr) : Option Nat :=
+  match fuel with
+  | 0 => none
+  | fuel + 1 =>
+    match e with
+    | .num v => some v
+    | .attr x => env.attrs.bind (lookup x)
+    | .ctx x => if x == "now" then some m.now else lookup x env.x
+    | .step v batch =>
+      let isBatch := batch && (v == .ndec || v == .kvb || v == .kvp)
+      some ((lookup v (if isBatch then m.eng.bvars else m.eng.vars)).getD 0)
+    | .reg x => lookup x m.eng.regs
+    | .obs f target => evalObs p m env f target (fun _ => p.engine.budget.bind (evalExpr fuel p m {}))
+    | .agg f x => some (evalAgg m f x)
+    | .not a => do let v ← evalExpr fuel p m env a; pure (if v == 0 then 1 else 0)
+    | .bin op l r => do
+      let a ← evalExpr fuel p m env l
+      let b ← evalExpr fuel p m env r
+      evalBin op a b
+    | .ite c a b => do
+      let v ← evalExpr fuel p m env c
+      if v != 0 then evalExpr fuel p m env a else evalExpr fuel p m env b
+    | .fn f args => do
+      let vs ← args.mapM (evalExpr fuel p m env)
+      evalFn f vs
+
+/-- Expressions are shallow: this much depth is every program's. -/
+def exprFuel : Nat := 1000
+
+def eval (p : Program) (m : Machine) (env : Env) (e : Expr) : Option Nat := evalExpr exprFuel p m env e
+
+/-- The tokens the iteration being planned has left, within the admission's `each at most`. -/
+def budgetLeft (p : Program) (m : Machine) : Option Nat :=
+  budgetLeftOf m (fun _ => p.engine.budget.bind (eval p m {}))
+
+/-- A test has two answers (*Branching*): 0 or 1, else the run fails. -/
+def testGuard (p : Program) (m : Machine) (env : Env) (e : Expr) : Option Bool := do
+  let v ← eval p m env e
+  if v == 1 then pure true else if v == 0 then pure false else none
+
+/-! ## Pools -/
+
+def roomFor (p : Program) (m : Machine) (i r : Nat) : Bool :=
+  match (p.pools.get? i).bind (·.cap), m.pools.get? i with
+  | some cap, some st => st.used + r ≤ cap
+  | _, _ => true
+
+/-- Evict one entry's `take` units (the entry goes when nothing is left of it). -/
+def evictUnits (entries : List Entry) (e : Entry) (take : Nat) : List Entry :=
+  entries.filterMap fun x =>
+    if x.seq == e.seq then (if x.units - take > 0 then some { x with units := x.units - take } else none)
+    else some x
+
+/-- Evict cached entries least recently released first, per block from an entry's tail, until
+allocations and cache fit (*Pools*). -/
+def makeRoom (p : Program) (m : Machine) (i need : Nat) : Machine :=
+  match (p.pools.get? i), m.pools.get? i with
+  | some pool, some st =>
+    let cap := pool.cap.getD (st.used + cachedUnits st + need)  -- no cap: nothing is over
+    let over := st.used + cachedUnits st + need - cap
+    let order := sortBy (fun a b => a.t < b.t || (a.t == b.t && a.seq < b.seq)) st.entries
+    let evictOne (acc : List Entry × Nat) (e : Entry) : List Entry × Nat :=
+      let (es, over) := acc
+      if over == 0 then (es, 0)
+      else
+        let take := if pool.block != 0 && e.units > over then min e.units (roundUp over pool.block) else e.units
+        (evictUnits es e take, over - take)
+    if over == 0 then m else setPool m i { st with entries := (order.foldl evictOne (st.entries, over)).1 }
+  | _, _ => m
+
+/-- At admission with a cache clause: at most `rho` of the own prefix, in blocks; the rest of
+the entry stays cached, dead, with its age. -/
+def consume (p : Program) (m : Machine) (i sid : Nat) (rho : Option Nat) (units : Nat) : Machine × Nat :=
+  match p.pools.get? i, m.pools.get? i with
+  | some pool, some st =>
+    (match st.entries.find? (·.owner == some sid) with
+    | none => (m, 0)
+    | some e =>
+      let take := roundDown (min (match rho with | none => e.units | some r => min r e.units) units) pool.block
+      let rest := e.units - take
+      let entries := st.entries.filterMap fun x =>
+        if x.seq == e.seq then (if rest > 0 then some { x with owner := none, units := rest } else none) else some x
+      (setPool m i { st with entries := entries }, take))
+  | _, _ => (m, 0)
+
+/-- A release caches its prefix in whole blocks; the session's previous prefix is dead. -/
+def putCache (p : Program) (m : Machine) (i sid units : Nat) : Machine :=
+  match p.pools.get? i, m.pools.get? i with
+  | some pool, some st =>
+    let units := roundDown units pool.block
+    if units == 0 then m
+    else
+      let entries := (st.entries.map fun e => if e.owner == some sid then { e with owner := none } else e) ++
+        [{ owner := some sid, units := units, t := m.now, seq := m.relSeq + 1 }]
+      makeRoom p (setPool { m with relSeq := m.relSeq + 1 } i { st with entries := entries }) i 0
+  | _, _ => m
+
+/-- What a released allocation computed: its position when a growing run moved it, else the
+prefix it consumed after a preemption, or its allocation. -/
+def computedOf (a : Alloc) (preempted : Bool) : Nat :=
+  if a.advanced then a.pos else if preempted then a.consumed else a.units
+
+def holdParts : Stmt → List HoldPool × Option Expr × Option Expr × List Stmt
+  | .holdS pools reuse cache body => (pools, reuse, cache, body)
+  | _ => ([], none, none, [])
+
+/-- The hold's allocations given back, each caching min(cache, computed) (*Pools*). -/
+def release (p : Program) (m : Machine) (sid : Nat) (h : Stmt) (preempted : Bool) : Option Machine := do
+  let (pools, _, cache, _) := holdParts h
+  let m ← pools.foldlM (init := m) fun m hp =>
+    match findAlloc m hp.pool sid, m.pools.get? hp.pool with
+    | some a, some st =>
+      let m := want (setPool m hp.pool { st with used := st.used - a.units,
+                                                 allocs := st.allocs.filter (·.sid != sid) })
+      (match cache with
+      | none => some m
+      | some c => (eval p m (sessEnv m sid) c).map fun ell => putCache p m hp.pool sid (min ell (computedOf a preempted)))
+    | _, _ => some m
+  let s ← m.sess.get? sid
+  pure (setSess m { s with held := false })
+
+/-- The queue's head: a preempted hold first, else the least keys then the joining order. -/
+def headOf (p : Program) (m : Machine) (i : Nat) : Option QItem := do
+  let st ← m.pools.get? i
+  let pool ← p.pools.get? i
+  let q0 ← st.queue.head?
+  if q0.head || pool.queueKeys.isEmpty then pure q0
+  else match st.queue.find? (·.head) with
+    | some h => pure h
+    | none => do
+      let keyed ← st.queue.mapM fun it => do
+        let ks ← pool.queueKeys.mapM (eval p m (sessEnv m it.sid [("waited", m.now - it.t)]))
+        pure (ks ++ [it.seq], it)
+      let best ← (sortBy (fun a b => lexLt a.1 b.1) keyed).head?
+      pure best.2
+
+/-- Admit a waiting hold if every pool has room for max(units, reserve) (*Pools*): consume the
+cached prefix, evict to fit, allocate. `none` when the program fails; `some (m, false)` when the
+head does not fit. -/
+def tryAdmit (p : Program) (m : Machine) (it : QItem) (i : Nat) : Option (Machine × Bool) := do
+  let s ← m.sess.get? it.sid
+  let h ← s.hold
+  let (pools, reuse, cache, _) := holdParts h
+  let env := sessEnv m it.sid
+  let units ← pools.mapM fun hp => do
+    let pool ← p.pools.get? hp.pool
+    let u ← eval p m env hp.units
+    let r ← match hp.reserve with | none => pure 0 | some e => eval p m env e
+    pure (roundUp u pool.block, max (roundUp u pool.block) r)
+  let fits := (pools.zip units).all fun (hp, (_, need)) =>
+    (match (p.pools.get? hp.pool).bind (·.cap) with | some cap => need ≤ cap | none => true) &&
+    roomFor p m hp.pool need
+  if !fits then pure (m, false)
+  else do
+    let rho ← match reuse with | none => pure none | some e => (eval p m env e).map some
+    let (m, got) := (pools.zip units).foldl (fun (acc : Machine × List Nat) (hp, (u, _)) =>
+      match cache with
+      | none => (acc.1, acc.2 ++ [0])
+      | some _ => let (m', c) := consume p acc.1 hp.pool it.sid rho u; (m', acc.2 ++ [c])) (m, [])
+    let s ← m.sess.get? it.sid
+    let cached := got.foldl max 0
+    let tr := s.turnRec.map fun r => if r.cached.isSome then r else { r with cached := some cached }
+    let m := setSess m { s with attrs := assign s.attrs "cached" cached, held := true, turnRec := tr }
+    let m := ((pools.zip units).zip got).foldl (fun m ((hp, (u, _)), c) =>
+      let m := makeRoom p m hp.pool u
+      match m.pools.get? hp.pool with
+      | none => m
+      | some st => setPool m hp.pool { st with used := st.used + u,
+                                               allocs := st.allocs ++ [{ sid := it.sid, units := u, pos := c,
+                                                                         consumed := c }] }) m
+    let st ← m.pools.get? i
+    pure (setPool m i { st with queue := st.queue.filter (·.seq != it.seq) }, true)
+
+/-! ## Sessions -/
+
+/-- Session `k` arrives: its init, the claims' `given`, then its turns (*Workload*). -/
+def arrive (p : Program) (m : Machine) (k : Nat) : Option Machine := do
+  let w ← m.wl.sessions.get? k
+  let main := p.session.getD [.turnS]
+  let s : Sess := { sid := k, attrs := [("serial", k), ("turn_no", 0), ("cached", 0), ("computed", 0)],
+                    cont := [.blk main, .given, .blk p.init], rows := w.rows, draws := w.draws }
+  let m := wake { m with sess := m.sess ++ [s], arrived := m.arrived + 1 } k
+  if p.arrive != .batch && k + 1 < m.wl.sessions.length then
+    let next ← m.wl.sessions.get? (k + 1)
+    pure (schedule m next.arrival (.arrive (k + 1)))
+  else pure m
+
+/-- `batch.tokens` and `batch.prefilled`: what the iteration has scheduled so far, which a
+schedule's guard reads (*The iteration as a program*). -/
+def tally (m : Machine) (r : Req) (n : Nat) : Machine :=
+  let m := setVar m .ntok ((lookup .ntok m.eng.vars).getD 0 + n)
+  if r.mode == .prefill then setVar m .npre ((lookup .npre m.eng.vars).getD 0 + n) else m
+
+/-- A request's tokens leave the batch being planned. -/
+def untally (m : Machine) (r : Req) (n : Nat) : Machine :=
+  let m := setVar m .ntok ((lookup .ntok m.eng.vars).getD 0 - n)
+  if r.mode == .prefill then setVar m .npre ((lookup .npre m.eng.vars).getD 0 - n) else m
+
+/-- A request leaves the engine; its tokens in the iteration being planned return to the budget. -/
+def dropReq (m : Machine) (rid : Nat) : Machine :=
+  let r := findReq m rid
+  let m := { m with eng := { m.eng with reqs := m.eng.reqs.filter (·.rid != rid) } }
+  match m.eng.plan, r with
+  | some pl, some r =>
+    (match pl.batch.find? (·.1 == rid) with
+    | none => m
+    | some (_, n) => setPlan (untally m r n) fun pl => { pl with batch := pl.batch.filter (·.1 != rid),
+                                                                 budget := pl.budget.map (· + n) })
+  | _, _ => m
+
+/-- The session ends: its hold released (caches kept), its waiting undone. -/
+def finish (p : Program) (m : Machine) (sid : Nat) : Option Machine := do
+  let s ← m.sess.get? sid
+  let m ← match s.hold, s.held with
+    | some h, true => release p m sid h false
+    | some h, false => do
+      let i ← (holdParts h).1.head?.map (·.pool)
+      let st ← m.pools.get? i
+      pure (setPool m i { st with queue := st.queue.filter (·.sid != sid) })
+    | none, _ => pure m
+  let m := match s.atRun with | some rid => dropReq m rid | none => m
+  let s ← m.sess.get? sid
+  pure (setSess m { s with alive := false, cont := [], hold := none, held := false, atRun := none })
+
+def push (s : Sess) (fs : List Frame) : Sess := { s with cont := s.cont ++ fs }
+
+/-- A turn: with a trace, the next row (after its think time), then the turn block and the
+server. The result says whether the session blocked. -/
+def turn (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool) := do
+  let s ← m.sess.get? sid
+  if !p.trace then pure (setSess m (push s [.turnGo none]), false)
+  else do
+    let row ← s.rows.get? s.rowI
+    let m := setSess m (push { s with rowI := s.rowI + 1 } [.turnGo (some row)])
+    if row.think > 0 then pure (schedule m (m.now + row.think) (.wake sid), true) else pure (m, false)
+
+/-- A hold joins its first pool's queue (a preempted one at the head), after its units that read
+only attributes and numbers are judged: one that can never fit refuses the request (*Pools*). -/
+def hold (p : Program) (m : Machine) (sid : Nat) (h : Stmt) : Option (Machine × Bool) := do
+  let s ← m.sess.get? sid
+  let s := { s with attrs := assign s.attrs "computed" (s.retry.getD 0) }
+  let m := setSess m s
+  let (pools, _, _, body) := holdParts h
+  let env := sessEnv m sid
+  let never ← pools.anyM fun hp => do
+    let pool ← p.pools.get? hp.pool
+    match hp.static, pool.cap with
+    | true, some cap => do
+      let u ← eval p m env hp.units
+      let r ← match hp.reserve with | none => pure 0 | some e => eval p m env e
+      pure (max (roundUp u pool.block) r > cap)
+    | _, _ => pure false
+  if never then do pure (← finish p m sid, true)
+  else do
+    let i ← pools.head?.map (·.pool)
+    let st ← m.pools.get? i
+    let it : QItem := { sid := sid, seq := m.joinSeq + 1, t := m.now, head := s.retry.isSome }
+    let q := if it.head then it :: st.queue else st.queue ++ [it]
+    let m := setPool { m with joinSeq := m.joinSeq + 1 } i { st with queue := q }
+    let s := push { s with hold := some h, held := false, retry := none } [.scope h, .blk body]
+    pure (want (setSess m s), true)
+
+/-- Insert a request after those admitted no later (the engine keeps admission order). -/
+def insertReq (r : Req) (reqs : List Req) : List Req :=
+  let before := (reqs.reverse.dropWhile (·.adm > r.adm)).reverse
+  before ++ [r] ++ reqs.drop before.length
+
+/-- `run E prefill|decode (w) [growing P]`: a request on the engine; a run of no work completes at
+once. One that arrives while the engine plans is served in the admission that brought it. -/
+def runStmt (p : Program) (m : Machine) (sid : Nat) (mode : Mode) (work : Expr) (growing : Option Nat) :
+    Option (Machine × Bool) := do
+  let s ← m.sess.get? sid
+  let w ← eval p m (sessEnv m sid) work
+  let holdsIt := match growing with | some g => (findAlloc m g sid).isSome | none => true
+  if !holdsIt then none
+  else if w == 0 then pure (m, false)
+  else
+    let rid := m.ridSeq + 1
+    let r : Req := { rid := rid, sid := sid, mode := mode, left := w, growing := growing, adm := s.engAdm }
+    let m := setSess { m with ridSeq := rid, eng := { m.eng with reqs := insertReq r m.eng.reqs } }
+      { s with atRun := some rid }
+    match m.eng.plan with
+    | some _ => pure (setPlan m fun pl => { pl with just := pl.just ++ [rid] }, true)
+    | none => pure (want m, true)
+
+/-- One statement; the result says whether the session blocked. -/
+def execStmt (p : Program) (m : Machine) (sid : Nat) (st : Stmt) : Option (Machine × Bool) := do
+  let s ← m.sess.get? sid
+  let env := sessEnv m sid
+  match st with
+  | .setA x e => do let v ← eval p m env e; pure (setSess m { s with attrs := assign s.attrs x v }, false)
+  | .drawA x => do
+    let v ← s.draws.get? s.drawI
+    pure (setSess m { s with attrs := assign s.attrs x v, drawI := s.drawI + 1 }, false)
+  | .observeA x e => do
+    let v ← eval p m env e
+    pure ({ m with obs := m.obs ++ [(x, v, m.now, sid, s.turnIdx)] }, false)
+  | .branchS c thn els => do
+    let g ← testGuard p m env c
+    pure (setSess m (push s [.blk (if g then thn else els)]), false)
+  | .whileS c body => pure (setSess m (push s [.loop c body]), false)
+  | .turnS => turn p m sid
+  | .holdS .. => hold p m sid st
+  | .runS mode work growing => runStmt p m sid mode work growing
+  | .endS => do pure (← finish p m sid, true)
+
+/-- The top frame of the continuation; the result says whether the session blocked. -/
+def execFrame (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool) := do
+  let s ← m.sess.get? sid
+  let top ← s.cont.getLast?
+  let s := { s with cont := s.cont.dropLast }
+  match top with
+  | .blk [] => pure (setSess m s, false)
+  | .blk (st :: rest) => execStmt p (setSess m (push s [.blk rest])) sid st
+  | .loop c body => do
+    let g ← testGuard p m (sessEnv m sid) c
+    pure (setSess m (if g then push s [.loop c body, .blk body] else s), false)
+  | .scope h => do
+    let m ← release p (setSess m s) sid h false
+    let s ← m.sess.get? sid
+    pure (setSess m { s with hold := none, attrs := assign s.attrs "computed" 0 }, false)
+  | .given => pure ({ setSess m s with given := m.given ++ [(sid, s.attrs)] }, false)
+  | .turnEnd => do
+    let r ← s.turnRec
+    pure (setSess { m with requests := m.requests ++ [(sid, s.turnIdx, r)] }
+      { s with turnIdx := s.turnIdx + 1, turnRec := none }, false)
+  | .turnGo row =>
+    let attrs := (match row with
+      | none => s.attrs
+      | some r => [("new", r.new), ("out", r.out), ("think", r.think), ("forced", r.forced),
+                   ("more", if s.rowI < s.rows.length then 1 else 0)].foldl (fun a kv => assign a kv.1 kv.2) s.attrs)
+    let s := push { s with attrs := assign attrs "turn_no" s.turnIdx, turnRec := some { start := m.now } }
+      [.turnEnd, .blk (p.turn ++ p.server)]
+    pure (setSess m s, false)
+
+/-- Run a session's statements until it blocks or ends, within `fuel` frames. -/
+def runSess (p : Program) (m : Machine) (sid : Nat) : Nat → Option Machine
+  | 0 => none
+  | fuel + 1 => do
+    let s ← m.sess.get? sid
+    if !s.alive then pure m
+    else if s.cont.isEmpty then finish p m sid
+    else do
+      let (m, blocked) ← execFrame p m sid
+      if blocked then pure m else runSess p m sid fuel
+
+def sessFuel : Nat := 1000000
+
+/-- Run every ready session, in the order it became ready. -/
+def settle (p : Program) (m : Machine) : Nat → Option Machine
+  | 0 => none
+  | fuel + 1 =>
+    match m.ready with
+    | [] => some m
+    | sid :: rest => do
+      let m ← runSess p { m with ready := rest } sid sessFuel
+      settle p m fuel
+
+/-! ## The engine -/
+
+def residentIds (p : Program) (m : Machine) : List Nat :=
+  let fromPools := ((p.pools.zip m.pools).filter (·.1.admitted)).foldl (fun acc (_, st) => acc ++ st.allocs.map (·.sid)) []
+  (m.eng.reqs.map (·.sid) ++ fromPools).eraseDups
+
+def growingPos (m : Machine) (r : Req) : Nat :=
+  match r.growing with
+  | some g => ((findAlloc m g r.sid).map (·.pos)).getD 0
+  | none => 0
+
+/-- running.count, .decoding, .kv_decode, .kv_prefill and waiting.count as the residents stand. -/
+def runningValues (p : Program) (m : Machine) : List (StepVar × Nat) :=
+  let dec := m.eng.reqs.filter (·.mode == .decode)
+  let pre := m.eng.reqs.filter (·.mode == .prefill)
+  let queued := sumList (((p.pools.zip m.pools).filter (·.1.admitted)).map (·.2.queue.length))
+  [(.nres, (residentIds p m).length), (.ndec, dec.length), (.kvb, sumList (dec.map (growingPos m))),
+   (.kvp, sumList (pre.map (growingPos m))), (.queued, queued), (.preempted, 0), (.admitted, 0),
+   (.ntok, 0), (.npre, 0), (.attn, 0)]
+
+/-- An `each at most`: 0 reads as no cap. -/
+def capOf (p : Program) (m : Machine) (e : Option Expr) : Option (Option Nat) := do
+  let v ← eval p m {} (e.getD p.engine.chunk)
+  pure (if v == 0 then none else some v)
+
+def reqEnv (m : Machine) (r : Req) : Env :=
+  { x := [("decoding", if r.mode == .decode then 1 else 0),
+          ("admission", ((m.sess.get? r.sid).map (·.engAdm)).getD 0), ("remaining", r.left)] }
+
+/-- One token to a decode; up to the cap to a prefill, a multiple of the granule short of its
+remainder (none: passed over, and no one admitted after it). -/
+def tokensFor (m : Machine) (r : Req) (cap : Option Nat) : Machine × Nat :=
+  match m.eng.plan with
+  | none => (m, 0)
+  | some pl =>
+    match r.mode with
+    | .decode => (m, min 1 (match pl.budget with | none => r.left | some b => min b r.left))
+    | .prefill =>
+      let n := match omin cap pl.budget with | none => r.left | some c => min c r.left
+      match pl.granule with
+      | some g =>
+        if g != 0 && n < r.left then
+          let n := n / g * g
+          (if n == 0 then setPlan m fun pl => { pl with noAdmit := true } else m, n)
+        else (m, n)
+      | none => (m, n)
+
+/-- `preempt lifo`: of the holders that are the engine's residents, the one admitted last. -/
+def victim (p : Program) (m : Machine) (i : Nat) : Option Nat := do
+  let pool ← p.pools.get? i
+  if !pool.lifo then none
+  else do
+    let st ← m.pools.get? i
+    let res := residentIds p m
+    let cands := (st.allocs.map (·.sid)).filter res.contains
+    let adm (sid : Nat) : Nat := ((m.sess.get? sid).map (·.engAdm)).getD 0
+    (sortBy (fun a b => adm a < adm b) cands).getLast?
+
+/-- The victim's hold is released with its computed prefix cached, its request leaves the engine,
+and the hold executes again at the head of its queue, reading `computed` (*Pools*). -/
+def preempt (p : Program) (m : Machine) (sid i : Nat) : Option Machine := do
+  let s ← m.sess.get? sid
+  let a ← findAlloc m i sid
+  let h ← s.hold
+  let pos := computedOf a true
+  let m ← release p m sid h true
+  let m := match s.atRun with | some rid => dropReq m rid | none => m
+  let s ← m.sess.get? sid
+  -- the continuation below the hold's scope, with the hold to execute again
+  let below := (s.cont.reverse.dropWhile fun f => match f with | .scope _ => false | _ => true).drop 1 |>.reverse
+  let tr := s.turnRec.map fun r => { r with preemptions := r.preemptions + 1 }
+  let m := setSess m { s with cont := below ++ [.blk [h]], hold := none, held := false, retry := some pos,
+                              atRun := none, turnRec := tr }
+  pure { m with ready := m.ready.filter (· != sid) ++ [sid] }
+
+/-- Grow block by block, preempting the last admitted resident while there is no room; a grower
+that preempts itself ends the iteration's serving (*Engines*). -/
+def grow (p : Program) (m : Machine) (r : Req) (need : Nat) : Nat → Option (Machine × Bool)
+  | 0 => none
+  | fuel + 1 => do
+    let i ← r.growing
+    if roomFor p m i need then do
+      let m := makeRoom p m i need
+      let a ← findAlloc m i r.sid
+      let st ← m.pools.get? i
+      pure (setAlloc (setPool m i { st with used := st.used + need }) i { a with units := a.units + need }, true)
+    else match victim p m i with
+      | none => pure (m, false)
+      | some v => do
+        let m := setVar m .preempted ((lookup .preempted m.eng.vars).getD 0 + 1)
+        let m ← preempt p m v i
+        if v == r.sid then pure (setPlan m fun pl => { pl with stop := true }, false)
+        else grow p m r need fuel
+
+def growFuel : Nat := 100000
+
+/-- Serve a request its tokens, growing its hold to the position it will reach. -/
+def give (p : Program) (m : Machine) (rid : Nat) (cap : Option Nat) : Option (Machine × Bool) := do
+  let r ← findReq m rid
+  let (m, n) := tokensFor m r cap
+  if n == 0 then pure (m, false)
+  else do
+    let (m, ok) ← match r.growing with
+      | none => pure (m, true)
+      | some g => do
+        let a ← findAlloc m g r.sid
+        let pool ← p.pools.get? g
+        let need := roundUp (a.pos + n) pool.block - a.units
+        if a.pos + n > a.units && need > 0 then grow p m r need growFuel else pure (m, true)
+    if !ok then pure (m, false)
+    else match findReq m rid with
+      | none => pure (m, false)
+      | some r =>
+        let m := setPlan (tally m r n) fun pl => { pl with batch := pl.batch ++ [(rid, n)],
+                                                           budget := pl.budget.map (· - n) }
+        pure ({ m with eng := { m.eng with reqs := m.eng.reqs.map fun x =>
+                                   if x.rid == rid then { x with it := m.eng.iterNo } else x } }, true)
+
+/-- Give each request of a list its tokens, in order, skipping those served already or excluded
+by `only`, until the serving stops. -/
+def serveList (p : Program) (only : Option Expr) (cap : Option Nat) : List Req → Machine → Option Machine
+  | [], m => some m
+  | r0 :: rest, m => do
+    let pl ← m.eng.plan
+    if pl.stop then pure m
+    else match findReq m r0.rid with
+      | none => serveList p only cap rest m
+      | some r =>
+        if r.it == m.eng.iterNo then serveList p only cap rest m
+        else do
+          let inc ← match only with
+            | none => pure true
+            | some e => do let v ← eval p m (reqEnv m r) e; pure (v != 0)
+          let m ← if inc then (give p m r.rid cap).map (·.1) else pure m
+          serveList p only cap rest m
+
+/-- `advance running`: the residents not yet served, in the order, skipping those `only` excludes. -/
+def serve (p : Program) (m : Machine) (only : Option Expr) (keys : List Expr) (chunk : Option Expr) :
+    Option Machine := do
+  let pl ← m.eng.plan
+  if pl.stop then pure m
+  else do
+    let cap ← capOf p m chunk
+    let reqs := m.eng.reqs.filter (·.it != m.eng.iterNo)
+    let ordered ← if keys.isEmpty then pure reqs else do
+      let keyed ← reqs.mapM fun r => do
+        let ks ← keys.mapM (eval p m (reqEnv m r))
+        pure (ks ++ [((m.sess.get? r.sid).map (·.engAdm)).getD 0], r)
+      pure ((sortBy (fun a b => lexLt a.1 b.1) keyed).map (·.2))
+    serveList p only cap ordered m
+
+/-- Admit the head of pool `i`'s queue and run its session at once until it blocks: the requests
+it brought, or `none` inside when the head does not fit. -/
+def admitHead (p : Program) (m : Machine) (i : Nat) : Option (Machine × Option (List Nat)) := do
+  let it ← headOf p m i
+  let (m, ok) ← tryAdmit p m it i
+  if !ok then pure (m, none)
+  else do
+    let m := setVar m .admitted ((lookup .admitted m.eng.vars).getD 0 + 1)
+    let m := { m with eng := { m.eng with admSeq := m.eng.admSeq + 1 } }
+    let s ← m.sess.get? it.sid
+    let m := setPlan (setSess m { s with engAdm := m.eng.admSeq }) fun pl => { pl with just := [] }
+    let m ← runSess p m it.sid sessFuel
+    let pl ← m.eng.plan
+    pure (setPlan m fun pl => { pl with just := [] }, some pl.just)
+
+/-- Give each of a list of requests just admitted its tokens, unless `only` excludes it. -/
+def giveAdded (p : Program) (only : Option Expr) (cap : Option Nat) : List Nat → Machine → Option Machine
+  | [], m => some m
+  | rid :: rest, m =>
+    match findReq m rid with
+    | none => giveAdded p only cap rest m
+    | some r => do
+      let inc ← match only with
+        | none => pure true
+        | some e => do let v ← eval p m (reqEnv m r) e; pure (v != 0)
+      let m ← if inc then (give p m rid cap).map (·.1) else pure m
+      giveAdded p only cap rest m
+
+/-- Admit from pool `i` while its queue has a head, budget is left and the gate is 1; `true` when
+the admissions stop for the iteration. -/
+def admitPool (p : Program) (m : Machine) (i : Nat) (only gate : Option Expr) (cap : Option Nat) :
+    Nat → Option (Machine × Bool)
+  | 0 => none
+  | fuel + 1 => do
+    let st ← m.pools.get? i
+    let pl ← m.eng.plan
+    if st.queue.isEmpty then pure (m, false)
+    else if pl.budget == some 0 || pl.noAdmit then pure (m, true)
+    else do
+      let open_ ← match gate with
+        | none => pure true
+        | some g => do let v ← eval p m {} g; pure (v != 0)
+      if !open_ then pure (m, true)
+      else do
+        let (m, added) ← admitHead p m i
+        match added with
+        | none => pure (setPlan m fun pl => { pl with noAdmit := true }, true)
+        | some rids => do
+          let m ← giveAdded p only cap rids m
+          admitPool p m i only gate cap fuel
+
+def admitFuel : Nat := 100000
+
+/-- `admit waiting`: the heads of the queues the engine admits, one at a time, each served at
+once unless `only` excludes it, while budget is left, the head fits and the gate is 1. -/
+def admit (p : Program) (m : Machine) (only gate chunk : Option Expr) : Option Machine := do
+  let pl ← m.eng.plan
+  if pl.noAdmit then pure m
+  else do
+    let cap ← capOf p m chunk
+    let m := setPlan m fun pl => { pl with admitCap := cap }
+    let rec go : List Nat → Machine → Option Machine
+      | [], m => some m
+      | i :: rest, m => do
+        let pool ← p.pools.get? i
+        if !pool.admitted then go rest m
+        else do
+          let (m, stop) ← admitPool p m i only gate cap admitFuel
+          if stop then pure m else go rest m
+    go (List.range p.pools.length) m
+
+/-- The iteration's statements, in order; `fuel` bounds the statements and branches run. -/
+def runBody (p : Program) : Nat → List IStmt → Machine → Option Machine
+  | 0, _, _ => none
+  | _ + 1, [], m => some m
+  | fuel + 1, st :: rest, m => do
+    let m ← match st with
+      | .serve only keys chunk => serve p m only (keys.getD p.engine.keys) chunk
+      | .admit only gate chunk => admit p m only gate chunk
+      | .branch c thn els => do
+        let g ← testGuard p m {} c
+        runBody p fuel (if g then thn else els) m
+      | .set x e => do
+        let v ← eval p m {} e
+        pure { m with eng := { m.eng with regs := assign m.eng.regs x v } }
+    runBody p fuel rest m
+
+def bodyFuel : Nat := 100000
+
+/-- `exclusive prefill`: a running prefill alone, else the decodes, which a waiting prefill that
+fits displaces, taking the full budget; nothing is admitted after a prefill (*Engines*). -/
+def exclusive (p : Program) (m : Machine) (full : Option Nat) : Option Machine := do
+  let adm (r : Req) : Nat := ((m.sess.get? r.sid).map (·.engAdm)).getD 0
+  let reqs := sortBy (fun a b => adm a < adm b) m.eng.reqs
+  let pl ← m.eng.plan
+  let chunk := pl.chunk
+  match reqs.find? (·.mode == .prefill) with
+  | some r => (give p m r.rid chunk).map (·.1)
+  | none => do
+    let m ← serveList p none chunk reqs m
+    let pl ← m.eng.plan
+    if (lookup .preempted m.eng.vars).getD 0 != 0 || pl.noAdmit then pure m
+    else do
+      let tentative := pl.batch.map (·.1)
+      let left := pl.budget
+      let m := setPlan m fun pl => { pl with budget := full, admitCap := chunk }
+      let rec go : List Nat → Machine → Option Machine
+        | [], m => pure (setPlan m fun pl => { pl with budget := left })
+        | i :: rest, m => do
+          let pool ← p.pools.get? i
+          let st ← m.pools.get? i
+          if !pool.admitted || st.queue.isEmpty then go rest m
+          else do
+            let (m, added) ← admitHead p m i
+            match added with
+            | none => pure (setPlan m fun pl => { pl with budget := left })
+            | some rids =>
+              match rids.filter (fun rid => ((findReq m rid).map (·.mode == .prefill)).getD false) with
+              | [] => pure (setPlan m fun pl => { pl with budget := left })
+              | new :: _ => do
+                let cur := (← m.eng.plan).batch
+                let m := (pl.batch.filter fun (rid, _) => cur.any (·.1 == rid)).foldl (fun m (rid, n) =>
+                  match findReq m rid with
+                  | some r => untally m r n
+                  | none => m) m
+                let m := setPlan m fun pl => { pl with batch := pl.batch.filter (!tentative.contains ·.1),
+                                                       budget := full }
+                let m := { m with eng := { m.eng with reqs := m.eng.reqs.map fun r =>
+                                              if tentative.contains r.rid then { r with it := 0 } else r } }
+                (give p m new chunk).map (·.1)
+      go (List.range p.pools.length) m
+
+/-- Each claim over iterations read as the iteration starts, after its batch is scheduled
+(*Claims*); `none` for a claim at end. -/
+def claimValues (p : Program) (m : Machine) : Option (List (Option Bool)) := do
+  let pl ← m.eng.plan
+  let demand := sumList (m.eng.reqs.filter (·.left > 0) |>.map fun r =>
+    if r.mode == .decode then 1 else match pl.chunk with | none => r.left | some c => min r.left c)
+  let env : Env := { x := [("served", m.eng.servedTotal), ("arrived", m.arrived), ("demand", demand)] }
+  p.claims.mapM fun c =>
+    if c.form == .atEnd then pure none else do
+      let v ← eval p m env c.e
+      pure (some (v != 0))
+
+/-- Plan an iteration: the schedule's statements, then its cost and its claims; an iteration that
+schedules no token, preempts nothing and admits no one is not one (*Engines*). -/
+def startIteration (p : Program) (m : Machine) : Option Machine := do
+  let eng := p.engine
+  let m := { m with eng := { m.eng with vars := runningValues p m, bvars := [(.ndec, 0), (.kvb, 0), (.kvp, 0)],
+                                        iterNo := m.eng.iterNo + 1 } }
+  let saved := m.eng.regs
+  let budget ← match eng.budget with | none => pure none | some e => (eval p m {} e).map some
+  let granule ← match eng.granule with | none => pure none | some e => (eval p m {} e).map some
+  let chunk ← capOf p m none
+  let m := { m with eng := { m.eng with plan := some { budget := budget, chunk := chunk,
+                                                          granule := granule.bind fun g => if g == 0 then none else some g } } }
+  let m ← if eng.exclusive then exclusive p m budget else runBody p bodyFuel eng.body m
+  let pl ← m.eng.plan
+  let ntok := sumList (pl.batch.map (·.2))
+  let v := m.eng.vars
+  let get (k : StepVar) : Nat := (lookup k v).getD 0
+  if ntok == 0 && get .preempted == 0 && get .admitted == 0 then
+    pure { m with eng := { m.eng with regs := saved, plan := none } }
+  else do
+    -- a try that schedules and preempts nothing keeps no register it set
+    let m := if ntok == 0 && get .preempted == 0 then { m with eng := { m.eng with regs := saved } } else m
+    let modeOf (rid : Nat) : Option Mode := (findReq m rid).map (·.mode)
+    let posOf (rid : Nat) : Nat := ((findReq m rid).map (growingPos m)).getD 0
+    let dec := pl.batch.filter (modeOf ·.1 == some .decode)
+    let pre := pl.batch.filter (modeOf ·.1 == some .prefill)
+    let v := assign v .ntok ntok
+    let v := assign v .npre (sumList (pre.map (·.2)))
+    let v := assign v .attn (sumList (pl.batch.map fun (rid, n) => n * (posOf rid + n)))
+    let v := assign v .nres (get .nres + get .admitted - get .preempted)
+    let m := { m with eng := { m.eng with vars := v,
+                                          bvars := [(.ndec, dec.length), (.kvb, sumList (dec.map (posOf ·.1))),
+                                                    (.kvp, sumList (pre.map (posOf ·.1)))] } }
+    let cost ← eval p m {} eng.cost
+    if ntok > 0 && cost == 0 then none
+    else do
+      let vals ← claimValues p m
+      let m := { m with path := m.path ++ [(m.now, vals)],
+                        eng := { m.eng with servedTotal := m.eng.servedTotal + ntok,
+                                            iterations := m.eng.iterations + 1, busy := true,
+                                            batch := pl.batch, plan := none } }
+      pure (schedule m (m.now + cost) .iterEnd)
+
+/-- A growing run's hold advances by the tokens the iteration gave it. -/
+def advanceHold (m : Machine) (r : Req) (n : Nat) : Machine :=
+  match r.growing.bind (fun g => (findAlloc m g r.sid).map (g, ·)) with
+  | none => m
+  | some (g, a) => setAlloc m g { a with pos := a.pos + n, advanced := true }
+
+/-- A decode token: the request's first token when it has none (the last prefill's, else this
+one), and its last (*What the client sees*). -/
+def decodeToken (m : Machine) (r : Req) : Machine :=
+  match m.sess.get? r.sid with
+  | none => m
+  | some s =>
+    if r.mode != .decode then m
+    else setSess m { s with turnRec := s.turnRec.map fun tr =>
+      { tr with first := some (tr.first.getD (tr.pf.getD m.now)), last := some m.now } }
+
+/-- One request's tokens of the iteration that ends; the finished requests collected. -/
+def applyTokens (acc : Machine × List Req) (b : Nat × Nat) : Machine × List Req :=
+  let (m, done) := acc
+  let (rid, n) := b
+  match findReq m rid with
+  | none => (m, done)
+  | some r =>
+    if n == 0 then (m, done)
+    else
+      let r := { r with left := r.left - n }
+      let m := { m with eng := { m.eng with reqs := m.eng.reqs.map fun x => if x.rid == rid then r else x } }
+      let m := decodeToken (advanceHold m r n) r
+      (m, if r.left == 0 then done ++ [r] else done)
+
+/-- The iteration's tokens are applied when it ends; a finished run wakes its session, a prefill
+samples a token (*What the client sees*). -/
+def endIteration (p : Program) (m : Machine) : Option Machine := do
+  let (m, done) := m.eng.batch.foldl (applyTokens) (m, [])
+  let m := { m with eng := { m.eng with batch := [], busy := false } }
+  let finishReq (m : Machine) (r : Req) : Machine :=
+    let m := { m with eng := { m.eng with reqs := m.eng.reqs.filter (·.rid != r.rid) } }
+    match m.sess.get? r.sid with
+    | none => m
+    | some s =>
+      let s := if r.mode == .prefill then
+          { s with turnRec := s.turnRec.map fun tr =>
+              { tr with pf := if tr.first.isNone then some m.now else tr.pf, last := some m.now } }
+        else s
+      if s.atRun == some r.rid then wake (setSess m { s with atRun := none }) r.sid else setSess m s
+  pure (want (done.foldl finishReq m))
+
+/-! ## The run -/
+
+def initial (p : Program) (wl : Workload) : Machine :=
+  let m : Machine := { now := 0, events := [], seq := 0, ready := [], sess := [],
+                       pools := p.pools.map fun _ => {}, eng := { regs := p.engine.registers }, wl := wl }
+  match p.arrive, wl.sessions with
+  | _, [] => m
+  | .batch, ss => (ss.zip (List.range ss.length)).foldl (fun m (s, k) => schedule m s.arrival (.arrive k)) m
+  | _, s :: _ => schedule m s.arrival (.arrive 0)
+
+def settleFuel : Nat := 1000000
+
+/-- One move of the machine: settle, then start the engine's iteration when nothing else is
+pending at this instant, else the next event up to the horizon. The flag: the run is over. -/
+def step (p : Program) (m : Machine) (horizon : Option Nat) : Option (Machine × Bool) := do
+  let m ← settle p m settleFuel
+  let nextLater := match m.events with | [] => true | e :: _ => e.t > m.now
+  if m.eng.want && nextLater then
+    let m := { m with eng := { m.eng with want := false } }
+    if m.eng.busy then pure (m, false) else do pure (← startIteration p m, false)
+  else match m.events with
+    | [] => pure (m, true)
+    | e :: rest =>
+      if (match horizon with | some h => e.t > h | none => false) then pure (m, true)
+      else do
+        let m := { m with events := rest, now := e.t }
+        match e.kind with
+        | .arrive k => pure (← arrive p m k, false)
+        | .wake sid => pure (wake m sid, false)
+        | .iterEnd => pure (← endIteration p m, false)
+
+/-- A run: the machine at its end and whether it ended within the fuel. -/
+structure Run where
+  machine : Machine
+  done : Bool
+
+/-- `step` until the run is over or the fuel is spent. -/
+def runFrom (p : Program) (horizon : Option Nat) : Nat → Machine → Option Run
+  | 0, m => some { machine := m, done := false }
+  | fuel + 1, m => do
+    let (m, over) ← step p m horizon
+    if over then pure { machine := m, done := true } else runFrom p horizon fuel m
+
+def run (p : Program) (wl : Workload) (fuel : Nat) (horizon : Option Nat := none) : Option Run :=
+  runFrom p horizon fuel (initial p wl)
+
+end Serq

@@ -1,0 +1,162 @@
+"""Programs of the Lean fragment and their workloads, generated from a few numbers and choices
+(Hypothesis draws them in tests/test_ref_differential.py): one vLLM-like engine on the step clock
+whose request, schedule, pools and workload vary over every form docs/lean.md lists."""
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass
+
+from hypothesis import strategies as st
+
+ORDERS = ("", " decode first", " by (remaining)", " by (decoding, remaining)")
+SCHEDULES = ("vllm", "ungated", "exclusive", "only", "branch", "half")
+EACH = ("none", "const", "threshold")
+
+
+@dataclass(frozen=True)
+class Case:
+    bs: int            # the KV pool's block (0: none)
+    blocks: int        # the KV pool's cap in blocks (in tokens when bs is 0)
+    seqs: int          # the request slots
+    budget: int        # tokens cap
+    each: str
+    cap: int           # the chunk cap's constant
+    granule: int       # 0: none
+    order: str
+    schedule: str
+    lifo: bool
+    prefix: bool
+    chunked: bool      # admission takes the first chunk (else every known token at once)
+    reserve: bool      # reserve (known)
+    cost: str
+    arrive: str        # batch | renewal
+    gap: int
+    sessions: tuple    # per session, its turns: (new, out, think)
+
+    @property
+    def n(self) -> int:
+        return len(self.sessions)
+
+
+def text(c: Case) -> str:
+    """The program's text."""
+    bsr = c.bs if c.bs else 1
+    cap = c.blocks * (c.bs if c.bs else 1)
+    each = {"none": "", "const": f" each at most ({c.cap})", "threshold": " each at most (threshold)"}[c.each]
+    let = f"let threshold = running.count + waiting.count > 1 ? {c.cap} : inf;\n    " if c.each == "threshold" else ""
+    units = "min(known, reused + budget_left(llm))" if c.chunked else "known"
+    taking = f"taking reqs (1), kv ({units})" + (" reserve (known)" if c.reserve else "") + \
+        (" reuse (reused)" if c.prefix else "")
+    admit = f"admit waiting while (running.preempted == 0){each} {taking};"
+    if c.schedule == "vllm":
+        sched = f"advance running{c.order}{each};\n    {admit}"
+    elif c.schedule == "ungated":
+        sched = f"advance running{c.order}{each};\n    admit waiting{each} {taking};"
+    elif c.schedule == "exclusive":
+        sched = f"exclusive prefill{each};\n    {admit}"
+    elif c.schedule == "only":
+        sched = (f"advance running only (in_phase()){c.order}{each};\n    "
+                 f"admit waiting only (in_phase()) while (running.preempted == 0){each} {taking};")
+    elif c.schedule == "half":  # admissions while the batch so far is under half the budget
+        sched = (f"advance running{c.order}{each};\n    "
+                 f"admit waiting while (batch.tokens < {max(1, c.budget // 2)}){each} {taking};")
+    else:
+        sched = (f"branch (flip == 0) {{ advance running{c.order}{each}; {admit} set flip = 1; }}\n    "
+                 f"else {{ {admit} advance running{c.order}{each}; set flip = 0; }}")
+    reused = f"min(cachedin(kv), reusable(known, {bsr}))" if c.prefix else "0"
+    hit = "cached" if c.prefix else "0"
+    cache = "      cache (prompt + o - 1);\n" if c.prefix else ""
+    arrive = f"arrive batch({c.n});" if c.arrive == "batch" else f"arrive renewal({c.gap});"
+    nreq = sum(len(s) for s in c.sessions)
+    return f"""fn main() {{
+  def in_phase() {{ running.decoding > 0 ? decoding : !decoding }}
+  device gpu {{ kv cap {cap}; }}
+  engine llm on gpu {{
+    reqs cap {c.seqs};
+    tokens cap {c.budget};
+    {f"granule {c.granule};" if c.granule else ""}
+    state flip = 0;
+    request (prompt, o) {{
+      set kept = prompt;
+      set first = 0;
+      set attempts = 0;
+      at admission {{
+        known = max(kept, computed + 1);
+        reused = {reused};
+      }}
+      set kept = known;
+      set attempts = attempts + 1;
+      set c = {hit};
+      branch (attempts == 1) {{ observe first_hit = c; }}
+      prefill (known - c) growing kv;
+      branch (first == 0) {{ set first = now; observe first_token = now; }}
+      decode (o - 1 - (known - prompt)) growing kv;
+      observe last_token = now;
+      observe preemptions = attempts - 1;
+{cache}    }}
+    schedule {{
+    {let}{sched}
+    }}
+    execute ({c.cost});
+  }}
+  pool kv on gpu {{ {f"block {c.bs};" if c.bs else ""} evict lru; {"preempt lifo;" if c.lifo else "preempt none;"} }}
+  pool reqs on llm {{ queue by (submitted, serial); }}
+  workload {{
+    {arrive}
+    trace "trace.csv" ordered;
+    hidden out;
+    init {{ set context = 0; set lim = serial; }}
+    session {{ turn; while (more) {{ set context = prompt + out; turn; }} }}
+  }}
+  server {{
+    set submitted = now;
+    set prompt = context + new;
+    llm (prompt, out);
+  }}
+  claim work_conserving: every iteration of llm (demand < {c.budget} || tokens == {c.budget});
+  claim full: some iteration of llm (residents >= {c.seqs});
+  claim small_batches: every iteration of llm (tokens <= {max(1, c.budget // 2)});
+  claim all_done: at end (count(last_token) == {nreq});
+  claim short: at end (prefix_total(last_token) <= {nreq * nreq * 40});
+  claim early given (lim < 2): some iteration of llm (kv_prefill > 0 && decoders > 0);
+}}
+"""
+
+
+def write(c: Case, folder: str) -> str:
+    """The program and its trace in folder; the program's path."""
+    path = os.path.join(folder, "prog.sq")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text(c))
+    with open(os.path.join(folder, "trace.csv"), "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(["session", "turn", "new", "out", "think"])
+        for i, turns in enumerate(c.sessions):
+            for j, (new, out, think) in enumerate(turns):
+                w.writerow([f"s{i}", j, new, out, think])
+    return path
+
+
+@st.composite
+def cases(draw) -> Case:
+    bs = draw(st.sampled_from((0, 1, 2, 4, 8, 16)))
+    sessions = draw(st.lists(st.lists(st.tuples(st.integers(1, 40), st.integers(1, 12), st.integers(0, 6)),
+                                      min_size=1, max_size=3), min_size=1, max_size=4))
+    sessions = tuple(tuple((new, out, think if j else 0) for j, (new, out, think) in enumerate(s))
+                     for s in sessions)
+    longest = max(sum(n + o for n, o, _ in s) for s in sessions)
+    unit = bs if bs else 1
+    # mostly room for the longest conversation, sometimes less (a request refused or stuck)
+    need = math.ceil(longest / unit) + 1
+    blocks = draw(st.one_of(st.integers(need, need + 40), st.integers(2, max(2, need))))
+    return Case(
+        bs=bs, blocks=blocks, seqs=draw(st.integers(1, 6)), budget=draw(st.integers(1, 64)),
+        each=draw(st.sampled_from(EACH)), cap=draw(st.integers(1, 32)),
+        granule=draw(st.sampled_from((0, 0, 2, 4, 8))), order=draw(st.sampled_from(ORDERS)),
+        schedule=draw(st.sampled_from(SCHEDULES)), lifo=draw(st.booleans()), prefix=draw(st.booleans()),
+        chunked=draw(st.booleans()), reserve=draw(st.booleans()),
+        cost=draw(st.sampled_from(("1", "2", "1 + batch.decoding", "1 + floor(batch.tokens / 16)"))),
+        arrive=draw(st.sampled_from(("batch", "batch", "renewal"))), gap=draw(st.integers(1, 8)),
+        sessions=sessions)
