@@ -110,8 +110,8 @@ def test_output_is_byte_identical_across_processes_and_hash_seeds():
 
 def test_claim_statements_name_the_claims_propositions_in_order():
     text = read(golden.golden_path(CLAIMS.replace(os.sep, "/")))
-    stated = re.findall(r"def (claim_\w+) : Prop :=\n  (Serq\.\w+) program 500 (\d+)", text)
-    assert stated == [("claim_bounded_batch", "Serq.EveryIteration", "0"), ("claim_busy", "Serq.SomeIteration", "1"),
+    stated = re.findall(r"def (claim_\w+) : Prop :=\n  (Serq\.\w+) program \[\] 500 (\d+)", text)
+    assert stated == [("claim_bounded_batch", "Serq.Every", "0"), ("claim_busy", "Serq.SomeIter", "1"),
                       ("claim_quick", "Serq.AtEnd", "2")]
     assert "import Serq.Claims" in text
 
@@ -248,7 +248,7 @@ def test_a_negative_number_cannot_be_written():
 def _theorems(text):
     """{scenario name: (requests [(session, turn)], answers [(first, last, preemptions)])}."""
     out = {}
-    pat = (r"/-! ## (\S+) \((\S+)\) -/.*?theorem vllm_\w+ :\n.*?\n      \[(.*?)\] =\n      \[(.*?)\] := by\n"
+    pat = (r"/-! ## (\S+) \((\S+)\) -/.*?theorem vllm_\w+ :\n.*?\n      \[(.*?)\] =\n      some \[(.*?)\] := by\n"
            r"  decide \+kernel")
     for m in re.finditer(pat, text, flags=re.S):
         reqs = [tuple(map(int, x)) for x in re.findall(r"\((\d+), (\d+)\)", m.group(3))]

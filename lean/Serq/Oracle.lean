@@ -24,15 +24,16 @@ namespace Serq.Oracle
 set_option maxRecDepth 100000
 set_option maxHeartbeats 0
 
-/-- The first value the run observed under `name` for session `s`'s turn `t`. -/
+/-- The first value the run observed under `name` for session `s`'s turn `t` (`Machine.obs` holds
+(name, value, time, session, turn)). -/
 def observed (m : Machine) (name : String) (s t : Nat) : Option Nat :=
-  (m.obs.find? (fun o => o.name == name && o.session == s && o.turn == t)).map (fun o => o.value)
+  (m.obs.find? (fun o => o.1 == name && o.2.2.2.1 == s && o.2.2.2.2 == t)).map (fun o => o.2.1)
 
 /-- Each request's (session, turn) first and last token step and preemption count, as the program
-observes them (`first_token`, `last_token`, `preemptions`). -/
-def answers (m : Machine) (reqs : List (Nat × Nat)) : List (Option Nat × Option Nat × Option Nat) :=
-  reqs.map (fun r => (observed m "first_token" r.1 r.2, observed m "last_token" r.1 r.2,
-    observed m "preemptions" r.1 r.2))
+observes them (`first_token`, `last_token`, `preemptions`); `none` when the run stopped on an error. -/
+def answers (r : Option Run) (reqs : List (Nat × Nat)) : Option (List (Option Nat × Option Nat × Option Nat)) :=
+  r.map (fun r => reqs.map (fun q => (observed r.machine "first_token" q.1 q.2,
+    observed r.machine "last_token" q.1 q.2, observed r.machine "preemptions" q.1 q.2)))
 
 def pools_1 : List Pool := [
     { name := "kv", cap := some 176, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
@@ -828,9 +829,9 @@ def workload_01_self_preemption : Workload := { sessions := [
 
 /-- 01_self_preemption: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). -/
 theorem vllm_01_self_preemption :
-    answers (run program_01_self_preemption workload_01_self_preemption 1000000 (some 100000)).machine
+    answers (run program_01_self_preemption workload_01_self_preemption 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
-      [(some 0, some 59, some 0), (some 1, some 68, some 1), (some 1, some 101, some 1)] := by
+      some [(some 0, some 59, some 0), (some 1, some 68, some 1), (some 1, some 101, some 1)] := by
   decide +kernel
 
 /-! ## 01b_self_preemption_prefix_caching (tools/oracle/results/01b_self_preemption_prefix_caching.json) -/
@@ -855,9 +856,9 @@ def workload_01b_self_preemption_prefix_caching : Workload := { sessions := [
 
 /-- 01b_self_preemption_prefix_caching: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). -/
 theorem vllm_01b_self_preemption_prefix_caching :
-    answers (run program_01b_self_preemption_prefix_caching workload_01b_self_preemption_prefix_caching 1000000 (some 100000)).machine
+    answers (run program_01b_self_preemption_prefix_caching workload_01b_self_preemption_prefix_caching 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
-      [(some 0, some 59, some 0), (some 1, some 68, some 1), (some 1, some 100, some 1)] := by
+      some [(some 0, some 59, some 0), (some 1, some 68, some 1), (some 1, some 100, some 1)] := by
   decide +kernel
 
 /-! ## 02_chunked_prefill_shared_budget (tools/oracle/results/02_chunked_prefill_shared_budget.json) -/
@@ -882,9 +883,9 @@ def workload_02_chunked_prefill_shared_budget : Workload := { sessions := [
 
 /-- 02_chunked_prefill_shared_budget: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). -/
 theorem vllm_02_chunked_prefill_shared_budget :
-    answers (run program_02_chunked_prefill_shared_budget workload_02_chunked_prefill_shared_budget 1000000 (some 100000)).machine
+    answers (run program_02_chunked_prefill_shared_budget workload_02_chunked_prefill_shared_budget 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
-      [(some 1, some 5, some 0), (some 2, some 6, some 0), (some 3, some 7, some 0)] := by
+      some [(some 1, some 5, some 0), (some 2, some 6, some 0), (some 3, some 7, some 0)] := by
   decide +kernel
 
 /-! ## 03_request_cap (tools/oracle/results/03_request_cap.json) -/
@@ -911,9 +912,9 @@ def workload_03_request_cap : Workload := { sessions := [
 
 /-- 03_request_cap: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0). -/
 theorem vllm_03_request_cap :
-    answers (run program_03_request_cap workload_03_request_cap 1000000 (some 100000)).machine
+    answers (run program_03_request_cap workload_03_request_cap 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 0, some 5, some 0), (some 0, some 6, some 0), (some 6, some 13, some 0), (some 7, some 15, some 0), (some 14, some 23, some 0)] := by
+      some [(some 0, some 5, some 0), (some 0, some 6, some 0), (some 6, some 13, some 0), (some 7, some 15, some 0), (some 14, some 23, some 0)] := by
   decide +kernel
 
 /-! ## 04_head_of_line_blocking (tools/oracle/results/04_head_of_line_blocking.json) -/
@@ -938,9 +939,9 @@ def workload_04_head_of_line_blocking : Workload := { sessions := [
 
 /-- 04_head_of_line_blocking: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). -/
 theorem vllm_04_head_of_line_blocking :
-    answers (run program_04_head_of_line_blocking workload_04_head_of_line_blocking 1000000 (some 100000)).machine
+    answers (run program_04_head_of_line_blocking workload_04_head_of_line_blocking 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
-      [(some 0, some 19, some 0), (some 20, some 24, some 0), (some 20, some 24, some 0)] := by
+      some [(some 0, some 19, some 0), (some 20, some 24, some 0), (some 20, some 24, some 0)] := by
   decide +kernel
 
 /-! ## 04b_head_of_line_reserve_full_isl_off (tools/oracle/results/04b_head_of_line_reserve_full_isl_off.json) -/
@@ -965,9 +966,9 @@ def workload_04b_head_of_line_reserve_full_isl_off : Workload := { sessions := [
 
 /-- 04b_head_of_line_reserve_full_isl_off: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). -/
 theorem vllm_04b_head_of_line_reserve_full_isl_off :
-    answers (run program_04b_head_of_line_reserve_full_isl_off workload_04b_head_of_line_reserve_full_isl_off 1000000 (some 100000)).machine
+    answers (run program_04b_head_of_line_reserve_full_isl_off workload_04b_head_of_line_reserve_full_isl_off 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
-      [(some 4, some 23, some 0), (some 28, some 32, some 4), (some 29, some 33, some 0)] := by
+      some [(some 4, some 23, some 0), (some 28, some 32, some 4), (some 29, some 33, some 0)] := by
   decide +kernel
 
 /-! ## 05_chunk_cap (tools/oracle/results/05_chunk_cap.json) -/
@@ -992,9 +993,9 @@ def workload_05_chunk_cap : Workload := { sessions := [
 
 /-- 05_chunk_cap: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). -/
 theorem vllm_05_chunk_cap :
-    answers (run program_05_chunk_cap workload_05_chunk_cap 1000000 (some 100000)).machine
+    answers (run program_05_chunk_cap workload_05_chunk_cap 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
-      [(some 4, some 7, some 0), (some 2, some 5, some 0), (some 3, some 6, some 0)] := by
+      some [(some 4, some 7, some 0), (some 2, some 5, some 0), (some 3, some 6, some 0)] := by
   decide +kernel
 
 /-! ## 06_six_mixed_staggered_39_blocks (tools/oracle/results/06_six_mixed_staggered_39_blocks.json) -/
@@ -1022,9 +1023,9 @@ def workload_06_six_mixed_staggered_39_blocks : Workload := { sessions := [
 
 /-- 06_six_mixed_staggered_39_blocks: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0). -/
 theorem vllm_06_six_mixed_staggered_39_blocks :
-    answers (run program_06_six_mixed_staggered_39_blocks workload_06_six_mixed_staggered_39_blocks 1000000 (some 100000)).machine
+    answers (run program_06_six_mixed_staggered_39_blocks workload_06_six_mixed_staggered_39_blocks 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
-      [(some 3, some 32, some 0), (some 0, some 59, some 0), (some 3, some 42, some 0), (some 5, some 54, some 0), (some 10, some 40, some 1), (some 35, some 54, some 0)] := by
+      some [(some 3, some 32, some 0), (some 0, some 59, some 0), (some 3, some 42, some 0), (some 5, some 54, some 0), (some 10, some 40, some 1), (some 35, some 54, some 0)] := by
   decide +kernel
 
 /-! ## 07_chunk_cap_lifted_when_alone (tools/oracle/results/07_chunk_cap_lifted_when_alone.json) -/
@@ -1048,9 +1049,9 @@ def workload_07_chunk_cap_lifted_when_alone : Workload := { sessions := [
 
 /-- 07_chunk_cap_lifted_when_alone: requests A (session 0, turn 0), B (session 1, turn 0). -/
 theorem vllm_07_chunk_cap_lifted_when_alone :
-    answers (run program_07_chunk_cap_lifted_when_alone workload_07_chunk_cap_lifted_when_alone 1000000 (some 100000)).machine
+    answers (run program_07_chunk_cap_lifted_when_alone workload_07_chunk_cap_lifted_when_alone 1000000 (some 100000))
       [(0, 0), (1, 0)] =
-      [(some 1, some 10, some 0), (some 7, some 9, some 0)] := by
+      some [(some 1, some 10, some 0), (some 7, some 9, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_00 (tools/oracle/results/08_random_00.json) -/
@@ -1077,9 +1078,9 @@ def workload_08_random_00 : Workload := { sessions := [
 
 /-- 08_random_00: requests R2 (session 0, turn 0), R3 (session 1, turn 0), R4 (session 2, turn 0), R0 (session 3, turn 0), R1 (session 4, turn 0). -/
 theorem vllm_08_random_00 :
-    answers (run program_08_random_00 workload_08_random_00 1000000 (some 100000)).machine
+    answers (run program_08_random_00 workload_08_random_00 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 0, some 26, some 0), (some 11, some 43, some 0), (some 2, some 10, some 0), (some 8, some 20, some 0), (some 35, some 59, some 1)] := by
+      some [(some 0, some 26, some 0), (some 11, some 43, some 0), (some 2, some 10, some 0), (some 8, some 20, some 0), (some 35, some 59, some 1)] := by
   decide +kernel
 
 /-! ## 08_random_01 (tools/oracle/results/08_random_01.json) -/
@@ -1105,9 +1106,9 @@ def workload_08_random_01 : Workload := { sessions := [
 
 /-- 08_random_01: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0). -/
 theorem vllm_08_random_01 :
-    answers (run program_08_random_01 workload_08_random_01 1000000 (some 100000)).machine
+    answers (run program_08_random_01 workload_08_random_01 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      [(some 4, some 6, some 0), (some 9, some 45, some 0), (some 7, some 10, some 0), (some 11, some 30, some 0)] := by
+      some [(some 4, some 6, some 0), (some 9, some 45, some 0), (some 7, some 10, some 0), (some 11, some 30, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_02 (tools/oracle/results/08_random_02.json) -/
@@ -1131,9 +1132,9 @@ def workload_08_random_02 : Workload := { sessions := [
 
 /-- 08_random_02: requests R0 (session 0, turn 0), R1 (session 1, turn 0). -/
 theorem vllm_08_random_02 :
-    answers (run program_08_random_02 workload_08_random_02 1000000 (some 100000)).machine
+    answers (run program_08_random_02 workload_08_random_02 1000000 (some 100000))
       [(0, 0), (1, 0)] =
-      [(some 12, some 38, some 0), (some 21, some 30, some 0)] := by
+      some [(some 12, some 38, some 0), (some 21, some 30, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_03 (tools/oracle/results/08_random_03.json) -/
@@ -1159,9 +1160,9 @@ def workload_08_random_03 : Workload := { sessions := [
 
 /-- 08_random_03: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0). -/
 theorem vllm_08_random_03 :
-    answers (run program_08_random_03 workload_08_random_03 1000000 (some 100000)).machine
+    answers (run program_08_random_03 workload_08_random_03 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      [(some 13, some 37, some 0), (some 39, some 69, some 0), (some 51, some 63, some 0), (some 64, some 68, some 0)] := by
+      some [(some 13, some 37, some 0), (some 39, some 69, some 0), (some 51, some 63, some 0), (some 64, some 68, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_04 (tools/oracle/results/08_random_04.json) -/
@@ -1185,9 +1186,9 @@ def workload_08_random_04 : Workload := { sessions := [
 
 /-- 08_random_04: requests R0 (session 0, turn 0), R1 (session 1, turn 0). -/
 theorem vllm_08_random_04 :
-    answers (run program_08_random_04 workload_08_random_04 1000000 (some 100000)).machine
+    answers (run program_08_random_04 workload_08_random_04 1000000 (some 100000))
       [(0, 0), (1, 0)] =
-      [(some 4, some 52, some 0), (some 6, some 59, some 0)] := by
+      some [(some 4, some 52, some 0), (some 6, some 59, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_05 (tools/oracle/results/08_random_05.json) -/
@@ -1214,9 +1215,9 @@ def workload_08_random_05 : Workload := { sessions := [
 
 /-- 08_random_05: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0). -/
 theorem vllm_08_random_05 :
-    answers (run program_08_random_05 workload_08_random_05 1000000 (some 100000)).machine
+    answers (run program_08_random_05 workload_08_random_05 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 3, some 62, some 0), (some 5, some 21, some 0), (some 10, some 23, some 0), (some 12, some 45, some 0), (some 13, some 56, some 0)] := by
+      some [(some 3, some 62, some 0), (some 5, some 21, some 0), (some 10, some 23, some 0), (some 12, some 45, some 0), (some 13, some 56, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_06 (tools/oracle/results/08_random_06.json) -/
@@ -1243,9 +1244,9 @@ def workload_08_random_06 : Workload := { sessions := [
 
 /-- 08_random_06: requests R2 (session 0, turn 0), R1 (session 1, turn 0), R3 (session 2, turn 0), R4 (session 3, turn 0), R0 (session 4, turn 0). -/
 theorem vllm_08_random_06 :
-    answers (run program_08_random_06 workload_08_random_06 1000000 (some 100000)).machine
+    answers (run program_08_random_06 workload_08_random_06 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 6, some 60, some 0), (some 14, some 65, some 0), (some 13, some 34, some 0), (some 36, some 65, some 0), (some 61, some 84, some 0)] := by
+      some [(some 6, some 60, some 0), (some 14, some 65, some 0), (some 13, some 34, some 0), (some 36, some 65, some 0), (some 61, some 84, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_07 (tools/oracle/results/08_random_07.json) -/
@@ -1269,9 +1270,9 @@ def workload_08_random_07 : Workload := { sessions := [
 
 /-- 08_random_07: requests R1 (session 0, turn 0), R0 (session 1, turn 0). -/
 theorem vllm_08_random_07 :
-    answers (run program_08_random_07 workload_08_random_07 1000000 (some 100000)).machine
+    answers (run program_08_random_07 workload_08_random_07 1000000 (some 100000))
       [(0, 0), (1, 0)] =
-      [(some 13, some 42, some 0), (some 43, some 48, some 0)] := by
+      some [(some 13, some 42, some 0), (some 43, some 48, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_08 (tools/oracle/results/08_random_08.json) -/
@@ -1300,9 +1301,9 @@ def workload_08_random_08 : Workload := { sessions := [
 
 /-- 08_random_08: requests R2 (session 0, turn 0), R1 (session 1, turn 0), R0 (session 2, turn 0), R3 (session 3, turn 0), R5 (session 4, turn 0), R4 (session 5, turn 0), R6 (session 6, turn 0). -/
 theorem vllm_08_random_08 :
-    answers (run program_08_random_08 workload_08_random_08 1000000 (some 100000)).machine
+    answers (run program_08_random_08 workload_08_random_08 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0)] =
-      [(some 8, some 48, some 0), (some 23, some 57, some 0), (some 51, some 92, some 0), (some 58, some 94, some 0), (some 93, some 115, some 0), (some 95, some 130, some 0), (some 119, some 160, some 0)] := by
+      some [(some 8, some 48, some 0), (some 23, some 57, some 0), (some 51, some 92, some 0), (some 58, some 94, some 0), (some 93, some 115, some 0), (some 95, some 130, some 0), (some 119, some 160, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_09 (tools/oracle/results/08_random_09.json) -/
@@ -1328,9 +1329,9 @@ def workload_08_random_09 : Workload := { sessions := [
 
 /-- 08_random_09: requests R1 (session 0, turn 0), R0 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0). -/
 theorem vllm_08_random_09 :
-    answers (run program_08_random_09 workload_08_random_09 1000000 (some 100000)).machine
+    answers (run program_08_random_09 workload_08_random_09 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      [(some 1, some 10, some 0), (some 3, some 10, some 0), (some 12, some 65, some 0), (some 11, some 77, some 1)] := by
+      some [(some 1, some 10, some 0), (some 3, some 10, some 0), (some 12, some 65, some 0), (some 11, some 77, some 1)] := by
   decide +kernel
 
 /-! ## 08_random_10 (tools/oracle/results/08_random_10.json) -/
@@ -1358,9 +1359,9 @@ def workload_08_random_10 : Workload := { sessions := [
 
 /-- 08_random_10: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R1 (session 2, turn 0), R4 (session 3, turn 0), R5 (session 4, turn 0), R3 (session 5, turn 0). -/
 theorem vllm_08_random_10 :
-    answers (run program_08_random_10 workload_08_random_10 1000000 (some 100000)).machine
+    answers (run program_08_random_10 workload_08_random_10 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
-      [(some 1, some 29, some 0), (some 3, some 47, some 0), (some 35, some 86, some 0), (some 58, some 65, some 0), (some 72, some 107, some 0), (some 90, some 96, some 0)] := by
+      some [(some 1, some 29, some 0), (some 3, some 47, some 0), (some 35, some 86, some 0), (some 58, some 65, some 0), (some 72, some 107, some 0), (some 90, some 96, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_11 (tools/oracle/results/08_random_11.json) -/
@@ -1388,9 +1389,9 @@ def workload_08_random_11 : Workload := { sessions := [
 
 /-- 08_random_11: requests R1 (session 0, turn 0), R0 (session 1, turn 0), R4 (session 2, turn 0), R2 (session 3, turn 0), R5 (session 4, turn 0), R3 (session 5, turn 0). -/
 theorem vllm_08_random_11 :
-    answers (run program_08_random_11 workload_08_random_11 1000000 (some 100000)).machine
+    answers (run program_08_random_11 workload_08_random_11 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
-      [(some 4, some 14, some 0), (some 15, some 72, some 0), (some 17, some 30, some 0), (some 24, some 63, some 0), (some 25, some 67, some 0), (some 72, some 99, some 0)] := by
+      some [(some 4, some 14, some 0), (some 15, some 72, some 0), (some 17, some 30, some 0), (some 24, some 63, some 0), (some 25, some 67, some 0), (some 72, some 99, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_12 (tools/oracle/results/08_random_12.json) -/
@@ -1417,9 +1418,9 @@ def workload_08_random_12 : Workload := { sessions := [
 
 /-- 08_random_12: requests R1 (session 0, turn 0), R0 (session 1, turn 0), R3 (session 2, turn 0), R4 (session 3, turn 0), R2 (session 4, turn 0). -/
 theorem vllm_08_random_12 :
-    answers (run program_08_random_12 workload_08_random_12 1000000 (some 100000)).machine
+    answers (run program_08_random_12 workload_08_random_12 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 13, some 50, some 0), (some 19, some 51, some 0), (some 61, some 78, some 0), (some 62, some 111, some 0), (some 82, some 113, some 0)] := by
+      some [(some 13, some 50, some 0), (some 19, some 51, some 0), (some 61, some 78, some 0), (some 62, some 111, some 0), (some 82, some 113, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_13 (tools/oracle/results/08_random_13.json) -/
@@ -1447,9 +1448,9 @@ def workload_08_random_13 : Workload := { sessions := [
 
 /-- 08_random_13: requests R5 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R4 (session 3, turn 0), R1 (session 4, turn 0), R0 (session 5, turn 0). -/
 theorem vllm_08_random_13 :
-    answers (run program_08_random_13 workload_08_random_13 1000000 (some 100000)).machine
+    answers (run program_08_random_13 workload_08_random_13 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
-      [(some 3, some 49, some 0), (some 6, some 48, some 0), (some 12, some 67, some 0), (some 15, some 61, some 0), (some 20, some 72, some 1), (some 53, some 63, some 0)] := by
+      some [(some 3, some 49, some 0), (some 6, some 48, some 0), (some 12, some 67, some 0), (some 15, some 61, some 0), (some 20, some 72, some 1), (some 53, some 63, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_14 (tools/oracle/results/08_random_14.json) -/
@@ -1476,9 +1477,9 @@ def workload_08_random_14 : Workload := { sessions := [
 
 /-- 08_random_14: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0), R4 (session 4, turn 0). -/
 theorem vllm_08_random_14 :
-    answers (run program_08_random_14 workload_08_random_14 1000000 (some 100000)).machine
+    answers (run program_08_random_14 workload_08_random_14 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 0, some 30, some 0), (some 3, some 46, some 0), (some 2, some 60, some 0), (some 3, some 50, some 0), (some 33, some 78, some 0)] := by
+      some [(some 0, some 30, some 0), (some 3, some 46, some 0), (some 2, some 60, some 0), (some 3, some 50, some 0), (some 33, some 78, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_15 (tools/oracle/results/08_random_15.json) -/
@@ -1502,9 +1503,9 @@ def workload_08_random_15 : Workload := { sessions := [
 
 /-- 08_random_15: requests R0 (session 0, turn 0), R1 (session 1, turn 0). -/
 theorem vllm_08_random_15 :
-    answers (run program_08_random_15 workload_08_random_15 1000000 (some 100000)).machine
+    answers (run program_08_random_15 workload_08_random_15 1000000 (some 100000))
       [(0, 0), (1, 0)] =
-      [(some 0, some 50, some 0), (some 4, some 39, some 0)] := by
+      some [(some 0, some 50, some 0), (some 4, some 39, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_16 (tools/oracle/results/08_random_16.json) -/
@@ -1529,9 +1530,9 @@ def workload_08_random_16 : Workload := { sessions := [
 
 /-- 08_random_16: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0). -/
 theorem vllm_08_random_16 :
-    answers (run program_08_random_16 workload_08_random_16 1000000 (some 100000)).machine
+    answers (run program_08_random_16 workload_08_random_16 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
-      [(some 2, some 37, some 0), (some 41, some 42, some 0), (some 47, some 84, some 0)] := by
+      some [(some 2, some 37, some 0), (some 41, some 42, some 0), (some 47, some 84, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_17 (tools/oracle/results/08_random_17.json) -/
@@ -1559,9 +1560,9 @@ def workload_08_random_17 : Workload := { sessions := [
 
 /-- 08_random_17: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0). -/
 theorem vllm_08_random_17 :
-    answers (run program_08_random_17 workload_08_random_17 1000000 (some 100000)).machine
+    answers (run program_08_random_17 workload_08_random_17 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
-      [(some 2, some 42, some 0), (some 31, some 51, some 0), (some 35, some 72, some 0), (some 44, some 85, some 0), (some 58, some 98, some 0), (some 74, some 92, some 0)] := by
+      some [(some 2, some 42, some 0), (some 31, some 51, some 0), (some 35, some 72, some 0), (some 44, some 85, some 0), (some 58, some 98, some 0), (some 74, some 92, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_18 (tools/oracle/results/08_random_18.json) -/
@@ -1588,9 +1589,9 @@ def workload_08_random_18 : Workload := { sessions := [
 
 /-- 08_random_18: requests R4 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R2 (session 3, turn 0), R3 (session 4, turn 0). -/
 theorem vllm_08_random_18 :
-    answers (run program_08_random_18 workload_08_random_18 1000000 (some 100000)).machine
+    answers (run program_08_random_18 workload_08_random_18 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 29, some 48, some 0), (some 34, some 54, some 0), (some 35, some 89, some 0), (some 57, some 108, some 0), (some 112, some 159, some 0)] := by
+      some [(some 29, some 48, some 0), (some 34, some 54, some 0), (some 35, some 89, some 0), (some 57, some 108, some 0), (some 112, some 159, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_19 (tools/oracle/results/08_random_19.json) -/
@@ -1617,9 +1618,9 @@ def workload_08_random_19 : Workload := { sessions := [
 
 /-- 08_random_19: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R4 (session 2, turn 0), R3 (session 3, turn 0), R1 (session 4, turn 0). -/
 theorem vllm_08_random_19 :
-    answers (run program_08_random_19 workload_08_random_19 1000000 (some 100000)).machine
+    answers (run program_08_random_19 workload_08_random_19 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 1, some 56, some 0), (some 5, some 32, some 0), (some 15, some 65, some 0), (some 20, some 54, some 0), (some 29, some 100, some 1)] := by
+      some [(some 1, some 56, some 0), (some 5, some 32, some 0), (some 15, some 65, some 0), (some 20, some 54, some 0), (some 29, some 100, some 1)] := by
   decide +kernel
 
 /-! ## 08_random_20 (tools/oracle/results/08_random_20.json) -/
@@ -1647,9 +1648,9 @@ def workload_08_random_20 : Workload := { sessions := [
 
 /-- 08_random_20: requests R4 (session 0, turn 0), R2 (session 1, turn 0), R5 (session 2, turn 0), R1 (session 3, turn 0), R0 (session 4, turn 0), R3 (session 5, turn 0). -/
 theorem vllm_08_random_20 :
-    answers (run program_08_random_20 workload_08_random_20 1000000 (some 100000)).machine
+    answers (run program_08_random_20 workload_08_random_20 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
-      [(some 4, some 15, some 0), (some 4, some 17, some 0), (some 15, some 58, some 0), (some 6, some 39, some 0), (some 9, some 56, some 0), (some 10, some 44, some 0)] := by
+      some [(some 4, some 15, some 0), (some 4, some 17, some 0), (some 15, some 58, some 0), (some 6, some 39, some 0), (some 9, some 56, some 0), (some 10, some 44, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_21 (tools/oracle/results/08_random_21.json) -/
@@ -1676,9 +1677,9 @@ def workload_08_random_21 : Workload := { sessions := [
 
 /-- 08_random_21: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0). -/
 theorem vllm_08_random_21 :
-    answers (run program_08_random_21 workload_08_random_21 1000000 (some 100000)).machine
+    answers (run program_08_random_21 workload_08_random_21 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 1, some 60, some 0), (some 1, some 8, some 0), (some 2, some 22, some 0), (some 2, some 61, some 0), (some 9, some 14, some 0)] := by
+      some [(some 1, some 60, some 0), (some 1, some 8, some 0), (some 2, some 22, some 0), (some 2, some 61, some 0), (some 9, some 14, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_22 (tools/oracle/results/08_random_22.json) -/
@@ -1708,9 +1709,9 @@ def workload_08_random_22 : Workload := { sessions := [
 
 /-- 08_random_22: requests R3 (session 0, turn 0), R5 (session 1, turn 0), R6 (session 2, turn 0), R1 (session 3, turn 0), R7 (session 4, turn 0), R0 (session 5, turn 0), R4 (session 6, turn 0), R2 (session 7, turn 0). -/
 theorem vllm_08_random_22 :
-    answers (run program_08_random_22 workload_08_random_22 1000000 (some 100000)).machine
+    answers (run program_08_random_22 workload_08_random_22 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)] =
-      [(some 3, some 54, some 0), (some 3, some 40, some 0), (some 3, some 57, some 0), (some 6, some 12, some 0), (some 13, some 28, some 1), (some 14, some 48, some 1), (some 14, some 64, some 2), (some 51, some 69, some 0)] := by
+      some [(some 3, some 54, some 0), (some 3, some 40, some 0), (some 3, some 57, some 0), (some 6, some 12, some 0), (some 13, some 28, some 1), (some 14, some 48, some 1), (some 14, some 64, some 2), (some 51, some 69, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_23 (tools/oracle/results/08_random_23.json) -/
@@ -1737,9 +1738,9 @@ def workload_08_random_23 : Workload := { sessions := [
 
 /-- 08_random_23: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0), R4 (session 4, turn 0). -/
 theorem vllm_08_random_23 :
-    answers (run program_08_random_23 workload_08_random_23 1000000 (some 100000)).machine
+    answers (run program_08_random_23 workload_08_random_23 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 2, some 37, some 0), (some 38, some 44, some 0), (some 46, some 100, some 0), (some 101, some 153, some 0), (some 154, some 171, some 0)] := by
+      some [(some 2, some 37, some 0), (some 38, some 44, some 0), (some 46, some 100, some 0), (some 101, some 153, some 0), (some 154, some 171, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_24 (tools/oracle/results/08_random_24.json) -/
@@ -1768,9 +1769,9 @@ def workload_08_random_24 : Workload := { sessions := [
 
 /-- 08_random_24: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R6 (session 2, turn 0), R1 (session 3, turn 0), R4 (session 4, turn 0), R3 (session 5, turn 0), R5 (session 6, turn 0). -/
 theorem vllm_08_random_24 :
-    answers (run program_08_random_24 workload_08_random_24 1000000 (some 100000)).machine
+    answers (run program_08_random_24 workload_08_random_24 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0)] =
-      [(some 1, some 16, some 0), (some 1, some 7, some 0), (some 5, some 62, some 0), (some 6, some 64, some 0), (some 15, some 42, some 0), (some 16, some 64, some 0), (some 19, some 29, some 0)] := by
+      some [(some 1, some 16, some 0), (some 1, some 7, some 0), (some 5, some 62, some 0), (some 6, some 64, some 0), (some 15, some 42, some 0), (some 16, some 64, some 0), (some 19, some 29, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_25 (tools/oracle/results/08_random_25.json) -/
@@ -1797,9 +1798,9 @@ def workload_08_random_25 : Workload := { sessions := [
 
 /-- 08_random_25: requests R4 (session 0, turn 0), R0 (session 1, turn 0), R2 (session 2, turn 0), R1 (session 3, turn 0), R3 (session 4, turn 0). -/
 theorem vllm_08_random_25 :
-    answers (run program_08_random_25 workload_08_random_25 1000000 (some 100000)).machine
+    answers (run program_08_random_25 workload_08_random_25 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 19, some 49, some 0), (some 27, some 67, some 0), (some 58, some 108, some 0), (some 61, some 101, some 0), (some 67, some 78, some 0)] := by
+      some [(some 19, some 49, some 0), (some 27, some 67, some 0), (some 58, some 108, some 0), (some 61, some 101, some 0), (some 67, some 78, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_26 (tools/oracle/results/08_random_26.json) -/
@@ -1828,9 +1829,9 @@ def workload_08_random_26 : Workload := { sessions := [
 
 /-- 08_random_26: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0), R6 (session 6, turn 0). -/
 theorem vllm_08_random_26 :
-    answers (run program_08_random_26 workload_08_random_26 1000000 (some 100000)).machine
+    answers (run program_08_random_26 workload_08_random_26 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0)] =
-      [(some 5, some 17, some 0), (some 10, some 50, some 0), (some 20, some 41, some 0), (some 49, some 69, some 0), (some 52, some 76, some 0), (some 71, some 127, some 0), (some 82, some 118, some 0)] := by
+      some [(some 5, some 17, some 0), (some 10, some 50, some 0), (some 20, some 41, some 0), (some 49, some 69, some 0), (some 52, some 76, some 0), (some 71, some 127, some 0), (some 82, some 118, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_27 (tools/oracle/results/08_random_27.json) -/
@@ -1860,9 +1861,9 @@ def workload_08_random_27 : Workload := { sessions := [
 
 /-- 08_random_27: requests R4 (session 0, turn 0), R0 (session 1, turn 0), R3 (session 2, turn 0), R2 (session 3, turn 0), R7 (session 4, turn 0), R1 (session 5, turn 0), R6 (session 6, turn 0), R5 (session 7, turn 0). -/
 theorem vllm_08_random_27 :
-    answers (run program_08_random_27 workload_08_random_27 1000000 (some 100000)).machine
+    answers (run program_08_random_27 workload_08_random_27 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)] =
-      [(some 6, some 64, some 0), (some 30, some 31, some 0), (some 30, some 47, some 0), (some 33, some 45, some 0), (some 48, some 98, some 0), (some 67, some 102, some 1), (some 103, some 152, some 0), (some 106, some 130, some 0)] := by
+      some [(some 6, some 64, some 0), (some 30, some 31, some 0), (some 30, some 47, some 0), (some 33, some 45, some 0), (some 48, some 98, some 0), (some 67, some 102, some 1), (some 103, some 152, some 0), (some 106, some 130, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_28 (tools/oracle/results/08_random_28.json) -/
@@ -1889,9 +1890,9 @@ def workload_08_random_28 : Workload := { sessions := [
 
 /-- 08_random_28: requests R0 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R4 (session 3, turn 0), R1 (session 4, turn 0). -/
 theorem vllm_08_random_28 :
-    answers (run program_08_random_28 workload_08_random_28 1000000 (some 100000)).machine
+    answers (run program_08_random_28 workload_08_random_28 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 4, some 25, some 0), (some 4, some 34, some 0), (some 5, some 28, some 0), (some 26, some 29, some 0), (some 32, some 58, some 0)] := by
+      some [(some 4, some 25, some 0), (some 4, some 34, some 0), (some 5, some 28, some 0), (some 26, some 29, some 0), (some 32, some 58, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_29 (tools/oracle/results/08_random_29.json) -/
@@ -1915,9 +1916,9 @@ def workload_08_random_29 : Workload := { sessions := [
 
 /-- 08_random_29: requests R1 (session 0, turn 0), R0 (session 1, turn 0). -/
 theorem vllm_08_random_29 :
-    answers (run program_08_random_29 workload_08_random_29 1000000 (some 100000)).machine
+    answers (run program_08_random_29 workload_08_random_29 1000000 (some 100000))
       [(0, 0), (1, 0)] =
-      [(some 0, some 43, some 0), (some 2, some 58, some 0)] := by
+      some [(some 0, some 43, some 0), (some 2, some 58, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_30 (tools/oracle/results/08_random_30.json) -/
@@ -1946,9 +1947,9 @@ def workload_08_random_30 : Workload := { sessions := [
 
 /-- 08_random_30: requests R3 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R5 (session 3, turn 0), R6 (session 4, turn 0), R4 (session 5, turn 0), R0 (session 6, turn 0). -/
 theorem vllm_08_random_30 :
-    answers (run program_08_random_30 workload_08_random_30 1000000 (some 100000)).machine
+    answers (run program_08_random_30 workload_08_random_30 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0)] =
-      [(some 1, some 18, some 0), (some 8, some 57, some 0), (some 24, some 83, some 0), (some 32, some 87, some 1), (some 61, some 119, some 0), (some 89, some 115, some 0), (some 92, some 131, some 0)] := by
+      some [(some 1, some 18, some 0), (some 8, some 57, some 0), (some 24, some 83, some 0), (some 32, some 87, some 1), (some 61, some 119, some 0), (some 89, some 115, some 0), (some 92, some 131, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_31 (tools/oracle/results/08_random_31.json) -/
@@ -1974,9 +1975,9 @@ def workload_08_random_31 : Workload := { sessions := [
 
 /-- 08_random_31: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R3 (session 2, turn 0), R2 (session 3, turn 0). -/
 theorem vllm_08_random_31 :
-    answers (run program_08_random_31 workload_08_random_31 1000000 (some 100000)).machine
+    answers (run program_08_random_31 workload_08_random_31 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      [(some 3, some 43, some 0), (some 47, some 95, some 0), (some 101, some 137, some 0), (some 138, some 181, some 0)] := by
+      some [(some 3, some 43, some 0), (some 47, some 95, some 0), (some 101, some 137, some 0), (some 138, some 181, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_32 (tools/oracle/results/08_random_32.json) -/
@@ -2002,9 +2003,9 @@ def workload_08_random_32 : Workload := { sessions := [
 
 /-- 08_random_32: requests R3 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R2 (session 3, turn 0). -/
 theorem vllm_08_random_32 :
-    answers (run program_08_random_32 workload_08_random_32 1000000 (some 100000)).machine
+    answers (run program_08_random_32 workload_08_random_32 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      [(some 1, some 26, some 0), (some 2, some 39, some 0), (some 10, some 18, some 0), (some 10, some 25, some 0)] := by
+      some [(some 1, some 26, some 0), (some 2, some 39, some 0), (some 10, some 18, some 0), (some 10, some 25, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_33 (tools/oracle/results/08_random_33.json) -/
@@ -2030,9 +2031,9 @@ def workload_08_random_33 : Workload := { sessions := [
 
 /-- 08_random_33: requests R0 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R1 (session 3, turn 0). -/
 theorem vllm_08_random_33 :
-    answers (run program_08_random_33 workload_08_random_33 1000000 (some 100000)).machine
+    answers (run program_08_random_33 workload_08_random_33 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      [(some 1, some 47, some 0), (some 0, some 9, some 0), (some 11, some 56, some 0), (some 49, some 96, some 0)] := by
+      some [(some 1, some 47, some 0), (some 0, some 9, some 0), (some 11, some 56, some 0), (some 49, some 96, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_34 (tools/oracle/results/08_random_34.json) -/
@@ -2056,9 +2057,9 @@ def workload_08_random_34 : Workload := { sessions := [
 
 /-- 08_random_34: requests R1 (session 0, turn 0), R0 (session 1, turn 0). -/
 theorem vllm_08_random_34 :
-    answers (run program_08_random_34 workload_08_random_34 1000000 (some 100000)).machine
+    answers (run program_08_random_34 workload_08_random_34 1000000 (some 100000))
       [(0, 0), (1, 0)] =
-      [(some 4, some 50, some 0), (some 24, some 67, some 0)] := by
+      some [(some 4, some 50, some 0), (some 24, some 67, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_35 (tools/oracle/results/08_random_35.json) -/
@@ -2085,9 +2086,9 @@ def workload_08_random_35 : Workload := { sessions := [
 
 /-- 08_random_35: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R4 (session 2, turn 0), R3 (session 3, turn 0), R1 (session 4, turn 0). -/
 theorem vllm_08_random_35 :
-    answers (run program_08_random_35 workload_08_random_35 1000000 (some 100000)).machine
+    answers (run program_08_random_35 workload_08_random_35 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 9, some 10, some 0), (some 20, some 79, some 0), (some 29, some 66, some 0), (some 76, some 93, some 0), (some 92, some 115, some 0)] := by
+      some [(some 9, some 10, some 0), (some 20, some 79, some 0), (some 29, some 66, some 0), (some 76, some 93, some 0), (some 92, some 115, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_36 (tools/oracle/results/08_random_36.json) -/
@@ -2117,9 +2118,9 @@ def workload_08_random_36 : Workload := { sessions := [
 
 /-- 08_random_36: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0), R6 (session 6, turn 0), R7 (session 7, turn 0). -/
 theorem vllm_08_random_36 :
-    answers (run program_08_random_36 workload_08_random_36 1000000 (some 100000)).machine
+    answers (run program_08_random_36 workload_08_random_36 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)] =
-      [(some 1, some 29, some 0), (some 0, some 33, some 0), (some 5, some 6, some 0), (some 9, some 18, some 0), (some 19, some 74, some 0), (some 35, some 83, some 0), (some 39, some 83, some 0), (some 79, some 104, some 0)] := by
+      some [(some 1, some 29, some 0), (some 0, some 33, some 0), (some 5, some 6, some 0), (some 9, some 18, some 0), (some 19, some 74, some 0), (some 35, some 83, some 0), (some 39, some 83, some 0), (some 79, some 104, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_37 (tools/oracle/results/08_random_37.json) -/
@@ -2146,9 +2147,9 @@ def workload_08_random_37 : Workload := { sessions := [
 
 /-- 08_random_37: requests R0 (session 0, turn 0), R4 (session 1, turn 0), R3 (session 2, turn 0), R1 (session 3, turn 0), R2 (session 4, turn 0). -/
 theorem vllm_08_random_37 :
-    answers (run program_08_random_37 workload_08_random_37 1000000 (some 100000)).machine
+    answers (run program_08_random_37 workload_08_random_37 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 4, some 6, some 0), (some 8, some 19, some 0), (some 10, some 14, some 0), (some 11, some 35, some 0), (some 21, some 45, some 0)] := by
+      some [(some 4, some 6, some 0), (some 8, some 19, some 0), (some 10, some 14, some 0), (some 11, some 35, some 0), (some 21, some 45, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_38 (tools/oracle/results/08_random_38.json) -/
@@ -2177,9 +2178,9 @@ def workload_08_random_38 : Workload := { sessions := [
 
 /-- 08_random_38: requests R1 (session 0, turn 0), R3 (session 1, turn 0), R5 (session 2, turn 0), R4 (session 3, turn 0), R6 (session 4, turn 0), R0 (session 5, turn 0), R2 (session 6, turn 0). -/
 theorem vllm_08_random_38 :
-    answers (run program_08_random_38 workload_08_random_38 1000000 (some 100000)).machine
+    answers (run program_08_random_38 workload_08_random_38 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0)] =
-      [(some 0, some 7, some 0), (some 1, some 28, some 0), (some 1, some 42, some 0), (some 3, some 40, some 0), (some 8, some 60, some 0), (some 29, some 31, some 0), (some 33, some 63, some 0)] := by
+      some [(some 0, some 7, some 0), (some 1, some 28, some 0), (some 1, some 42, some 0), (some 3, some 40, some 0), (some 8, some 60, some 0), (some 29, some 31, some 0), (some 33, some 63, some 0)] := by
   decide +kernel
 
 /-! ## 08_random_39 (tools/oracle/results/08_random_39.json) -/
@@ -2209,9 +2210,9 @@ def workload_08_random_39 : Workload := { sessions := [
 
 /-- 08_random_39: requests R0 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R4 (session 3, turn 0), R7 (session 4, turn 0), R1 (session 5, turn 0), R5 (session 6, turn 0), R6 (session 7, turn 0). -/
 theorem vllm_08_random_39 :
-    answers (run program_08_random_39 workload_08_random_39 1000000 (some 100000)).machine
+    answers (run program_08_random_39 workload_08_random_39 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)] =
-      [(some 23, some 78, some 0), (some 39, some 61, some 0), (some 44, some 47, some 0), (some 59, some 73, some 0), (some 71, some 126, some 0), (some 76, some 76, some 0), (some 82, some 102, some 0), (some 79, some 112, some 0)] := by
+      some [(some 23, some 78, some 0), (some 39, some 61, some 0), (some 44, some 47, some 0), (some 59, some 73, some 0), (some 71, some 126, some 0), (some 76, some 76, some 0), (some 82, some 102, some 0), (some 79, some 112, some 0)] := by
   decide +kernel
 
 /-! ## 09_prefix_caching_multiturn (tools/oracle/results/09_prefix_caching_multiturn.json) -/
@@ -2238,9 +2239,9 @@ def workload_09_prefix_caching_multiturn : Workload := { sessions := [
 
 /-- 09_prefix_caching_multiturn: requests s1t1 (session 0, turn 0), s1t2 (session 0, turn 1), s1t3 (session 0, turn 2), s2t1 (session 1, turn 0), s2t2 (session 1, turn 1), s2t3 (session 1, turn 2), s3t1 (session 2, turn 0), s3t2 (session 2, turn 1), s3t3 (session 2, turn 2), miss (session 3, turn 0), repeat (session 4, turn 0). -/
 theorem vllm_09_prefix_caching_multiturn :
-    answers (run program_09_prefix_caching_multiturn workload_09_prefix_caching_multiturn 1000000 (some 100000)).machine
+    answers (run program_09_prefix_caching_multiturn workload_09_prefix_caching_multiturn 1000000 (some 100000))
       [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2), (3, 0), (4, 0)] =
-      [(some 0, some 9, some 0), (some 11, some 18, some 0), (some 21, some 25, some 0), (some 1, some 20, some 0), (some 21, some 32, some 0), (some 36, some 41, some 0), (some 3, some 6, some 0), (some 11, some 25, some 0), (some 27, some 35, some 0), (some 28, some 31, some 0), (some 21, some 23, some 0)] := by
+      some [(some 0, some 9, some 0), (some 11, some 18, some 0), (some 21, some 25, some 0), (some 1, some 20, some 0), (some 21, some 32, some 0), (some 36, some 41, some 0), (some 3, some 6, some 0), (some 11, some 25, some 0), (some 27, some 35, some 0), (some 28, some 31, some 0), (some 21, some 23, some 0)] := by
   decide +kernel
 
 /-! ## new_random_00 (tools/oracle/extra/results/new_random_00.json) -/
@@ -2267,9 +2268,9 @@ def workload_new_random_00 : Workload := { sessions := [
 
 /-- new_random_00: requests R1 (session 0, turn 0), R4 (session 1, turn 0), R0 (session 2, turn 0), R2 (session 3, turn 0), R3 (session 4, turn 0). -/
 theorem vllm_new_random_00 :
-    answers (run program_new_random_00 workload_new_random_00 1000000 (some 100000)).machine
+    answers (run program_new_random_00 workload_new_random_00 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
-      [(some 1, some 59, some 0), (some 3, some 47, some 0), (some 12, some 60, some 0), (some 21, some 64, some 1), (some 61, some 117, some 2)] := by
+      some [(some 1, some 59, some 0), (some 3, some 47, some 0), (some 12, some 60, some 0), (some 21, some 64, some 1), (some 61, some 117, some 2)] := by
   decide +kernel
 
 /-! ## new_random_01 (tools/oracle/extra/results/new_random_01.json) -/
@@ -2295,9 +2296,9 @@ def workload_new_random_01 : Workload := { sessions := [
 
 /-- new_random_01: requests R1 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R0 (session 3, turn 0). -/
 theorem vllm_new_random_01 :
-    answers (run program_new_random_01 workload_new_random_01 1000000 (some 100000)).machine
+    answers (run program_new_random_01 workload_new_random_01 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      [(some 13, some 55, some 0), (some 20, some 57, some 0), (some 61, some 93, some 0), (some 71, some 88, some 0)] := by
+      some [(some 13, some 55, some 0), (some 20, some 57, some 0), (some 61, some 93, some 0), (some 71, some 88, some 0)] := by
   decide +kernel
 
 /-! ## new_random_02 (tools/oracle/extra/results/new_random_02.json) -/
@@ -2323,9 +2324,9 @@ def workload_new_random_02 : Workload := { sessions := [
 
 /-- new_random_02: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R0 (session 2, turn 0), R3 (session 3, turn 0). -/
 theorem vllm_new_random_02 :
-    answers (run program_new_random_02 workload_new_random_02 1000000 (some 100000)).machine
+    answers (run program_new_random_02 workload_new_random_02 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      [(some 14, some 14, some 0), (some 14, some 27, some 0), (some 15, some 50, some 0), (some 18, some 23, some 0)] := by
+      some [(some 14, some 14, some 0), (some 14, some 27, some 0), (some 15, some 50, some 0), (some 18, some 23, some 0)] := by
   decide +kernel
 
 /-! ## new_random_03 (tools/oracle/extra/results/new_random_03.json) -/
@@ -2350,9 +2351,9 @@ def workload_new_random_03 : Workload := { sessions := [
 
 /-- new_random_03: requests R2 (session 0, turn 0), R1 (session 1, turn 0), R0 (session 2, turn 0). -/
 theorem vllm_new_random_03 :
-    answers (run program_new_random_03 workload_new_random_03 1000000 (some 100000)).machine
+    answers (run program_new_random_03 workload_new_random_03 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
-      [(some 7, some 14, some 0), (some 22, some 34, some 0), (some 60, some 119, some 0)] := by
+      some [(some 7, some 14, some 0), (some 22, some 34, some 0), (some 60, some 119, some 0)] := by
   decide +kernel
 
 /-! ## prefix_00 (tools/oracle/extra/results/prefix_00.json) -/
@@ -2377,9 +2378,9 @@ def workload_prefix_00 : Workload := { sessions := [
 
 /-- prefix_00: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s1t2 (session 1, turn 2), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s2t2 (session 2, turn 2). -/
 theorem vllm_prefix_00 :
-    answers (run program_prefix_00 workload_prefix_00 1000000 (some 100000)).machine
+    answers (run program_prefix_00 workload_prefix_00 1000000 (some 100000))
       [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)] =
-      [(some 6, some 17, some 0), (some 21, some 28, some 0), (some 0, some 13, some 0), (some 15, some 18, some 0), (some 19, some 27, some 0), (some 8, some 10, some 0), (some 15, some 21, some 0), (some 26, some 39, some 0)] := by
+      some [(some 6, some 17, some 0), (some 21, some 28, some 0), (some 0, some 13, some 0), (some 15, some 18, some 0), (some 19, some 27, some 0), (some 8, some 10, some 0), (some 15, some 21, some 0), (some 26, some 39, some 0)] := by
   decide +kernel
 
 /-! ## prefix_01 (tools/oracle/extra/results/prefix_01.json) -/
@@ -2405,9 +2406,9 @@ def workload_prefix_01 : Workload := { sessions := [
 
 /-- prefix_01: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s3t0 (session 3, turn 0), s3t1 (session 3, turn 1). -/
 theorem vllm_prefix_01 :
-    answers (run program_prefix_01 workload_prefix_01 1000000 (some 100000)).machine
+    answers (run program_prefix_01 workload_prefix_01 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (2, 1), (3, 0), (3, 1)] =
-      [(some 2, some 12, some 0), (some 11, some 24, some 0), (some 0, some 16, some 0), (some 20, some 34, some 0), (some 5, some 10, some 0), (some 13, some 17, some 0)] := by
+      some [(some 2, some 12, some 0), (some 11, some 24, some 0), (some 0, some 16, some 0), (some 20, some 34, some 0), (some 5, some 10, some 0), (some 13, some 17, some 0)] := by
   decide +kernel
 
 /-! ## prefix_02 (tools/oracle/extra/results/prefix_02.json) -/
@@ -2431,9 +2432,9 @@ def workload_prefix_02 : Workload := { sessions := [
 
 /-- prefix_02: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0). -/
 theorem vllm_prefix_02 :
-    answers (run program_prefix_02 workload_prefix_02 1000000 (some 100000)).machine
+    answers (run program_prefix_02 workload_prefix_02 1000000 (some 100000))
       [(0, 0), (1, 0)] =
-      [(some 0, some 17, some 0), (some 1, some 5, some 0)] := by
+      some [(some 0, some 17, some 0), (some 1, some 5, some 0)] := by
   decide +kernel
 
 /-! ## prefix_03 (tools/oracle/extra/results/prefix_03.json) -/
@@ -2457,9 +2458,9 @@ def workload_prefix_03 : Workload := { sessions := [
 
 /-- prefix_03: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s0t2 (session 0, turn 2), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1). -/
 theorem vllm_prefix_03 :
-    answers (run program_prefix_03 workload_prefix_03 1000000 (some 100000)).machine
+    answers (run program_prefix_03 workload_prefix_03 1000000 (some 100000))
       [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)] =
-      [(some 2, some 13, some 0), (some 16, some 23, some 0), (some 26, some 38, some 0), (some 5, some 16, some 0), (some 17, some 22, some 0)] := by
+      some [(some 2, some 13, some 0), (some 16, some 23, some 0), (some 26, some 38, some 0), (some 5, some 16, some 0), (some 17, some 22, some 0)] := by
   decide +kernel
 
 /-! ## prefix_tight_00 (tools/oracle/extra/results/prefix_tight_00.json) -/
@@ -2484,9 +2485,9 @@ def workload_prefix_tight_00 : Workload := { sessions := [
 
 /-- prefix_tight_00: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s2t0 (session 2, turn 0). -/
 theorem vllm_prefix_tight_00 :
-    answers (run program_prefix_tight_00 workload_prefix_tight_00 1000000 (some 100000)).machine
+    answers (run program_prefix_tight_00 workload_prefix_tight_00 1000000 (some 100000))
       [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)] =
-      [(some 2, some 27, some 0), (some 31, some 54, some 0), (some 0, some 20, some 0), (some 21, some 70, some 0), (some 0, some 18, some 0)] := by
+      some [(some 2, some 27, some 0), (some 31, some 54, some 0), (some 0, some 20, some 0), (some 21, some 70, some 0), (some 0, some 18, some 0)] := by
   decide +kernel
 
 /-! ## prefix_tight_01 (tools/oracle/extra/results/prefix_tight_01.json) -/
@@ -2511,9 +2512,9 @@ def workload_prefix_tight_01 : Workload := { sessions := [
 
 /-- prefix_tight_01: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1). -/
 theorem vllm_prefix_tight_01 :
-    answers (run program_prefix_tight_01 workload_prefix_tight_01 1000000 (some 100000)).machine
+    answers (run program_prefix_tight_01 workload_prefix_tight_01 1000000 (some 100000))
       [(0, 0), (1, 0), (1, 1), (2, 0), (2, 1)] =
-      [(some 1, some 48, some 0), (some 0, some 43, some 0), (some 49, some 86, some 0), (some 2, some 53, some 0), (some 55, some 111, some 1)] := by
+      some [(some 1, some 48, some 0), (some 0, some 43, some 0), (some 49, some 86, some 0), (some 2, some 53, some 0), (some 55, some 111, some 1)] := by
   decide +kernel
 
 /-! ## prefix_tight_02 (tools/oracle/extra/results/prefix_tight_02.json) -/
@@ -2538,9 +2539,9 @@ def workload_prefix_tight_02 : Workload := { sessions := [
 
 /-- prefix_tight_02: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0). -/
 theorem vllm_prefix_tight_02 :
-    answers (run program_prefix_tight_02 workload_prefix_tight_02 1000000 (some 100000)).machine
+    answers (run program_prefix_tight_02 workload_prefix_tight_02 1000000 (some 100000))
       [(0, 0), (0, 1), (1, 0), (2, 0)] =
-      [(some 1, some 36, some 0), (some 38, some 72, some 0), (some 1, some 14, some 0), (some 0, some 19, some 0)] := by
+      some [(some 1, some 36, some 0), (some 38, some 72, some 0), (some 1, some 14, some 0), (some 0, some 19, some 0)] := by
   decide +kernel
 
 /-! ## prefix_tight_03 (tools/oracle/extra/results/prefix_tight_03.json) -/
@@ -2568,9 +2569,9 @@ def workload_prefix_tight_03 : Workload := { sessions := [
 
 /-- prefix_tight_03: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s3t0 (session 3, turn 0), s3t1 (session 3, turn 1), s4t0 (session 4, turn 0), s5t0 (session 5, turn 0), s5t1 (session 5, turn 1). -/
 theorem vllm_prefix_tight_03 :
-    answers (run program_prefix_tight_03 workload_prefix_tight_03 1000000 (some 100000)).machine
+    answers (run program_prefix_tight_03 workload_prefix_tight_03 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (4, 0), (5, 0), (5, 1)] =
-      [(some 28, some 54, some 0), (some 28, some 77, some 2), (some 0, some 36, some 0), (some 80, some 139, some 0), (some 4, some 26, some 1), (some 59, some 79, some 0), (some 2, some 12, some 0), (some 14, some 56, some 1), (some 141, some 162, some 1)] := by
+      some [(some 28, some 54, some 0), (some 28, some 77, some 2), (some 0, some 36, some 0), (some 80, some 139, some 0), (some 4, some 26, some 1), (some 59, some 79, some 0), (some 2, some 12, some 0), (some 14, some 56, some 1), (some 141, some 162, some 1)] := by
   decide +kernel
 
 /-! ## tight_00 (tools/oracle/extra/results/tight_00.json) -/
@@ -2596,9 +2597,9 @@ def workload_tight_00 : Workload := { sessions := [
 
 /-- tight_00: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R3 (session 3, turn 0). -/
 theorem vllm_tight_00 :
-    answers (run program_tight_00 workload_tight_00 1000000 (some 100000)).machine
+    answers (run program_tight_00 workload_tight_00 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      [(some 5, some 65, some 0), (some 9, some 50, some 0), (some 51, some 116, some 0), (some 66, some 139, some 0)] := by
+      some [(some 5, some 65, some 0), (some 9, some 50, some 0), (some 51, some 116, some 0), (some 66, some 139, some 0)] := by
   decide +kernel
 
 /-! ## tight_01 (tools/oracle/extra/results/tight_01.json) -/
@@ -2623,9 +2624,9 @@ def workload_tight_01 : Workload := { sessions := [
 
 /-- tight_01: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R1 (session 2, turn 0). -/
 theorem vllm_tight_01 :
-    answers (run program_tight_01 workload_tight_01 1000000 (some 100000)).machine
+    answers (run program_tight_01 workload_tight_01 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
-      [(some 4, some 47, some 0), (some 32, some 104, some 0), (some 50, some 80, some 0)] := by
+      some [(some 4, some 47, some 0), (some 32, some 104, some 0), (some 50, some 80, some 0)] := by
   decide +kernel
 
 /-! ## tight_02 (tools/oracle/extra/results/tight_02.json) -/
@@ -2653,9 +2654,9 @@ def workload_tight_02 : Workload := { sessions := [
 
 /-- tight_02: requests R5 (session 0, turn 0), R1 (session 1, turn 0), R4 (session 2, turn 0), R2 (session 3, turn 0), R3 (session 4, turn 0), R0 (session 5, turn 0). -/
 theorem vllm_tight_02 :
-    answers (run program_tight_02 workload_tight_02 1000000 (some 100000)).machine
+    answers (run program_tight_02 workload_tight_02 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
-      [(some 10, some 72, some 0), (some 11, some 93, some 1), (some 75, some 96, some 0), (some 96, some 173, some 0), (some 100, some 178, some 1), (some 174, some 214, some 0)] := by
+      some [(some 10, some 72, some 0), (some 11, some 93, some 1), (some 75, some 96, some 0), (some 96, some 173, some 0), (some 100, some 178, some 1), (some 174, some 214, some 0)] := by
   decide +kernel
 
 /-! ## tight_03 (tools/oracle/extra/results/tight_03.json) -/
@@ -2680,9 +2681,9 @@ def workload_tight_03 : Workload := { sessions := [
 
 /-- tight_03: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0). -/
 theorem vllm_tight_03 :
-    answers (run program_tight_03 workload_tight_03 1000000 (some 100000)).machine
+    answers (run program_tight_03 workload_tight_03 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
-      [(some 5, some 83, some 0), (some 10, some 71, some 0), (some 23, some 35, some 0)] := by
+      some [(some 5, some 83, some 0), (some 10, some 71, some 0), (some 23, some 35, some 0)] := by
   decide +kernel
 
 /-! ## tight_cached_00 (tools/oracle/extra/results/tight_cached_00.json) -/
@@ -2708,9 +2709,9 @@ def workload_tight_cached_00 : Workload := { sessions := [
 
 /-- tight_cached_00: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R1 (session 3, turn 0). -/
 theorem vllm_tight_cached_00 :
-    answers (run program_tight_cached_00 workload_tight_cached_00 1000000 (some 100000)).machine
+    answers (run program_tight_cached_00 workload_tight_cached_00 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      [(some 9, some 81, some 0), (some 18, some 36, some 0), (some 23, some 91, some 2), (some 88, some 160, some 0)] := by
+      some [(some 9, some 81, some 0), (some 18, some 36, some 0), (some 23, some 91, some 2), (some 88, some 160, some 0)] := by
   decide +kernel
 
 /-! ## tight_cached_01 (tools/oracle/extra/results/tight_cached_01.json) -/
@@ -2740,9 +2741,9 @@ def workload_tight_cached_01 : Workload := { sessions := [
 
 /-- tight_cached_01: requests R3 (session 0, turn 0), R7 (session 1, turn 0), R5 (session 2, turn 0), R4 (session 3, turn 0), R0 (session 4, turn 0), R2 (session 5, turn 0), R6 (session 6, turn 0), R1 (session 7, turn 0). -/
 theorem vllm_tight_cached_01 :
-    answers (run program_tight_cached_01 workload_tight_cached_01 1000000 (some 100000)).machine
+    answers (run program_tight_cached_01 workload_tight_cached_01 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)] =
-      [(some 7, some 42, some 0), (some 11, some 61, some 0), (some 14, some 82, some 0), (some 15, some 66, some 2), (some 65, some 127, some 0), (some 85, some 85, some 1), (some 131, some 192, some 0), (some 129, some 133, some 0)] := by
+      some [(some 7, some 42, some 0), (some 11, some 61, some 0), (some 14, some 82, some 0), (some 15, some 66, some 2), (some 65, some 127, some 0), (some 85, some 85, some 1), (some 131, some 192, some 0), (some 129, some 133, some 0)] := by
   decide +kernel
 
 /-! ## tight_cached_02 (tools/oracle/extra/results/tight_cached_02.json) -/
@@ -2768,9 +2769,9 @@ def workload_tight_cached_02 : Workload := { sessions := [
 
 /-- tight_cached_02: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0). -/
 theorem vllm_tight_cached_02 :
-    answers (run program_tight_cached_02 workload_tight_cached_02 1000000 (some 100000)).machine
+    answers (run program_tight_cached_02 workload_tight_cached_02 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      [(some 11, some 15, some 0), (some 9, some 35, some 0), (some 13, some 45, some 0), (some 30, some 106, some 0)] := by
+      some [(some 11, some 15, some 0), (some 9, some 35, some 0), (some 13, some 45, some 0), (some 30, some 106, some 0)] := by
   decide +kernel
 
 /-! ## tight_cached_03 (tools/oracle/extra/results/tight_cached_03.json) -/
@@ -2798,9 +2799,9 @@ def workload_tight_cached_03 : Workload := { sessions := [
 
 /-- tight_cached_03: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R5 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R2 (session 5, turn 0). -/
 theorem vllm_tight_cached_03 :
-    answers (run program_tight_cached_03 workload_tight_cached_03 1000000 (some 100000)).machine
+    answers (run program_tight_cached_03 workload_tight_cached_03 1000000 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
-      [(some 12, some 20, some 0), (some 8, some 80, some 0), (some 17, some 85, some 0), (some 25, some 86, some 1), (some 24, some 136, some 2), (some 89, some 106, some 0)] := by
+      some [(some 12, some 20, some 0), (some 8, some 80, some 0), (some 17, some 85, some 0), (some 25, some 86, some 1), (some 24, some 136, some 2), (some 89, some 106, some 0)] := by
   decide +kernel
 
 end Serq.Oracle

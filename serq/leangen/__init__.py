@@ -82,6 +82,8 @@ def generate(prog: I.Program, source: str | None = None) -> ClaimsFile:
     p = convert(prog)
     source = source or (prog.files[0] if prog.files else "<ir>")
     from serq.leangen.claims import statements
+    from serq.ref import read_trace
+    rows = T.trace(read_trace(prog.workload.trace.file), 2) if p.trace else None
     text = render("program.lean.j2", source=T.comment(source), ns=namespace(source), name="program",
-                  p=program_fields(p), claims=statements(p))
+                  p=program_fields(p), trace=rows, claims=statements(p, "trace" if p.trace else "[]"))
     return ClaimsFile(text, len(p.claims))

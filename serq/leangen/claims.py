@@ -9,8 +9,9 @@ from serq.ref import ir as R
 # the reference's *Claims*: "any number of sessions up to 500"
 BOUND = 500
 
-# the claim's form -> the proposition of lean/Serq/Claims.lean stating it of claim j of a program
-PROPS = {"every": "Serq.EveryIteration", "some": "Serq.SomeIteration", "end": "Serq.AtEnd"}
+# the claim's form -> the proposition of lean/Serq/Claims.lean stating claim j of a program, given
+# the program's trace (its sessions' rows; [] without a trace) and the bound
+PROPS = {"every": "Serq.Every", "some": "Serq.SomeIter", "end": "Serq.AtEnd"}
 READING = {
     "every": "it holds at the start of every iteration of every path of every workload of the program's family",
     "some": "it holds at the start of some iteration of some path of some workload of the program's family",
@@ -19,9 +20,9 @@ READING = {
 }
 
 
-def statements(p: R.Program) -> list[dict]:
+def statements(p: R.Program, trace: str) -> list[dict]:
     """One entry a claim, in the program's order: its name, a Lean identifier for it (`claim_NAME`,
-    unique), what it says and the Lean proposition."""
+    unique), what it says and the Lean proposition; `trace` names the program's trace in Lean."""
     out, seen = [], set()
     for j, c in enumerate(p.claims):
         name = T.ident(c.name, "claim_")
@@ -33,6 +34,6 @@ def statements(p: R.Program) -> list[dict]:
             "name": T.comment(c.name),
             "ident": name,
             "reading": f"{READING[c.form]} (up to {BOUND} sessions{given}).",
-            "statement": f"{PROPS[c.form]} program {BOUND} {j}",
+            "statement": f"{PROPS[c.form]} program {trace} {BOUND} {j}",
         })
     return out

@@ -213,6 +213,11 @@ def row(r: R.Row) -> str:
     return f"⟨{nat(r.new)}, {nat(r.out)}, {nat(r.think)}, {nat(r.forced)}⟩"
 
 
+def trace(sessions, indent: int) -> str:
+    """A trace's sessions, each its rows (`List (List Row)`), one session a line."""
+    return lines(sessions, lambda rows, _i: "[" + ", ".join(row(r) for r in rows) + "]", indent)
+
+
 def session_in(s: R.SessionIn, indent: int) -> str:
     return (f"{{ arrival := {nat(s.arrival)}, draws := [{', '.join(nat(d) for d in s.draws)}],"
             f" rows := [{', '.join(row(r) for r in s.rows)}] }}")

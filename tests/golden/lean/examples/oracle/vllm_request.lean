@@ -2,7 +2,7 @@
 import Serq.IR
 
 /-!
-The program's IR as a value of `Serq.Program` (lean/Serq/IR.lean).
+The program's IR as a value of `Serq.Program` (lean/Serq/IR.lean) and its trace.
 The program states no claim.
 -/
 
@@ -69,5 +69,11 @@ def program : Program := {
         Stmt.observeA "last_token" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.num 1)),
         Stmt.observeA "preemptions" (Expr.bin BinOp.sub (Expr.attr "attempts") (Expr.num 1))]],
   claims := [] }
+
+/-- The program's trace: each session's rows (`new`, `out`, `think`, `forced`), in file order. -/
+def trace : List (List Row) := [
+  [⟨40, 60, 0, 0⟩],
+  [⟨40, 50, 1, 0⟩],
+  [⟨40, 50, 1, 0⟩]]
 
 end SerqGen.VllmRequest

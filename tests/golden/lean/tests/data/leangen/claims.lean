@@ -3,8 +3,8 @@ import Serq.IR
 import Serq.Claims
 
 /-!
-The program's IR as a value of `Serq.Program` (lean/Serq/IR.lean), and each of its
-claims as a proposition about the paths of the program's workload family (lean/Serq/Claims.lean).
+The program's IR as a value of `Serq.Program` (lean/Serq/IR.lean), and each of
+its claims as a proposition about the paths of the program's workload family (lean/Serq/Claims.lean).
 -/
 
 namespace SerqGen.Claims
@@ -66,14 +66,14 @@ def program : Program := {
 
 /-- `claim bounded_batch`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions). -/
 def claim_bounded_batch : Prop :=
-  Serq.EveryIteration program 500 0
+  Serq.Every program [] 500 0
 
 /-- `claim busy`: it holds at the start of some iteration of some path of some workload of the program's family (up to 500 sessions). -/
 def claim_busy : Prop :=
-  Serq.SomeIteration program 500 1
+  Serq.SomeIter program [] 500 1
 
 /-- `claim quick`: it holds at the end of every path of every workload of the program's family at which every session has ended (up to 500 sessions, every session satisfying its `given`). -/
 def claim_quick : Prop :=
-  Serq.AtEnd program 500 2
+  Serq.AtEnd program [] 500 2
 
 end SerqGen.Claims
