@@ -19,9 +19,7 @@ import glob
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,39 +57,16 @@ def scenario_paths() -> list[str]:
     return main + extra
 
 
-def load_program(result: dict, rows: list, n: int):
-    """The linked program of one scenario: its config as the program's inputs, its requests as the
-    trace beside a copy of the program (tools/vllm_oracle.py's mapping)."""
-    from serq import api
-    cfg = result["config"]
-    tmp = tempfile.mkdtemp(prefix="serq-oracle-lean-")
-    try:
-        shutil.copy(vllm_oracle.PROGRAM, os.path.join(tmp, "vllm_request.sq"))
-        with open(os.path.join(tmp, "trace.csv"), "w", encoding="utf-8", newline="") as fh:
-            fh.write("session,turn,new,out,think,forced\n")
-            for r in rows:
-                fh.write(",".join(str(r[k]) for k in ("session", "turn", "new", "out", "think", "forced")) + "\n")
-        inputs = {k: float(cfg[k]) for k in vllm_oracle.CONFIG_INPUTS if k in cfg}
-        inputs["sessions"] = float(n)
-        return api.load(os.path.join(tmp, "vllm_request.sq"), inputs)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def scenario(path: str) -> Scenario:
     from serq import ref
-    from serq.ref import ir as R
     with open(path, encoding="utf-8") as fh:
         result = json.load(fh)
     name = result.get("name") or os.path.basename(path)[:-5]
     outcome = {r["id"]: r for r in result["requests"]}
-    sessions, rows = vllm_oracle.sessions_of(vllm_oracle.scenario_inputs(path, result), outcome)
-    p = ref.convert(load_program(result, rows, len(sessions)))
-    trace: list = [[] for _ in sessions]
-    for r in rows:
-        trace[int(r["session"][1:])].append(R.Row(r["new"], r["out"], r["think"], r["forced"]))
-    wl = ref.workload(p, len(sessions), trace=trace)
-    horizon = int(result.get("max_steps") or result.get("summary", {}).get("max_steps") or 100000)
+    with vllm_oracle.scenario_program(result, path) as (prog, sessions, rows, horizon):
+        p = ref.convert(prog)
+    wl = vllm_oracle.ref_workload(p, rows, len(sessions))
+    horizon = int(horizon)
     res = ref.evaluate(p, wl, horizon=horizon)
     got: dict = {}
     for oname, v, _t, sid, turn in res.observations:
