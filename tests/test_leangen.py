@@ -296,3 +296,21 @@ def test_oracle_lean_is_current():
 
 def test_text_inside_a_lean_comment_cannot_close_or_open_one():
     assert T.comment("a -/ b /- c\nd") == "a - / b / - c d"
+
+
+@pytest.mark.parametrize("row,code,col", [("a,0,x,1,0", "T001", 5), ("a,0,2.5,1,0", "F001", 1)])
+def test_a_trace_that_is_not_naturals_is_a_diagnostic(tmp_path, row, code, col):
+    import shutil
+    shutil.copy(os.path.join(ROOT, REQUEST), tmp_path / "p.sq")
+    (tmp_path / "trace.csv").write_text(f"session,turn,new,out,think\n{row}\n", encoding="utf-8")
+    r = serq("claims", str(tmp_path / "p.sq"))
+    assert r.returncode == 1 and r.stdout == ""
+    line = 2 if code == "T001" else 1
+    assert r.stderr.startswith(f"{tmp_path / 'trace.csv'}:{line}:{col}: error[{code}]: ")
+
+
+def test_the_trace_is_written_as_its_rows():
+    text = read(golden.golden_path(REQUEST.replace(os.sep, "/")))
+    rows = [[(40, 60, 0, 0)], [(40, 50, 1, 0)], [(40, 50, 1, 0)]]  # examples/oracle/trace.csv, by hand
+    assert "def trace : List (List Row) := [\n" + ",\n".join(
+        "  [" + ", ".join(f"⟨{a}, {b}, {c}, {d}⟩" for a, b, c, d in s) + "]" for s in rows) + "]" in text

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import jinja2
 
+from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
 from serq.leangen import terms as T
 from serq.ref import ir as R
@@ -76,14 +77,34 @@ def namespace(source: str) -> str:
     return f"SerqGen.{T.camel(stem)}"
 
 
+def trace_rows(prog: I.Program) -> list:
+    """The rows of the program's trace, as naturals: the trace file read as `serq run` reads it (its
+    T diagnostics), a value that is not a whole number refused as outside the fragment (F001)."""
+    from serq.interp.trace import load_trace
+    tr = prog.workload.trace
+    out = []
+    for sess in load_trace(tr.file):
+        rows = []
+        for rec in sess:
+            vals = []
+            for k in ("new", "out", "think", "forced"):
+                if rec[k] != int(rec[k]):
+                    raise SerqError("F001", f"the trace's `{k}` {rec[k]:g} (session {rec['_session']!r}, turn "
+                                    f"{rec['turn']:g}), not a natural, is outside the Lean fragment (docs/lean.md)",
+                                    Span(tr.file, 1, 1))
+                vals.append(int(rec[k]))
+            rows.append(R.Row(*vals))
+        out.append(rows)
+    return out
+
+
 def generate(prog: I.Program, source: str | None = None) -> ClaimsFile:
     """The Lean file of a linked program: raises the fragment check's diagnostic (an F-code) for a
     program outside the fragment. `source` names the program in the header (default: its file)."""
     p = convert(prog)
     source = source or (prog.files[0] if prog.files else "<ir>")
     from serq.leangen.claims import statements
-    from serq.ref import read_trace
-    rows = T.trace(read_trace(prog.workload.trace.file), 2) if p.trace else None
+    rows = T.trace(trace_rows(prog), 2) if p.trace else None
     text = render("program.lean.j2", source=T.comment(source), ns=namespace(source), name="program",
                   p=program_fields(p), trace=rows, claims=statements(p, "trace" if p.trace else "[]"))
     return ClaimsFile(text, len(p.claims))
