@@ -40,8 +40,9 @@ golden: $(STAMP)
 
 # the interpreter against the reference kernel on many generated fragment programs (docs/lean.md)
 FUZZ_CASES ?= 5000
+FUZZ_SEED ?= 1
 fuzz: $(STAMP)
-	SERQ_FUZZ_CASES=$(FUZZ_CASES) $(BIN)/python -m pytest -q tests/test_ref_differential.py
+	SERQ_FUZZ_CASES=$(FUZZ_CASES) SERQ_FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest -q tests/test_ref_differential.py
 
 schema: $(STAMP)
 	$(BIN)/python -m serq.ir.schema > docs/reference/ir.schema.json

@@ -143,3 +143,16 @@ def test_a_guard_reads_the_batch_so_far(tmp_path):
     sim = rep.pop("_sim")
     assert [v for v in sim.obs["done"].v] == [3.0, 4.0, 5.0]
     assert [t for t, _, _ in sim.obs["done"].rows] == [3.0, 4.0, 5.0]
+
+
+def test_poisson_arrivals_are_the_workloads(tmp_path):
+    """Under `poisson` the workload gives the arrival times (the family: any): a session alone at 0,
+    then two at 5 admitted together (16 tokens of prefill), by hand."""
+    with open(THREE, encoding="utf-8") as fh:
+        text = fh.read().replace("arrive batch(3);", "arrive poisson(1);")
+    path = tmp_path / "open.sq"
+    path.write_text(text, encoding="utf-8")
+    p = ref.convert(api.load(str(path)))
+    res = ref.evaluate(p, ref.workload(p, 3, arrivals=[0, 5, 5], draws=[(8, 3)] * 3))
+    assert res.requests == ((0, 0, 1, 3, 0, 0), (1, 0, 6, 8, 0, 0), (2, 0, 6, 8, 0, 0))
+    assert res.end == 8 and res.iterations == 6

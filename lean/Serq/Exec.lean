@@ -475,7 +475,7 @@ def tryAdmit (p : Program) (m : Machine) (it : QItem) (i : Nat) : Option (Machin
     let r ← match hp.reserve with | none => pure 0 | some e => eval p m env e
     pure (roundUp u pool.block, max (roundUp u pool.block) r)
   let fits := (pools.zip units).all fun (hp, (_, need)) =>
-    (match (p.pools.get? hp.pool).bind (·.cap) with | some cap => need ≤ cap | none => true) &&
+    (match (p.pools.get? hp.pool).bind (·.cap) with | some cap => decide (need ≤ cap) | none => true) &&
     roomFor p m hp.pool need
   if !fits then pure (m, false)
   else do
@@ -515,13 +515,13 @@ def arrive (p : Program) (m : Machine) (k : Nat) : Option Machine := do
 /-- `batch.tokens` and `batch.prefilled`: what the iteration has scheduled so far, which a
 schedule's guard reads (*The iteration as a program*). -/
 def tally (m : Machine) (r : Req) (n : Nat) : Machine :=
-  let m := setVar m .ntok ((lookup .ntok m.eng.vars).getD 0 + n)
-  if r.mode == .prefill then setVar m .npre ((lookup .npre m.eng.vars).getD 0 + n) else m
+  let m := setVar m .ntok ((lookup StepVar.ntok m.eng.vars).getD 0 + n)
+  if r.mode == .prefill then setVar m .npre ((lookup StepVar.npre m.eng.vars).getD 0 + n) else m
 
 /-- A request's tokens leave the batch being planned. -/
 def untally (m : Machine) (r : Req) (n : Nat) : Machine :=
-  let m := setVar m .ntok ((lookup .ntok m.eng.vars).getD 0 - n)
-  if r.mode == .prefill then setVar m .npre ((lookup .npre m.eng.vars).getD 0 - n) else m
+  let m := setVar m .ntok ((lookup StepVar.ntok m.eng.vars).getD 0 - n)
+  if r.mode == .prefill then setVar m .npre ((lookup StepVar.npre m.eng.vars).getD 0 - n) else m
 
 /-- A request leaves the engine; its tokens in the iteration being planned return to the budget. -/
 def dropReq (m : Machine) (rid : Nat) : Machine :=
@@ -575,7 +575,7 @@ def hold (p : Program) (m : Machine) (sid : Nat) (h : Stmt) : Option (Machine ×
     | true, some cap => do
       let u ← eval p m env hp.units
       let r ← match hp.reserve with | none => pure 0 | some e => eval p m env e
-      pure (max (roundUp u pool.block) r > cap)
+      pure (decide (max (roundUp u pool.block) r > cap))
     | _, _ => pure false
   if never then do pure (← finish p m sid, true)
   else do
@@ -772,7 +772,7 @@ def grow (p : Program) (m : Machine) (r : Req) (need : Nat) : Nat → Option (Ma
     else match victim p m i with
       | none => pure (m, false)
       | some v => do
-        let m := setVar m .preempted ((lookup .preempted m.eng.vars).getD 0 + 1)
+        let m := setVar m .preempted ((lookup StepVar.preempted m.eng.vars).getD 0 + 1)
         let m ← preempt p m v i
         if v == r.sid then pure (setPlan m fun pl => { pl with stop := true }, false)
         else grow p m r need fuel
@@ -841,7 +841,7 @@ def admitHead (p : Program) (m : Machine) (i : Nat) : Option (Machine × Option 
   let (m, ok) ← tryAdmit p m it i
   if !ok then pure (m, none)
   else do
-    let m := setVar m .admitted ((lookup .admitted m.eng.vars).getD 0 + 1)
+    let m := setVar m .admitted ((lookup StepVar.admitted m.eng.vars).getD 0 + 1)
     let m := { m with eng := { m.eng with admSeq := m.eng.admSeq + 1 } }
     let s ← m.sess.get? it.sid
     let m := setPlan (setSess m { s with engAdm := m.eng.admSeq }) fun pl => { pl with just := [] }
@@ -935,7 +935,7 @@ def exclusive (p : Program) (m : Machine) (full : Option Nat) : Option Machine :
   | none => do
     let m ← serveList p none chunk reqs m
     let pl ← m.eng.plan
-    if (lookup .preempted m.eng.vars).getD 0 != 0 || pl.noAdmit then pure m
+    if (lookup StepVar.preempted m.eng.vars).getD 0 != 0 || pl.noAdmit then pure m
     else do
       let tentative := pl.batch.map (·.1)
       let left := pl.budget
@@ -1084,14 +1084,14 @@ def settleFuel : Nat := 1000000
 pending at this instant, else the next event up to the horizon. The flag: the run is over. -/
 def step (p : Program) (m : Machine) (horizon : Option Nat) : Option (Machine × Bool) := do
   let m ← settle p m settleFuel
-  let nextLater := match m.events with | [] => true | e :: _ => e.t > m.now
+  let nextLater := match m.events with | [] => true | e :: _ => decide (e.t > m.now)
   if m.eng.want && nextLater then
     let m := { m with eng := { m.eng with want := false } }
     if m.eng.busy then pure (m, false) else do pure (← startIteration p m, false)
   else match m.events with
     | [] => pure (m, true)
     | e :: rest =>
-      if (match horizon with | some h => e.t > h | none => false) then pure (m, true)
+      if (match horizon with | some h => decide (e.t > h) | none => false) then pure (m, true)
       else do
         let m := { m with events := rest, now := e.t }
         match e.kind with
