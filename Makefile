@@ -24,14 +24,16 @@ test: $(STAMP)
 # the user's verification gate (README): every example links, the generated Lean is current, the
 # differential suite passes, and lean/ builds where lake is installed (else said to be skipped)
 EXAMPLES     := $(sort $(shell find examples -name '*.sq'))
+GOLDEN_LEAN  := $(sort $(shell find tests/golden/lean -name '*.lean'))
 DIFFERENTIAL := $(sort $(wildcard tests/test_ref*.py tests/test_differential*.py)) tests/test_leangen.py
 check: $(STAMP)
 	@for f in $(EXAMPLES); do $(BIN)/serq check $$f || exit 1; done
 	$(BIN)/python -m serq.leangen --check
 	$(BIN)/python tools/gen_oracle_lean.py --check
 	$(BIN)/python -m pytest $(DIFFERENTIAL)
-	@if command -v lake >/dev/null 2>&1; then cd lean && lake build; \
-	else echo "Lean build SKIPPED: lake is not on the PATH (no Lean toolchain here); lean/ was not compiled"; fi
+	@if command -v lake >/dev/null 2>&1; then cd lean && lake build && \
+	  for f in $(GOLDEN_LEAN); do echo "lake env lean $$f"; lake env lean ../$$f || exit 1; done; \
+	else echo "Lean build SKIPPED: lake is not on the PATH (no Lean toolchain here); lean/ and the golden files were not compiled"; fi
 
 # regenerate the golden Lean files and lean/Serq/Oracle.lean (docs/leangen.md)
 golden: $(STAMP)
