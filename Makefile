@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.serq-installed
 
-.PHONY: demo test check install clean schema fuzz
+.PHONY: demo test check golden install clean schema fuzz
 
 # a fuzz campaign (tools/fuzz.py): FUZZ_CASES cases, FUZZ_JOBS workers, FUZZ_TIMEOUT seconds a case;
 # each failure's cause and smallest reproducer go to FUZZ_OUT; FUZZ_ARGS more options of tools/fuzz.py
@@ -33,11 +33,24 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-# the Lean side: built where lake is installed, otherwise said to be skipped
+# the user's verification gate (README): every example links, the generated Lean is current, the
+# differential suite passes, and lean/ builds where lake is installed (else said to be skipped)
+EXAMPLES     := $(sort $(shell find examples -name '*.sq'))
+GOLDEN_LEAN  := $(sort $(shell find tests/golden/lean -name '*.lean'))
+DIFFERENTIAL := $(sort $(wildcard tests/test_ref*.py tests/test_differential*.py)) tests/test_leangen.py
 check: $(STAMP)
-	$(BIN)/python -m pytest
-	@if command -v lake >/dev/null 2>&1; then cd lean && lake build; \
-	else echo "Lean check SKIPPED: lake is not on the PATH (no Lean toolchain on this machine)"; fi
+	@for f in $(EXAMPLES); do $(BIN)/serq check $$f || exit 1; done
+	$(BIN)/python -m serq.leangen --check
+	$(BIN)/python tools/gen_oracle_lean.py --check
+	$(BIN)/python -m pytest $(DIFFERENTIAL)
+	@if command -v lake >/dev/null 2>&1; then cd lean && lake build && \
+	  for f in $(GOLDEN_LEAN); do echo "lake env lean $$f"; lake env lean ../$$f || exit 1; done; \
+	else echo "Lean build SKIPPED: lake is not on the PATH (no Lean toolchain here); lean/ and the golden files were not compiled"; fi
+
+# regenerate the golden Lean files and lean/Serq/Oracle.lean (docs/leangen.md)
+golden: $(STAMP)
+	$(BIN)/python -m serq.leangen --update
+	$(BIN)/python tools/gen_oracle_lean.py
 
 # both campaigns run; it fails when either found anything
 fuzz: $(STAMP)

@@ -14,7 +14,7 @@ from serq.lang.lower.program import lower
 from serq.lang.parse import parse_file, parse_text, read_source
 from serq.link.program import link_kernel
 
-__all__ = ["load", "load_text", "load_ir", "parse_instance", "run", "SerqError", "UsageError"]
+__all__ = ["load", "load_text", "load_ir", "parse_instance", "run", "claims_lean", "SerqError", "UsageError"]
 
 
 def run(program: I.Program, settings: I.Settings | None = None, progress=None) -> dict:
@@ -28,6 +28,13 @@ def _run(program, settings, progress):
     rep = sim.run(progress)
     rep["_sim"] = sim
     return rep
+
+
+def claims_lean(program: I.Program, source: str | None = None):
+    """The program's IR and claims as a Lean file (serq.leangen.ClaimsFile: text, claims), or the
+    fragment check's diagnostic (an F-code) when the program is outside the Lean fragment."""
+    from serq.leangen import generate
+    return generate(program, source)
 
 
 # (stack, recursion limit) for the thread that parses, links and runs: parsing 25 000 levels deep

@@ -68,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="parse and link only; exit 1 with diagnostics")
     c.add_argument("file")
     inputs(c)
+    cl = sub.add_parser("claims", help="the program's IR and claims as Lean (the Lean fragment)")
+    cl.add_argument("file")
+    cl.add_argument("-o", "--output", metavar="OUT.lean", help="write the Lean file here (default: stdout)")
+    inputs(cl)
     ir = sub.add_parser("ir", help="print the resolved kernel IR as JSON")
     ir.add_argument("file", nargs="?")
     ir.add_argument("--seed")
@@ -153,6 +157,22 @@ def _run(args, prog, settings) -> int:
         _out(json.dumps(finite(rep), indent=1, default=_jsonable, allow_nan=False))
     else:
         _out(text(rep, args.file))
+    return 0
+
+
+def _claims(args, prog) -> int:
+    """The Lean file (stdout or -o); a program without claims still gets its IR, said on stderr."""
+    out = api.claims_lean(prog)
+    if args.output:
+        try:
+            with open(args.output, "w", encoding="utf-8", newline="\n") as fh:
+                fh.write(out.text)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
+    else:
+        _out(out.text.removesuffix("\n"))
+    if out.claims == 0:
+        _say(f"{args.file}: the program states no claim; the Lean file holds its IR only")
     return 0
 
 
@@ -277,6 +297,8 @@ def _main(argv: list[str]) -> int:
         if args.cmd == "check":
             _say(f"{args.file}: ok")
             return 0
+        if args.cmd == "claims":
+            return _claims(args, prog)
         if args.cmd == "ir":
             _out(prog.model_dump_json(indent=1, exclude_none=True))
             return 0

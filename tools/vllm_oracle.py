@@ -16,6 +16,7 @@ prompt and its output); a prompt whose first token differs is a forced miss (a s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -94,11 +95,12 @@ def scenario_inputs(path: str, result: dict) -> list[dict]:
     return result["requests"]
 
 
-def run_scenario(result: dict, path: str = "", ref: bool = False):
-    """serQ's values for each request of one recorded scenario: {id: {field: value}}; with `ref`,
-    the reference kernel's."""
+@contextlib.contextmanager
+def scenario_program(result: dict, path: str = ""):
+    """One scenario as the program reads it, while the context lasts: (the linked program, the
+    sessions [(request ids in turn order)], the trace rows, the horizon); its config as the inputs,
+    its requests as the trace beside a copy of the program (which a run reads)."""
     from serq import api
-    from serq.ir.model import Settings
     cfg = result["config"]
     outcome = {r["id"]: r for r in result["requests"]}
     requests = scenario_inputs(path, result) if path else result.get("inputs", result["requests"])
@@ -115,6 +117,18 @@ def run_scenario(result: dict, path: str = "", ref: bool = False):
         inputs["sessions"] = float(len(sessions))
         prog = api.load(os.path.join(tmp, "vllm_request.sq"), inputs)
         horizon = float(result.get("max_steps") or result.get("summary", {}).get("max_steps") or 100000)
+        yield prog, sessions, rows, horizon
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run_scenario(result: dict, path: str = "", ref: bool = False):
+    """serQ's values for each request of one recorded scenario: {id: {field: value}}; with `ref`,
+    the reference kernel's."""
+    from serq import api
+    from serq.ir.model import Settings
+    outcome = {r["id"]: r for r in result["requests"]}
+    with scenario_program(result, path) as (prog, sessions, rows, horizon):
         if ref:
             obs_rows = _ref_observations(prog, rows, len(sessions), int(horizon))
         else:
@@ -122,8 +136,6 @@ def run_scenario(result: dict, path: str = "", ref: bool = False):
             sim = rep.pop("_sim")
             obs_rows = {name: [(serial, turn, v) for (t, serial, turn), v in zip(ser.rows, ser.v)]
                         for name, ser in sim.obs.items()}
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     serial_key = {}
     for si, s in enumerate(sessions):
         for ti, rid in enumerate(s):
@@ -139,16 +151,22 @@ def run_scenario(result: dict, path: str = "", ref: bool = False):
     return got
 
 
-def _ref_observations(prog, rows, n, horizon):
-    """The reference kernel's observations, {name: [(session, turn, value)]}: the trace's rows are
-    the workload (every session arrives at 0, `arrive batch`)."""
+def ref_workload(p, rows, n):
+    """The reference kernel's workload of a scenario: the trace's rows, every session at 0
+    (`arrive batch`)."""
     from serq import ref
     from serq.ref import ir as R
-    p = ref.convert(prog)
     trace: list = [[] for _ in range(n)]
     for row in rows:
         trace[int(row["session"][1:])].append(R.Row(row["new"], row["out"], row["think"], row["forced"]))
-    res = ref.evaluate(p, ref.workload(p, n, trace=trace), horizon=horizon)
+    return ref.workload(p, n, trace=trace)
+
+
+def _ref_observations(prog, rows, n, horizon):
+    """The reference kernel's observations, {name: [(session, turn, value)]}."""
+    from serq import ref
+    p = ref.convert(prog)
+    res = ref.evaluate(p, ref_workload(p, rows, n), horizon=horizon)
     out: dict = {}
     for name, v, _t, sid, turn in res.observations:
         out.setdefault(name, []).append((sid, turn, v))

@@ -1,0 +1,316 @@
+"""The Lean generator (`serq claims`, serq/leangen/, docs/leangen.md): its golden files are current,
+its output is the same from run to run, every constructor and field it writes is one that
+lean/Serq/IR.lean declares, and lean/Serq/Oracle.lean states vLLM's recorded answers."""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from serq import api
+from serq.leangen import golden
+from serq.leangen import terms as T
+from serq.ref import ir as R
+
+HERE = os.path.dirname(__file__)
+ROOT = os.path.abspath(os.path.join(HERE, ".."))
+REQUEST = os.path.join("examples", "oracle", "vllm_request.sq")
+CLAIMS = os.path.join("tests", "data", "leangen", "claims.sq")
+ORACLE = os.path.join(ROOT, "lean", "Serq", "Oracle.lean")
+
+
+def serq(*args):
+    r = subprocess.run([sys.executable, "-m", "serq.cli", *args], capture_output=True, text=True, cwd=ROOT)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+def read(path):
+    with open(os.path.join(ROOT, path), encoding="utf-8") as fh:
+        return fh.read()
+
+
+# ---------------------------------------------------------------- the golden files
+
+
+def test_golden_files_are_current():
+    assert golden.check() == [], "run: python -m serq.leangen --update"
+
+
+def test_the_fragment_holds_the_oracle_program_and_the_golden_list_says_which():
+    progs = dict(golden.programs())
+    inside = sorted(p for p, text in progs.items() if text is not None and p.startswith("examples/"))
+    assert inside == ["examples/oracle/vllm_request.sq"]
+    assert os.path.isfile(golden.golden_path("examples/oracle/vllm_request.sq"))
+
+
+def test_a_stale_golden_file_is_reported(tmp_path, monkeypatch):
+    gp = golden.golden_path(CLAIMS.replace(os.sep, "/"))
+    text = read(gp)
+    monkeypatch.setattr(golden, "ROOT", ROOT)
+    try:
+        with open(gp, "w", encoding="utf-8") as fh:
+            fh.write(text.replace("Expr.num 1000", "Expr.num 999"))
+        assert golden.check() == [f"tests/golden/lean/tests/data/leangen/claims.lean: not current for "
+                                  f"tests/data/leangen/claims.sq"]
+    finally:
+        with open(gp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+
+
+# ---------------------------------------------------------------- the command
+
+
+def test_claims_writes_the_golden_text_to_stdout_and_says_there_is_no_claim():
+    r = serq("claims", REQUEST)
+    assert r.returncode == 0
+    assert r.stdout == read(golden.golden_path(REQUEST.replace(os.sep, "/")))
+    assert r.stderr == f"{REQUEST}: the program states no claim; the Lean file holds its IR only\n"
+
+
+def test_claims_with_output_file(tmp_path):
+    out = tmp_path / "c.lean"
+    r = serq("claims", CLAIMS, "-o", str(out))
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+    assert out.read_text(encoding="utf-8") == read(golden.golden_path(CLAIMS.replace(os.sep, "/")))
+
+
+def test_claims_outside_the_fragment_is_a_diagnostic_with_a_caret():
+    mg1 = os.path.join("examples", "single-turn", "mg1.sq")
+    r = serq("claims", mg1)
+    assert r.returncode == 1 and r.stdout == ""
+    first, src, caret = r.stderr.splitlines()[:3]
+    assert first == f"{mg1}:10:3: error[F013]: the fifo stage `svc` is outside the Lean fragment (docs/lean.md)"
+    assert caret.index("^") == src.index("stage svc")
+
+
+def test_claims_usage_error_exits_2():
+    assert serq("claims").returncode == 2
+
+
+# ---------------------------------------------------------------- the text
+
+
+def test_output_is_byte_identical_across_processes_and_hash_seeds():
+    outs = set()
+    for seed in ("0", "12345"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        r = subprocess.run([sys.executable, "-m", "serq.cli", "claims", CLAIMS], capture_output=True, cwd=ROOT,
+                           env=env)
+        assert r.returncode == 0
+        outs.add(r.stdout)
+    assert len(outs) == 1
+
+
+def test_claim_statements_name_the_claims_propositions_in_order():
+    text = read(golden.golden_path(CLAIMS.replace(os.sep, "/")))
+    stated = re.findall(r"def (claim_\w+) : Prop :=\n  (Serq\.\w+) program \[\] 500 (\d+)", text)
+    assert stated == [("claim_bounded_batch", "Serq.Every", "0"), ("claim_busy", "Serq.SomeIter", "1"),
+                      ("claim_quick", "Serq.AtEnd", "2")]
+    assert "import Serq.Claims" in text
+
+
+def test_lean_string_literals_escape_what_lean_reads_specially():
+    assert T.string('a"b\\c') == '"a\\"b\\\\c"'
+    assert T.string("x\ny\tz\r") == '"x\\ny\\tz\\r"'
+    assert T.string("\x01\x7f") == '"\\x01\\x7f"'
+    assert T.string("µs") == '"µs"'
+
+
+@pytest.mark.parametrize("name,want", [("fast", "fast"), ("end", "end_"), ("9lives", "n9lives"),
+                                       ("a-b", "a_x2d_b"), ("µ", "_xb5_"), ("", "anon")])
+def test_identifiers_are_valid_lean_names(name, want):
+    assert T.ident(name) == want
+    assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", want)
+
+
+def test_camel_namespaces():
+    assert T.camel("vllm_request") == "VllmRequest"
+    assert T.camel("3-way") == "n3Way"
+
+
+def test_a_claim_named_like_a_keyword_still_gets_an_identifier():
+    prog = api.load_text(read(CLAIMS).replace("claim busy:", "claim end:"), "k.sq")
+    from serq.leangen import generate
+    assert "def claim_end : Prop :=" in generate(prog).text
+
+
+# ---------------------------------------------------------------- against lean/Serq/IR.lean
+
+
+def _ir_lean():
+    """IR.lean's inductive types {name: {constructor: arity}} and structures {name: [fields]}."""
+    text = read(os.path.join("lean", "Serq", "IR.lean"))
+    text = re.sub(r"/-.*?-/", "", text, flags=re.S)
+    inductives, structures = {}, {}
+    for m in re.finditer(r"^inductive (\w+) where\n(.*?)(?=^\s*deriving|^\S)", text, flags=re.S | re.M):
+        ctors = {}
+        for line in m.group(2).splitlines():
+            for alt in line.split("|")[1:]:
+                alt = alt.strip()
+                if not alt:
+                    continue
+                name = alt.split()[0]
+                groups = re.findall(r"\(([^:]+):", alt)
+                ctors[name] = sum(len(g.split()) for g in groups)
+        inductives[m.group(1)] = ctors
+    for m in re.finditer(r"^structure (\w+) where\n(.*?)(?=^\s*deriving|^\S)", text, flags=re.S | re.M):
+        structures[m.group(1)] = [ln.split(":")[0].strip() for ln in m.group(2).splitlines() if ":" in ln]
+    return inductives, structures
+
+
+def test_ir_lean_is_read():
+    inductives, structures = _ir_lean()
+    assert inductives["Expr"]["bin"] == 3 and inductives["Form"] == {"every": 0, "someIter": 0, "atEnd": 0}
+    assert structures["Row"] == ["new", "out", "think", "forced"]
+
+
+def test_every_constructor_written_is_declared_in_ir_lean():
+    inductives, _ = _ir_lean()
+    texts = [read(golden.golden_path(p)) for p, t in golden.programs() if t is not None] + [read(ORACLE)]
+    used = set()
+    for text in texts:
+        used |= set(re.findall(r"\b(" + "|".join(inductives) + r")\.(\w+)", text))
+    assert used, "nothing found"
+    for ty, ctor in sorted(used):
+        assert ctor in inductives[ty], f"{ty}.{ctor} is not a constructor of lean/Serq/IR.lean"
+
+
+def test_every_name_table_covers_ir_lean_exactly():
+    inductives, _ = _ir_lean()
+    assert set(T.BIN_OPS.values()) == set(inductives["BinOp"])
+    assert set(T.FUNS.values()) == set(inductives["Fun"])
+    assert set(T.STEP_VARS.values()) == set(inductives["StepVar"])
+    assert set(T.OBS.values()) == set(inductives["ObsFn"])
+    assert set(T.AGGS.values()) == set(inductives["AggFn"])
+    assert set(T.FORMS.values()) == set(inductives["Form"])
+    assert set(T.ARRIVE.values()) == set(inductives["Arrive"])
+    assert set(T.MODES.values()) == set(inductives["Mode"])
+
+
+def test_structure_instances_write_every_field_in_order():
+    _, structures = _ir_lean()
+    text = read(golden.golden_path(CLAIMS.replace(os.sep, "/")))
+    prog = re.search(r"def program : Program := \{\n(.*?)\n\n", text, flags=re.S).group(1)
+    top = re.findall(r"^  (\w+) :=", prog, flags=re.M)
+    assert top == structures["Program"]
+    eng = re.findall(r"^    (\w+) :=", prog, flags=re.M)
+    assert eng == structures["Engine"]
+    for ty, start in (("Pool", '{ name := "kv"'), ("HoldPool", "{ pool := 0"), ("Claim", '{ name := "busy"')):
+        line = next(ln for ln in prog.splitlines() if ln.strip().startswith(start))
+        assert re.findall(r"(\w+) :=", line) == structures[ty], ty
+
+
+def _one_of_each():
+    """A value of every class serq/ref/ir.py defines for expressions, statements and iterations."""
+    n = R.Num(1)
+    exprs = [n, R.Attr("a"), R.Ctx("now"), R.StepVar("Ntok", True), R.Reg("r"), R.Obs("budget_left", "llm"),
+             R.Agg("prefix_total", "o"), R.Not(n), R.Bin("!=", n, n), R.Ite(n, n, n), R.Fn("reusable", (n, n))]
+    hp = R.HoldPool(0, n, None, True)
+    stmts = [R.SetA("x", n), R.DrawA("x"), R.ObserveA("o", n), R.BranchS(n, (R.TurnS(),), ()),
+             R.WhileS(n, (R.EndS(),)), R.TurnS(), R.HoldS((hp,), n, None, (R.RunS("decode", n, 0),)),
+             R.RunS("prefill", n, None), R.EndS()]
+    istmts = [R.IServe(n, (n,), None), R.IAdmit(None, n, n), R.IBranch(n, (R.ISet("r", n),), ()), R.ISet("r", n)]
+    return exprs, stmts, istmts
+
+
+def test_every_class_of_the_fragment_has_a_rendering():
+    exprs, stmts, istmts = _one_of_each()
+    classes = {c for c in vars(R).values() if dataclasses.is_dataclass(c) and isinstance(c, type)}
+    covered = {type(x) for x in exprs + stmts + istmts} | {R.HoldPool, R.Pool, R.Engine, R.Claim, R.Program,
+                                                            R.Row, R.SessionIn, R.Workload}
+    assert classes == covered
+    assert [T.expr(e).split()[0] for e in exprs] == [
+        "Expr.num", "Expr.attr", "Expr.ctx", "Expr.step", "Expr.reg", "Expr.obs", "Expr.agg", "Expr.not",
+        "Expr.bin", "Expr.ite", "Expr.fn"]
+    assert T.expr(exprs[5]) == 'Expr.obs ObsFn.budgetLeft "llm"'
+    assert T.expr(exprs[8]) == "Expr.bin BinOp.ne (Expr.num 1) (Expr.num 1)"
+    assert [T.stmt(s, 0).split()[0] for s in stmts] == [
+        "Stmt.setA", "Stmt.drawA", "Stmt.observeA", "Stmt.branchS", "Stmt.whileS", "Stmt.turnS", "Stmt.holdS",
+        "Stmt.runS", "Stmt.endS"]
+    assert T.istmt(istmts[0], 0) == "IStmt.serve (some (Expr.num 1)) (some [Expr.num 1]) none"
+
+
+def test_a_negative_number_cannot_be_written():
+    with pytest.raises(ValueError):
+        T.nat(-1)
+
+
+# ---------------------------------------------------------------- lean/Serq/Oracle.lean
+
+
+def _theorems(text):
+    """{scenario name: (requests [(session, turn)], answers [(first, last, preemptions)])}."""
+    out = {}
+    pat = (r"/-! ## (\S+) \((\S+)\) -/.*?theorem vllm_\w+ :\n.*?\n      \[(.*?)\] =\n      some \[(.*?)\] := by\n"
+           r"  decide \+kernel")
+    for m in re.finditer(pat, text, flags=re.S):
+        reqs = [tuple(map(int, x)) for x in re.findall(r"\((\d+), (\d+)\)", m.group(3))]
+        ans = [tuple(None if v == "none" else int(v[5:]) for v in t)
+               for t in re.findall(r"\((none|some \d+), (none|some \d+), (none|some \d+)\)", m.group(4))]
+        out[m.group(1)] = (m.group(2), reqs, ans)
+    return out
+
+
+def test_oracle_theorems_state_vllms_recorded_answers():
+    """Read against the recorded JSON alone: each request's first and last token step and preemption
+    count, in the scenario's session and turn order."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import vllm_oracle
+    ths = _theorems(read(ORACLE))
+    assert len(ths) >= 60
+    for name, (path, reqs, ans) in ths.items():
+        with open(os.path.join(ROOT, path), encoding="utf-8") as fh:
+            result = json.load(fh)
+        by_id = {r["id"]: r for r in result["requests"]}
+        sessions, _ = vllm_oracle.sessions_of(vllm_oracle.scenario_inputs(os.path.join(ROOT, path), result), by_id)
+        want_reqs = [(si, ti) for si, s in enumerate(sessions) for ti, _ in enumerate(s)]
+        want = [(by_id[rid]["first_token_step"], by_id[rid]["last_token_step"], by_id[rid]["num_preemptions"])
+                for s in sessions for rid in s]
+        assert reqs == want_reqs and ans == want, name
+
+
+def test_oracle_leaves_out_exactly_the_scenarios_where_the_kernel_differs():
+    text = read(ORACLE)
+    left = re.findall(r"^\* `(\S+)`: (.*)$", text, flags=re.M)
+    assert [n for n, _ in left] == ["09b_prefix_caching_multiturn_tight", "10_preempt_only_step_stall"]
+    assert "70 theorems of 72 scenarios tried" in text
+    assert "import Serq.Oracle" in read(os.path.join("lean", "Serq.lean"))
+
+
+def test_oracle_lean_is_current():
+    """tools/gen_oracle_lean.py regenerates the committed file byte for byte (it runs every
+    scenario through the reference kernel: the slowest test here, a few seconds)."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import gen_oracle_lean
+    text, scs = gen_oracle_lean.generate()
+    assert text == read(ORACLE), "run: python tools/gen_oracle_lean.py"
+    assert len(scs) == 52 + 5 * gen_oracle_lean.EXTRA_PER
+
+
+def test_text_inside_a_lean_comment_cannot_close_or_open_one():
+    assert T.comment("a -/ b /- c\nd") == "a - / b / - c d"
+
+
+@pytest.mark.parametrize("row,code,col", [("a,0,x,1,0", "T001", 5), ("a,0,2.5,1,0", "F001", 1)])
+def test_a_trace_that_is_not_naturals_is_a_diagnostic(tmp_path, row, code, col):
+    import shutil
+    shutil.copy(os.path.join(ROOT, REQUEST), tmp_path / "p.sq")
+    (tmp_path / "trace.csv").write_text(f"session,turn,new,out,think\n{row}\n", encoding="utf-8")
+    r = serq("claims", str(tmp_path / "p.sq"))
+    assert r.returncode == 1 and r.stdout == ""
+    line = 2 if code == "T001" else 1
+    assert r.stderr.startswith(f"{tmp_path / 'trace.csv'}:{line}:{col}: error[{code}]: ")
+
+
+def test_the_trace_is_written_as_its_rows():
+    text = read(golden.golden_path(REQUEST.replace(os.sep, "/")))
+    rows = [[(40, 60, 0, 0)], [(40, 50, 1, 0)], [(40, 50, 1, 0)]]  # examples/oracle/trace.csv, by hand
+    assert "def trace : List (List Row) := [\n" + ",\n".join(
+        "  [" + ", ".join(f"⟨{a}, {b}, {c}, {d}⟩" for a, b, c, d in s) + "]" for s in rows) + "]" in text
