@@ -212,7 +212,7 @@ def _one_of_each():
     n = R.Num(1)
     exprs = [n, R.Attr("a"), R.Ctx("now"), R.StepVar("Ntok", True), R.Reg("r"), R.Obs("budget_left", "llm"),
              R.Agg("prefix_total", "o"), R.Not(n), R.Bin("!=", n, n), R.Ite(n, n, n), R.Fn("reusable", (n, n))]
-    hp = R.HoldPool(0, n, None, True)
+    hp = R.HoldPool(0, n, None, True, False)
     stmts = [R.SetA("x", n), R.DrawA("x"), R.ObserveA("o", n), R.BranchS(n, (R.TurnS(),), ()),
              R.WhileS(n, (R.EndS(),)), R.TurnS(), R.HoldS((hp,), n, None, (R.RunS("decode", n, 0),)),
              R.RunS("prefill", n, None), R.EndS()]

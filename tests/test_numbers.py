@@ -200,3 +200,12 @@ def test_a_varying_gauge_keeps_its_interval():
     g = rep["gauges"]["busy_s"]
     assert g["mean"] == pytest.approx(m) and g["ci95"] == pytest.approx(ci) and ci > 0.2
 
+
+
+def test_a_flow_whose_share_of_a_denormal_capacity_underflows_never_ends():
+    # found by tools/fuzz.py: maxmin's share of ps(5e-324) among several flows is 0.0, and the
+    # flow's end was computed by dividing by it; such a flow runs at rate 0 and never ends
+    rep, _ = run("""fn main() { stage a : ps(5e-324); stage b : ps(20000); share maxmin;
+      workload { arrive poisson(10); turn { Size n = 100; } } server { run a, b (cost(a, b, n)); } }""",
+                 horizon=5)
+    assert rep["sessions"]["completed"] == 0 and rep["sessions"]["live_at_end"] == rep["sessions"]["arrived"] > 1

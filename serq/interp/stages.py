@@ -290,11 +290,12 @@ class FlowNet:
         self.version += 1
         nxt = INF
         for f in flows:
-            # every rate is above 0 (each capacity is); the tag is never before now
-            f.tag = t = now + f.left / f.rate
+            # a rate is above 0 as each capacity is, unless a share of a denormal capacity
+            # underflowed: that flow never ends; the tag is never before now
+            f.tag = t = now + f.left / f.rate if f.rate > 0 else INF
             if t < nxt:
                 nxt = t
-        if flows:
+        if nxt < INF:
             self.sim.at(nxt, self._fire, self.version)
 
     def _fire(self, version):
