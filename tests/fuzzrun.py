@@ -247,12 +247,15 @@ class Worker:
             return self._died(t0)
         # over budget: the stacks, then the worker goes
         self.proc.send_signal(signal.SIGUSR1)
-        # the stacks are written when the worker is next scheduled: wait for them (a loaded machine
-        # may take a while), then the worker goes
+        # the stacks are written, thread by thread, when the worker is next scheduled: wait until the
+        # dump has stopped growing (a loaded machine may take a while), then the worker goes
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and os.path.getsize(self.stacks) == 0:
+        size, still = 0, 0
+        while time.monotonic() < deadline and still < 4:
             time.sleep(0.05)
-        time.sleep(0.1)
+            now = os.path.getsize(self.stacks)
+            still = still + 1 if now == size and now > 0 else 0
+            size = now
         self.kill()
         with open(self.stacks, errors="replace") as fh:
             cause, dump = _hang_cause(fh.read())

@@ -60,13 +60,14 @@ SLOW = {"target": "run", "seed": "examples/single-turn/mg1.sq", "files": {},
 
 
 def test_a_case_over_its_budget_is_a_failure_named_hang_and_returns_within_the_budget():
-    w = fuzzrun.Worker(timeout=0.5)
+    w = fuzzrun.Worker(timeout=1.0)
     try:
         t0 = time.monotonic()
         v = w.run(SLOW)
-        assert time.monotonic() - t0 < 5
-        assert not v["ok"] and v["cause"].startswith("hang@serq/"), v["cause"]  # where it was, from its stacks
-        assert "over the budget of 0.5 s" in v["detail"]
+        assert time.monotonic() - t0 < 10  # the budget, and at most 5 s waiting for the stacks
+        # where it was comes from its stacks: a serQ frame of the working thread when one is there
+        assert not v["ok"] and (v["cause"] == "hang" or v["cause"].startswith("hang@serq/")), v["cause"]
+        assert "over the budget of 1 s" in v["detail"] and "Thread 0x" in v["detail"]
         # the worker is replaced: the next case runs
         w.timeout = BUDGET
         ok = w.run({"target": "check", "seed": "-", "program": "fn main() { stage s : fifo; }",
