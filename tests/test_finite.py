@@ -149,3 +149,35 @@ def test_an_unedited_ir_file_passes(tmp_path):
     prog = api.load_ir(_ir(tmp_path, lambda d: None))
     rep = Sim(prog, Settings(horizon=5)).run()
     assert rep["sessions"]["completed"] > 0
+
+
+ENGINE = """fn main() {
+  device gpu { kv cap 1000; }
+  engine llm on gpu {
+    reqs cap 4; tokens cap 8; granule 2;
+    request (p) { prefill (p) growing kv; }
+    schedule { advance running; admit waiting while (running.preempted == 0) taking reqs (1), kv (1); }
+    execute (1);
+  }
+  pool kv on gpu { block 1; }
+  pool reqs on llm { queue fifo; }
+  workload { arrive poisson(1); turn { Size n = 10 + floor(~uniform(0, 4)); } }
+  server { llm (n); }
+}"""
+
+
+@pytest.mark.parametrize("where,v,code", [
+    (lambda d: d["stages"][0]["kind"], {"granule": {"k": "num", "v": 5e-324}}, "L118"),
+    (lambda d: d["workload"]["turn"][0]["e"]["r"]["args"][0], {"args": [{"k": "num", "v": 0}] * 3}, "L042"),
+    (lambda d: d["workload"]["turn"][0]["e"]["r"], {"args": []}, "L042"),
+])
+def test_an_engine_ir_with_a_bad_granule_or_arity_is_refused(tmp_path, where, v, code):
+    # found by tools/fuzz.py: a hand-edited IR's granule of 5e-324 overflowed the engine's floor, and
+    # a draw of three parameters failed to unpack, both as internal errors
+    d = json.loads(api.load_text(ENGINE, "t.sq").model_dump_json(exclude_none=True))
+    where(d).update(v)
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(SerqError) as info:
+        api.load_ir(str(p))
+    assert info.value.code == code, info.value.render()

@@ -286,10 +286,8 @@ class Linker:
         granule = None
         if st.granule is not None:
             granule = lk(st.granule, N.engine_moment("granule", s.name))
-            gv = const_value(granule)
-            if gv is None or not whole(gv, 1):
-                raise SerqError("L118", "an engine's granule is a constant whole number >= 1"
-                                + ("" if gv is None else f", not {fmt(gv)}"), st.granule.span)
+            if R.granule_problem(const_value(granule)):
+                raise SerqError("L118", R.granule_problem(const_value(granule)), st.granule.span)
         key = N.engine_moment("key", s.name)
         serve = I.ExclusivePrefill() if st.serve[0] == "exclusive" else I.By(keys=[lk(k, key) for k in st.serve[1]])
         iteration = None

@@ -312,6 +312,12 @@ def block_problem(v) -> str | None:
     return None
 
 
+def granule_problem(v) -> str | None:
+    if v is None or not whole(v, 1):
+        return "an engine's granule is a constant whole number >= 1" + ("" if v is None else f", not {fmt(v)}")
+    return None
+
+
 def amount_problem(v, what) -> str | None:
     if v is not None and (math.isnan(v) or v < 0):
         return f"{what} is an amount, not negative and not NaN: this one is {fmt(v)}"
@@ -348,6 +354,8 @@ def check_values(prog: I.Program):
             need(fifo_servers_problem(const_value(kd.servers)), "L022", kd.servers.at, s.at)
         elif kd.k == "ps":
             need(ps_cap_problem(const_value(kd.phi)), "L026", kd.phi.at, s.at)
+        elif kd.k == "step" and kd.granule is not None:
+            need(granule_problem(const_value(kd.granule)), "L118", kd.granule.at, s.at)
     for p in prog.pools:
         need(pool_cap_problem(const_value(p.cap)), "L241", p.cap.at, p.at)
         if p.block is not None:
