@@ -181,3 +181,15 @@ def test_an_engine_ir_with_a_bad_granule_or_arity_is_refused(tmp_path, where, v,
     with pytest.raises(SerqError) as info:
         api.load_ir(str(p))
     assert info.value.code == code, info.value.render()
+
+
+def test_a_drawn_gap_that_brings_too_many_sessions_stops_the_run(monkeypatch):
+    # no rate foretells a drawn gap's count, so it is checked as sessions arrive (R036); the bound is
+    # lowered here, since ten million sessions take minutes
+    from serq.interp import sim as simmod
+    monkeypatch.setattr(simmod, "MAX_ARRIVALS", 100)
+    prog = api.load_text("""fn main() { stage s : delay;
+      workload { arrive renewal(~erlang(2, 1e-9)); } server { run s (cost(s, 1)); } }""", "t.sq")
+    with pytest.raises(SerqError) as info:
+        Sim(prog, Settings(horizon=25)).run()
+    assert info.value.code == "R036" and "at most 100 sessions" in str(info.value)

@@ -481,6 +481,10 @@ class Sim(Iterations):
         return t
 
     def _arrive_open(self):
+        if self.sessions_arrived >= MAX_ARRIVALS:  # a drawn gap's count is known only as they come
+            raise RunError("R036", f"a run takes at most {MAX_ARRIVALS:,} sessions (the report keeps every "
+                           f"response), and this one reached that at {fmt(self.now)}: give a shorter --horizon",
+                           self.compiler.span(self.prog.workload.arrive.at))
         self._arrive_one()
         if self.arrivals_n is not None and self.sessions_arrived >= self.arrivals_n:
             return
