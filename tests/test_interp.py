@@ -365,22 +365,26 @@ def test_arrivals_runs_exactly_n_and_drains():
     assert e.value.code == "R033"
 
 
+# an engine that serves only decodes, where every request prefills: it never schedules a token
+STALLS = """fn main() {
+  device gpu { kv cap 100; }
+  engine llm on gpu {
+    reqs cap 4;
+    tokens cap 8;
+    schedule { advance running only (decoding); admit waiting only (decoding) while (running.preempted == 0); }
+    execute (1);
+  }
+  pool kv on gpu { block 4; }
+  pool reqs on llm { }
+  workload { arrive %s; }
+  server { hold reqs (cost(reqs, 1)), kv (cost(kv, 8)) { run llm prefill (cost(llm, 8)) growing kv; } }
+}"""
+
+
 def test_arrivals_without_a_horizon_that_cannot_drain_is_r032_not_a_traceback():
     # found by tools/fuzz.py: the message formatted the missing horizon (TypeError in fmt). The engine
     # serves only decodes and every request prefills, so the five sessions wait with nothing left to happen.
-    prog = api.load_text("""fn main() {
-      device gpu { kv cap 100; }
-      engine llm on gpu {
-        reqs cap 4;
-        tokens cap 8;
-        schedule { advance running only (decoding); admit waiting only (decoding) while (running.preempted == 0); }
-        execute (1);
-      }
-      pool kv on gpu { block 4; }
-      pool reqs on llm { }
-      workload { arrive poisson(1); }
-      server { hold reqs (cost(reqs, 1)), kv (cost(kv, 8)) { run llm prefill (cost(llm, 8)) growing kv; } }
-    }""", "t.sq")
+    prog = api.load_text(STALLS % "poisson(1)", "t.sq")
     with pytest.raises(SerqError) as e:
         api.run(prog, Settings(arrivals=5))
     assert e.value.code == "R032"
@@ -693,21 +697,8 @@ def test_exclusive_prefill_runs_one_prefill_alone_or_decodes_only():
 
 
 def test_an_engine_that_stalls_is_named():
-    text = """fn main() {
-      device gpu { kv cap 100; }
-      engine llm on gpu {
-        reqs cap 4;
-        tokens cap 8;
-        schedule { advance running only (decoding); admit waiting only (decoding) while (running.preempted == 0); }
-        execute (1);
-      }
-      pool kv on gpu { block 4; }
-      pool reqs on llm { }
-      workload { arrive batch(1); }
-      server { hold reqs (cost(reqs, 1)), kv (cost(kv, 8)) { run llm prefill (cost(llm, 8)) growing kv; } }
-    }"""
     # only decodes are ever served, and the one request prefills: nothing is scheduled, ever
-    rep, sim = run(text, horizon=10)
+    rep, sim = run(STALLS % "batch(1)", horizon=10)
     assert any(n.startswith("idle: engine llm") for n in rep["notes"])
     assert sim.engines[0].iterations == 0 and rep["stages"]["llm"]["utilisation"] == 0.0
 
