@@ -106,18 +106,10 @@ class Engine:
         else:
             self.sim.engine_wants(self)
 
-    def tally(self, req: Req, n):
-        """batch.tokens and batch.prefilled: what the iteration has scheduled so far, which a
-        schedule's guard reads (*The iteration as a program*)."""
-        self.vars["Ntok"] += n
-        if req.mode == "prefill":
-            self.vars["Npre"] += n
-
     def drop(self, req: Req):
         if req in self.reqs:
             self.reqs.remove(req)
         if req in self.batch_reqs:
-            self.tally(req, -req.served)
             self.budget += req.served
             req.served = 0.0
             self.batch_reqs.remove(req)
@@ -203,6 +195,17 @@ class Iterations:
         sim = self
         if batch and name in ("Ndec", "Kvb", "Kvp"):
             return lambda c: sim.cur_engine.batch[name]
+        if name in ("Ntok", "Npre"):
+            prefill = name == "Npre"
+
+            def so_far(c):
+                # while an iteration is planned, what it has scheduled so far, which a schedule's
+                # guard reads (*The iteration as a program*): summed when read, not kept per token
+                eng = sim.cur_engine
+                if eng.planning:
+                    return float(sum(r.served for r in eng.batch_reqs if not prefill or r.mode == "prefill"))
+                return eng.vars[name]
+            return so_far
         return lambda c: sim.cur_engine.vars[name]
 
     def register(self, e):
@@ -442,7 +445,6 @@ class Iterations:
             if new:
                 for r in tentative:  # displaced: no token this iteration; each keeps what it holds
                     if r in eng.batch_reqs:
-                        eng.tally(r, -r.served)
                         eng.batch_reqs.remove(r)
                         r.it = -1
                     r.served = 0.0
@@ -518,7 +520,6 @@ class Iterations:
             return False
         r.served = n
         eng.budget -= n
-        eng.tally(r, n)
         eng.batch_reqs.append(r)
         r.it = eng.iter_no
         return True
