@@ -48,7 +48,7 @@ def test_the_fragment_holds_the_oracle_program_and_the_golden_list_says_which():
     inside = sorted(p for p, text in progs.items() if text is not None and p.startswith("examples/"))
     papers = sorted(f"examples/papers/{f}" for f in os.listdir(os.path.join(ROOT, "examples", "papers"))
                     if f.endswith(".sq"))
-    assert len(papers) == 5 and inside == ["examples/oracle/vllm_request.sq", *papers]
+    assert len(papers) == 6 and inside == ["examples/oracle/vllm_request.sq", *papers]
     assert all(os.path.isfile(golden.golden_path(p)) for p in inside)
 
 

@@ -20,11 +20,12 @@ import gen_claims_proved  # noqa: E402
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 PAPERS = os.path.join(ROOT, "examples", "papers")
 SARATHI = os.path.join(PAPERS, "li_dai_peng_sarathi.sq")
+ORCA = os.path.join(PAPERS, "li_dai_peng_orca.sq")
 FT = os.path.join(PAPERS, "li_dai_peng_fastertransformer.sq")
 PF = os.path.join(PAPERS, "li_dai_peng_prefill_first.sq")
 MCSF = os.path.join(PAPERS, "jaillet_mcsf.sq")
 TILING = os.path.join(PAPERS, "bari_tiling.sq")
-ALL = [SARATHI, FT, PF, MCSF, TILING]
+ALL = [SARATHI, ORCA, FT, PF, MCSF, TILING]
 
 
 def _kernel(path, inputs=None):
@@ -50,10 +51,11 @@ def test_each_paper_program_is_in_the_fragment_and_cites_its_paper(path):
 # -- serq run: the statuses the papers predict, on a few seeds and horizons ----------------------
 
 @pytest.mark.parametrize("seed,horizon", [(1, 300), (7, 120)])
-def test_work_conserving_holds_for_sarathi_and_fails_for_the_others(seed, horizon):
+def test_work_conserving_holds_for_sarathi_and_orca_and_fails_for_the_others(seed, horizon):
     args = ("--seed", str(seed), "--horizon", str(horizon))
-    # Sarathi-Serve is work-conserving (the paper's theorem rests on it): never a starved iteration
-    assert _report(SARATHI, *args) == {"work_conserving": "held", "starved": "not_witnessed"}
+    # Sarathi-Serve and Orca are work-conserving (the paper's theorem rests on it): never starved
+    for path in (SARATHI, ORCA):
+        assert _report(path, *args) == {"work_conserving": "held", "starved": "not_witnessed"}
     # FasterTransformer and prefill-first are not: a starved iteration on the path
     for path in (FT, PF):
         assert _report(path, *args) == {"work_conserving": "failed", "starved": "witnessed"}

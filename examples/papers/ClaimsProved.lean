@@ -77,6 +77,61 @@ def claim_starved : Prop :=
 
 end SerqGen.Sarathi
 
+-- examples/papers/li_dai_peng_orca.sq, as `serq claims` writes it
+namespace SerqGen.Orca
+open Serq
+
+def program : Program := {
+  pools := [
+    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [], admitted := true, memory := false }],
+  engine := {
+    name := "llm",
+    budget := (some (Expr.num 16)),
+    chunk := Expr.num 0,
+    granule := none,
+    exclusive := false,
+    keys := [],
+    body := [
+      IStmt.serve none none none,
+      IStmt.admit none (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
+    cost := Expr.num 1,
+    registers := [] },
+  arrive := Arrive.poisson,
+  gap := 0,
+  n := 0,
+  trace := false,
+  init := [],
+  turn := [
+    Stmt.drawA "a",
+    Stmt.drawA "b",
+    Stmt.setA "p" (Expr.bin BinOp.add (Expr.num 4) (Expr.bin BinOp.mul (Expr.num 10) (Expr.attr "a"))),
+    Stmt.setA "o" (Expr.bin BinOp.add (Expr.num 2) (Expr.bin BinOp.mul (Expr.num 6) (Expr.attr "b")))],
+  session := none,
+  server := [
+    Stmt.setA "start" (Expr.ctx "now"),
+    Stmt.holdS
+      [
+        { pool := 0, units := Expr.num 1, reserve := none, staticUnits := true, staticReserve := false }]
+      none
+      none
+      [
+        Stmt.runS Mode.prefill (Expr.attr "p") none,
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none],
+    Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
+  claims := [
+    { name := "work_conserving", form := Form.every, e := Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.eq (Expr.step StepVar.ntok true) (Expr.num 16)), given := none },
+    { name := "starved", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }] }
+
+/-- `claim work_conserving`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions). -/
+def claim_work_conserving : Prop :=
+  Serq.Every program [] 500 0
+
+/-- `claim starved`: it holds at the start of some iteration of some path of some workload of the program's family (up to 500 sessions). -/
+def claim_starved : Prop :=
+  Serq.SomeIter program [] 500 1
+
+end SerqGen.Orca
+
 -- examples/papers/li_dai_peng_fastertransformer.sq, as `serq claims` writes it
 namespace SerqGen.FasterTransformer
 open Serq
@@ -1467,6 +1522,24 @@ theorem Sarathi_starved_not_witnessed_two_sessions :
 theorem Sarathi_starved_not_witnessed_starved_witness :
     allDone SerqGen.Sarathi.program starved_witness 100000 = true ∧
       refuteAll SerqGen.Sarathi.program starved_witness 100000 1 = true := by
+  decide +kernel
+
+/-- `work_conserving` (examples/papers/li_dai_peng_orca.sq): held on every workload of `two_sessions`, each run ending with every session ended. -/
+theorem Orca_work_conserving_held_two_sessions :
+    allDone SerqGen.Orca.program two_sessions 100000 = true ∧
+      checkAll SerqGen.Orca.program two_sessions 100000 0 = true := by
+  decide +kernel
+
+/-- `starved` (examples/papers/li_dai_peng_orca.sq): not_witnessed on every workload of `two_sessions`, each run ending with every session ended. -/
+theorem Orca_starved_not_witnessed_two_sessions :
+    allDone SerqGen.Orca.program two_sessions 100000 = true ∧
+      refuteAll SerqGen.Orca.program two_sessions 100000 1 = true := by
+  decide +kernel
+
+/-- `starved` (examples/papers/li_dai_peng_orca.sq): not_witnessed on every workload of `starved_witness`, each run ending with every session ended. -/
+theorem Orca_starved_not_witnessed_starved_witness :
+    allDone SerqGen.Orca.program starved_witness 100000 = true ∧
+      refuteAll SerqGen.Orca.program starved_witness 100000 1 = true := by
   decide +kernel
 
 /-- `starved` (examples/papers/li_dai_peng_fastertransformer.sq): witnessed on every workload of `starved_witness`, each run ending with every session ended. -/
