@@ -147,3 +147,18 @@ def test_the_family_is_what_it_says():
     fam = gen_claims_proved.FAMILIES["two_sessions"]
     assert len(fam) == 12 + 96 == len(set(fam))
     assert all(all(a.arrival <= b.arrival for a, b in zip(w.sessions, w.sessions[1:])) for w in fam)
+
+
+def test_prefill_first_needs_its_empty_engine_clause():
+    """`running.…` are the residents as the iteration started (docs/lean.md), so the reference's
+    `running.decoding < running.count ? !decoding : decoding` reads `decoding` at an empty engine and
+    excludes a prompt admitted there: alone, it is never served. The program's `|| running.count ==
+    0` serves it: p = 4, o = 2 ends at 2 (a prefill iteration, then one decode)."""
+    with open(PF, encoding="utf-8") as fh:
+        text = fh.read()
+    assert "|| running.count == 0 ?" in text
+    stalls = ref.convert(api.load_text(text.replace(" || running.count == 0 ?", " ?"), file=PF))
+    res = _run(stalls, [(0, 0)], [0])
+    assert res.live == 1 and res.iterations == 0
+    res = _run(_kernel(PF), [(0, 0)], [0])
+    assert res.live == 0 and [v for name, v, *_ in res.observations if name == "done"] == [2]
