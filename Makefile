@@ -36,21 +36,24 @@ test: $(STAMP)
 # the user's verification gate (README): every example links, the generated Lean is current, the
 # differential suite passes, and lean/ builds where lake is installed (else said to be skipped)
 EXAMPLES     := $(sort $(shell find examples -name '*.sq'))
-GOLDEN_LEAN  := $(sort $(shell find tests/golden/lean -name '*.lean'))
+GOLDEN_LEAN  := $(sort $(shell find tests/golden/lean -name '*.lean')) examples/papers/ClaimsProved.lean
 DIFFERENTIAL := $(sort $(wildcard tests/test_ref*.py tests/test_differential*.py)) tests/test_leangen.py
 check: $(STAMP)
 	@for f in $(EXAMPLES); do $(BIN)/serq check $$f || exit 1; done
 	$(BIN)/python -m serq.leangen --check
 	$(BIN)/python tools/gen_oracle_lean.py --check
-	$(BIN)/python -m pytest $(DIFFERENTIAL)
+	$(BIN)/python tools/gen_claims_proved.py --check
+	$(BIN)/python -m pytest $(DIFFERENTIAL) tests/test_papers.py
 	@if command -v lake >/dev/null 2>&1; then cd lean && lake build && \
 	  for f in $(GOLDEN_LEAN); do echo "lake env lean $$f"; lake env lean ../$$f || exit 1; done; \
-	else echo "Lean build SKIPPED: lake is not on the PATH (no Lean toolchain here); lean/ and the golden files were not compiled"; fi
+	else echo "Lean build SKIPPED: lake is not on the PATH (no Lean toolchain here); lean/, the golden files and ClaimsProved.lean were not compiled"; fi
 
-# regenerate the golden Lean files and lean/Serq/Oracle.lean (docs/leangen.md)
+# regenerate the golden Lean files, lean/Serq/Oracle.lean and examples/papers/ClaimsProved.lean
+# (docs/leangen.md, docs/lean.md)
 golden: $(STAMP)
 	$(BIN)/python -m serq.leangen --update
 	$(BIN)/python tools/gen_oracle_lean.py
+	$(BIN)/python tools/gen_claims_proved.py
 
 # both campaigns run; it fails when either found anything
 fuzz: $(STAMP)

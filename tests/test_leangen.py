@@ -46,8 +46,10 @@ def test_golden_files_are_current():
 def test_the_fragment_holds_the_oracle_program_and_the_golden_list_says_which():
     progs = dict(golden.programs())
     inside = sorted(p for p, text in progs.items() if text is not None and p.startswith("examples/"))
-    assert inside == ["examples/oracle/vllm_request.sq"]
-    assert os.path.isfile(golden.golden_path("examples/oracle/vllm_request.sq"))
+    papers = sorted(f"examples/papers/{f}" for f in os.listdir(os.path.join(ROOT, "examples", "papers"))
+                    if f.endswith(".sq"))
+    assert len(papers) == 6 and inside == ["examples/oracle/vllm_request.sq", *papers]
+    assert all(os.path.isfile(golden.golden_path(p)) for p in inside)
 
 
 def test_a_stale_golden_file_is_reported(tmp_path, monkeypatch):

@@ -98,13 +98,14 @@ def trace_rows(prog: I.Program) -> list:
     return out
 
 
-def generate(prog: I.Program, source: str | None = None) -> ClaimsFile:
+def generate(prog: I.Program, source: str | None = None, ns: str | None = None) -> ClaimsFile:
     """The Lean file of a linked program: raises the fragment check's diagnostic (an F-code) for a
-    program outside the fragment. `source` names the program in the header (default: its file)."""
+    program outside the fragment. `source` names the program in the header (default: its file);
+    `ns` the namespace (default: from `source`, `namespace`)."""
     p = convert(prog)
     source = source or (prog.files[0] if prog.files else "<ir>")
     from serq.leangen.claims import statements
     rows = T.trace(trace_rows(prog), 2) if p.trace else None
-    text = render("program.lean.j2", source=T.comment(source), ns=namespace(source), name="program",
+    text = render("program.lean.j2", source=T.comment(source), ns=ns or namespace(source), name="program",
                   p=program_fields(p), trace=rows, claims=statements(p, "trace" if p.trace else "[]"))
     return ClaimsFile(text, len(p.claims))
