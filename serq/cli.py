@@ -185,14 +185,19 @@ def _count(text: str, what: str) -> int:
     return int(v)
 
 
+def _bound(args) -> tuple:
+    """verify's bound and timeout, refused before the program is read."""
+    timeout = _number(args.timeout, "--timeout")
+    if not 0 < timeout < math.inf:
+        raise UsageError(f"--timeout is a positive number of seconds, not {args.timeout}")
+    return _count(args.sessions, "--sessions"), _count(args.values, "--values"), timeout
+
+
 def _verify(args, prog) -> int:
     """Each claim's verdict within the bound; the workloads of its counterexamples and witnesses."""
     from serq.verify import verify
     from serq.verify.output import as_json, as_text, write_workloads
-    timeout = _number(args.timeout, "--timeout")
-    if not 0 < timeout < math.inf:
-        raise UsageError(f"--timeout is a positive number of seconds, not {args.timeout}")
-    res = verify(prog, _count(args.sessions, "--sessions"), _count(args.values, "--values"), timeout)
+    res = verify(prog, *_bound(args))
     run_args = [x for b in args.set + args.rest for x in ("--set", b)]
     if args.instance:
         run_args += ["--instance", args.instance]
@@ -331,6 +336,8 @@ def _main(argv: list[str]) -> int:
             return 0
         if not args.file:
             raise UsageError("a program file is required")
+        if args.cmd == "verify":
+            _bound(args)
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "run":
             return _run(args, prog, settings)

@@ -194,3 +194,55 @@ def test_bad_input(tmp_path, capsys):
         fh.write('{"sessions": [{"arrival": 0, "draws": [1]}]}')
     assert main(["run", path, "--workload", bad]) == 1
     assert "error[R003]" in capsys.readouterr().err
+
+
+def test_a_run_error_is_unknown_never_a_guess(tmp_path):
+    """A drawn 0 divides by 0 (R007): the claim cannot be proved on that workload, nor refuted."""
+    prog = api.load(program(tmp_path, ENGINE + """
+  workload { arrive batch(1); turn { Size n = ~det(1); } }
+  server { llm (1, 2 / n); }
+  claim budget: every iteration of llm (tokens <= 4);
+  claim over: some iteration of llm (tokens >= 5);
+""", "div.sq"))
+    res = verify(prog, 1, 2, timeout=60)
+    for name in ("budget", "over"):
+        assert res.claims[name].verdict == "unknown"
+        assert "R007" in res.claims[name].reason and "'draws': [0]" in res.claims[name].reason
+
+
+def test_a_trace_gives_the_rows(tmp_path):
+    """Under a trace the rows are the program's; the draws still range over the bound."""
+    with open(os.path.join(tmp_path, "t.csv"), "w", encoding="utf-8") as fh:
+        fh.write("session,turn,new,out\n0,0,3,1\n1,0,1,2\n")
+    path = program(tmp_path, ENGINE + """
+  workload { arrive batch(2); trace "t.csv" ordered; turn { Size e = ~det(1); } }
+  server { llm (new + e, out); }
+  claim three: every iteration of llm (tokens <= 3);
+  claim two: some iteration of llm (tokens == 2);
+""", "tr.sq")
+    res = verify(api.load(path), 2, 1, timeout=60)
+    trace = [[ref.ir.Row(3, 1, 0, 0)], [ref.ir.Row(1, 2, 0, 0)]]
+    want = {c.name: ("no_witness" if c.form == "some" else "proved") for c in res.prog.claims}
+    for n in (1, 2):
+        for vals in itertools.product(range(2), repeat=n):
+            o = ref.evaluate(res.prog, ref.workload(res.prog, n, trace=trace, draws=[[v] for v in vals])).claims
+            for c in res.prog.claims:
+                if o[c.name].status in ("failed", "witnessed"):
+                    want[c.name] = {"failed": "counterexample", "witnessed": "witnessed"}[o[c.name].status]
+    assert {k: v.verdict for k, v in res.claims.items()} == want
+    assert want["three"] == "counterexample"
+
+
+def test_the_named_workload_replays_through_the_interpreter(tmp_path):
+    """`n - 1` is 0 on the kernel for a drawn 0 and R007 in the interpreter: verify names a witness
+    the interpreter replays (n > 0), not the first one the search meets (all zeros)."""
+    prog = api.load(program(tmp_path, ENGINE + """
+  workload { arrive batch(1); turn { Size n = ~det(1); } }
+  server { llm (1, n - 1); }
+  claim one: some iteration of llm (tokens == 1);
+""", "sub.sq"))
+    res = verify(prog, 1, 2, timeout=60)
+    v = res.claims["one"]
+    assert v.verdict == "witnessed" and v.reason is None and v.workload["sessions"][0]["draws"][0] > 0
+    rep = api.run(prog, None, None, v.workload)
+    assert (rep["claims"]["one"]["status"], rep["claims"]["one"]["at"]) == ("witnessed", v.at)
