@@ -172,8 +172,8 @@ def _run(args, prog, settings) -> int:
     else:
         head = ""
         if workload is not None:
-            from serq.verify.output import workload_table
-            head = "\n".join([f"workload {args.workload}:"] + workload_table(workload["sessions"])) + "\n"
+            from serq.verify.output import replay_head
+            head = replay_head(prog, workload, args.workload) + "\n"
         _out(head + text(rep, args.file))
     return 0
 

@@ -106,6 +106,9 @@ def test_verdicts_agree_with_enumeration(tmp_path, arrive, sessions, values):
         o = ref.evaluate(p, wl).claims[v.name]
         assert o.status == {"counterexample": "failed", "witnessed": "witnessed"}[v.verdict]
         assert (o.iteration, o.at) == (v.iteration, v.at)
+        assert v.reason is None  # and the interpreter replays it so (serq.verify.replays)
+        rep = api.run(prog, None, None, v.workload)["claims"][v.name]
+        assert (rep["status"], rep["at"]) == (o.status, o.at)
 
 
 def test_given_narrows_the_family(tmp_path):
@@ -154,6 +157,7 @@ def test_json_contract_and_replay(tmp_path, capsys):
         assert main(got["claims"]["three"]["replay"][1:]) == 0
         text = capsys.readouterr().out
         assert "session  arrival  draws" in text and "claim three: failed at" in text
+        assert "machine at iteration" in text and "residents:" in text
         assert main(["verify", "p.sq", "--sessions", "2", "--values", "1"]) == 0
         text = capsys.readouterr().out
         assert "claim three: counterexample at iteration" in text and "machine at iteration" in text

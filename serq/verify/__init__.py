@@ -7,7 +7,7 @@ by concolic execution of the reference kernel with z3 (serq/verify/search.py).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 from serq.diagnostics import SerqError, Span
@@ -16,6 +16,7 @@ from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.ref.fragment import convert
 from serq.verify import search as S
+from serq.verify.sym import concrete
 
 __all__ = ["verify", "Verdict", "Result", "machine_at"]
 
@@ -76,6 +77,7 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
 
     def decide(v: Verdict, verdict: str, fam: S.Family, path: S.Path, o):
         wl = S.concrete_workload(fam, path)
+        o = replace(o, at=concrete(o.at))  # a time that reads an arrival is a term: its value
         # the kernel subtracts naturally where the interpreter stops (R007, docs/lean.md): a
         # workload is named when its replay shows what the kernel found, else kept as a fallback
         why = replays(prog, wl, v.name, "failed" if verdict == "counterexample" else "witnessed", o.at)

@@ -79,7 +79,7 @@ def machine_lines(p: R.Program, v: Verdict, trace) -> list:
     if m is None:
         return []
     reqs = {r.rid: r for r in m.eng.reqs}
-    out = [f"  machine at iteration {v.iteration} (time {m.now}):"]
+    out = [f"  machine at iteration {v.iteration} (time {m.now}, the reference kernel):"]
     batch = ", ".join(f"session {reqs[rid].sid} {reqs[rid].mode} {n}" for rid, n in m.eng.batch if rid in reqs)
     out.append(f"    batch: {batch or 'empty'} ({sum(n for _, n in m.eng.batch)} tokens)")
     res = ", ".join(f"session {r.sid} {r.mode} ({r.left} left)" for r in m.eng.reqs)
@@ -90,6 +90,27 @@ def machine_lines(p: R.Program, v: Verdict, trace) -> list:
         out.append(f"    {pool.name}: {st.used}/{cap} used, {sum(e.units for e in st.entries)} cached"
                    + (f", waiting: session {queue}" if queue else ""))
     return out
+
+
+def replay_head(prog, wl: dict, path: str) -> str:
+    """`serq run --workload`'s text before the report: the workload, and when verify named an
+    iteration of a fragment program, the reference kernel's machine as it started."""
+    out = [f"workload {path}:"] + workload_table(wl["sessions"])
+    it = wl.get("iteration")
+    if isinstance(it, int) and not isinstance(it, bool) and it >= 0:
+        from serq.diagnostics import SerqError
+        from serq.ref.exec import KernelError
+        from serq.ref.fragment import convert
+        try:
+            p = convert(prog)
+            trace = None
+            if p.trace:
+                from serq.leangen import trace_rows
+                trace = trace_rows(prog)
+            out += machine_lines(p, Verdict(str(wl.get("claim")), "", workload=wl, iteration=it), trace)
+        except (SerqError, KernelError):
+            pass  # outside the fragment, or the kernel stops: the report says what the run did
+    return "\n".join(out)
 
 
 def as_json(res: Result, replay: dict) -> dict:
