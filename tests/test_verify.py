@@ -250,3 +250,14 @@ def test_the_named_workload_replays_through_the_interpreter(tmp_path):
     assert v.verdict == "witnessed" and v.reason is None and v.workload["sessions"][0]["draws"][0] > 0
     rep = api.run(prog, None, None, v.workload)
     assert (rep["claims"]["one"]["status"], rep["claims"]["one"]["at"]) == ("witnessed", v.at)
+
+
+def test_a_path_past_the_fuel_is_unknown(tmp_path, monkeypatch):
+    """A path that has not ended when the fuel runs out may still fail or witness later: the claims
+    it leaves undecided are unknown, with the path's workload."""
+    from serq.verify import search
+    monkeypatch.setattr(search, "FUEL", 4)
+    monkeypatch.setattr(search, "CHUNK", 2)
+    res = verify(api.load(program(tmp_path, CLAIMS)), 1, 1, timeout=60)
+    for name in ("budget", "over"):
+        assert res.claims[name].verdict == "unknown" and "runs past 4 steps" in res.claims[name].reason

@@ -128,7 +128,8 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
                     v.verdict, v.seconds = "unknown", time.monotonic() - t0
                     v.reason = (f"the timeout ({timeout:g} s) ran out exploring workloads of {n} session(s) "
                                 f"after {res.paths} path(s)"
-                                + ("" if n == 1 or trouble else f"; none of {n - 1} session(s) or fewer decides it"))
+                                + ("" if n == 1 or trouble else f"; none of {n - 1} session(s) or fewer decides it")
+                                + (f"; and {trouble[0]}" if trouble else ""))
             break
         res.paths += count
         if stopped:

@@ -17,8 +17,9 @@ from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.verify.sym import SymInt, Trace, concrete
 
-FUEL = 20_000   # kernel steps one path may take; a path still running then is not explored further
+FUEL = 5_000    # kernel steps one path may take; a path still running then is not explored further
 CHUNK = 500     # steps between two looks at the clock
+LONG_FLIPS = 200  # the branches flipped on a path past the fuel
 
 
 class Draws:
@@ -138,7 +139,12 @@ def explore(f: Family, deadline: float, visit) -> tuple:
         for n in names:
             s.add(domain(f, n))
         seen = set()
-        for j, b in enumerate(p.facts):
+        # a path past the fuel already leaves the undecided claims unknown: its far branches are
+        # not flipped (the search goes on for counterexamples and witnesses elsewhere)
+        last = len(p.facts) if p.done else min(len(p.facts), LONG_FLIPS)
+        for j, b in enumerate(p.facts[:last]):
+            if j % 64 == 0 and time.monotonic() > deadline:
+                raise Deadline(count)
             key = b.hash()
             if j >= depth and key not in seen:
                 s.push()
