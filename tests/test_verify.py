@@ -261,3 +261,50 @@ def test_a_path_past_the_fuel_is_unknown(tmp_path, monkeypatch):
     res = verify(api.load(program(tmp_path, CLAIMS)), 1, 1, timeout=60)
     for name in ("budget", "over"):
         assert res.claims[name].verdict == "unknown" and "runs past 4 steps" in res.claims[name].reason
+
+
+# a register flipping two schedules, prefix caching, `given`, a claim at end over the turns
+REGISTER = """
+  device gpu { kv cap 24; }
+  engine llm on gpu {
+    reqs cap 2;
+    tokens cap 6;
+    state phase = 0;
+    request (prompt, o) {
+      prefill (prompt) growing kv;
+      decode (o) growing kv;
+      cache (prompt + o);
+    }
+    schedule {
+      set phase = 1 - phase;
+      branch (phase == 1) {
+        advance running;
+        admit waiting while (running.preempted == 0) taking reqs (1), kv (prompt) reserve (prompt);
+      }
+      else {
+        admit waiting while (running.preempted == 0) each at most (3) taking reqs (1), kv (prompt) reserve (prompt);
+        advance running;
+      }
+    }
+    execute (1);
+  }
+  pool kv on gpu { block 2; evict lru; preempt lifo; }
+  pool reqs on llm { queue fifo; }
+  workload { arrive ARRIVE; init { Size g = ~det(1); } turn { Size p = ~det(2); Size n = ~det(1); } }
+  server { set start = now; llm (2 * p + g + 1, n + 1); observe done = now - start; }
+  claim cap: every iteration of llm (tokens <= 6);
+  claim mem given (g <= 1): every iteration of llm (used(kv) <= 14);
+  claim mem2: every iteration of llm (used(kv) <= 14);
+  claim full: some iteration of llm (tokens == 6);
+  claim wait: at end (largest(done) <= 7);
+  claim q: some iteration of llm (queued(reqs) >= 1 && tokens <= 2);
+"""
+
+
+@pytest.mark.parametrize("arrive,sessions,values", [("poisson(1)", 2, 1), ("batch(2)", 3, 1)])
+def test_a_scheduling_program_agrees_with_enumeration(tmp_path, arrive, sessions, values):
+    prog = api.load(program(tmp_path, REGISTER, arrive=arrive))
+    res = verify(prog, sessions, values, timeout=60)
+    got = {k: v.verdict for k, v in res.claims.items()}
+    assert got == expected(res.prog, sessions, values, 3)
+    assert {"proved", "witnessed"} <= set(got.values())
