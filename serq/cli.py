@@ -201,7 +201,11 @@ def _verify(args, prog) -> int:
     run_args = [x for b in args.set + args.rest for x in ("--set", b)]
     if args.instance:
         run_args += ["--instance", args.instance]
-    replay = write_workloads(res, args.file, args.out, run_args)
+    try:
+        replay = write_workloads(res, args.file, args.out, run_args)
+    except OSError as exc:
+        where = args.out if args.out is not None else "the program's directory"
+        raise _Failure(f"cannot write the workloads to {where}: {exc.strerror or exc}") from None
     if args.json:
         _out(json.dumps(as_json(res, replay), indent=1))
     else:

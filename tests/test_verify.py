@@ -187,6 +187,10 @@ def test_bad_input(tmp_path, capsys):
     got = json.loads(capsys.readouterr().out)
     assert got["claims"]["budget"]["verdict"] == "unknown"
     assert "timeout" in got["claims"]["budget"]["reason"]
+    with open(os.path.join(tmp_path, "file"), "w", encoding="utf-8") as fh:
+        fh.write("")
+    assert main(["verify", path, "--sessions", "1", "--values", "2", "--out", os.path.join(tmp_path, "file")]) == 1
+    assert "cannot write the workloads" in capsys.readouterr().err
     bad = os.path.join(tmp_path, "bad.json")
     for body in ("{", '{"sessions": []}', '{"sessions": [{"arrival": -1, "draws": []}]}',
                  '{"sessions": [{"arrival": 2, "draws": [1]}, {"arrival": 1, "draws": [1]}]}'):
