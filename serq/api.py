@@ -17,14 +17,15 @@ from serq.link.program import link_kernel
 __all__ = ["load", "load_text", "load_ir", "parse_instance", "run", "claims_lean", "SerqError", "UsageError"]
 
 
-def run(program: I.Program, settings: I.Settings | None = None, progress=None) -> dict:
-    """Simulate the program; the report as the catalogue's JSON object (a dict)."""
-    return _deep(program.files[0] if program.files else "<ir>", lambda: _run(program, settings, progress))
+def run(program: I.Program, settings: I.Settings | None = None, progress=None, workload: dict | None = None) -> dict:
+    """Simulate the program; the report as the catalogue's JSON object (a dict). `workload` (a
+    workload file's object, `serq run --workload`) replaces the program's arrivals and draws."""
+    return _deep(program.files[0] if program.files else "<ir>", lambda: _run(program, settings, progress, workload))
 
 
-def _run(program, settings, progress):
+def _run(program, settings, progress, workload=None):
     from serq.interp.sim import Sim
-    sim = Sim(program, settings)
+    sim = Sim(program, settings, workload)
     rep = sim.run(progress)
     rep["_sim"] = sim
     return rep

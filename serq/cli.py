@@ -61,6 +61,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", action="store_true", help="the report as one JSON object")
     r.add_argument("--dump", metavar="DIR", help="write the observations and gauge/NAME.csv")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
+    r.add_argument("--workload", metavar="W.json", help="replace the arrivals and draws with a workload's "
+                   "(one `serq verify` wrote)")
     inputs(r)
     t = sub.add_parser("target", help="the engine's settings as a vLLM configuration (JSON)")
     t.add_argument("file")
@@ -72,6 +74,14 @@ def _parser() -> argparse.ArgumentParser:
     cl.add_argument("file")
     cl.add_argument("-o", "--output", metavar="OUT.lean", help="write the Lean file here (default: stdout)")
     inputs(cl)
+    v = sub.add_parser("verify", help="each claim over every workload within a bound (z3)")
+    v.add_argument("file")
+    v.add_argument("--sessions", default="3", metavar="N", help="at most N sessions (default 3)")
+    v.add_argument("--values", default="16", metavar="M", help="drawn values 0..M (default 16)")
+    v.add_argument("--timeout", default="60", metavar="S", help="give up after S seconds (default 60)")
+    v.add_argument("--json", action="store_true", help="the verdicts as one JSON object")
+    v.add_argument("--out", metavar="DIR", help="write the workloads here (default: beside the program)")
+    inputs(v)
     ir = sub.add_parser("ir", help="print the resolved kernel IR as JSON")
     ir.add_argument("file", nargs="?")
     ir.add_argument("--seed")
@@ -80,7 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     ir.add_argument("--arrivals")
     ir.add_argument("--schema", action="store_true", help="print the IR's JSON Schema instead")
     inputs(ir)
-    p.commands = {"run": r, "target": t, "check": c, "ir": ir}
+    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v}
     return p
 
 
@@ -133,12 +143,16 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
 def _run(args, prog, settings) -> int:
     from serq.interp.dump import Staged
     from serq.interp.report import finite, text
+    workload = None
+    if args.workload is not None:
+        from serq.verify.output import read_workload
+        workload = read_workload(args.workload)
     staged = Staged(args.dump) if args.dump is not None else None  # a bad destination: refused before the run
     progress = None
     try:
         if not args.quiet and sys.stderr.isatty():
             progress = _Progress(settings)
-        rep = api.run(prog, settings, progress)
+        rep = api.run(prog, settings, progress, workload)
         if progress is not None:
             progress.close()
             progress = None
@@ -156,7 +170,46 @@ def _run(args, prog, settings) -> int:
     if args.json:
         _out(json.dumps(finite(rep), indent=1, default=_jsonable, allow_nan=False))
     else:
-        _out(text(rep, args.file))
+        head = ""
+        if workload is not None:
+            from serq.verify.output import replay_head
+            head = replay_head(prog, workload, args.workload) + "\n"
+        _out(head + text(rep, args.file))
+    return 0
+
+
+def _count(text: str, what: str) -> int:
+    v = _number(text, what)
+    if not whole(v, 1):
+        raise UsageError(f"{what} is a positive integer, not {text}")
+    return int(v)
+
+
+def _bound(args) -> tuple:
+    """verify's bound and timeout, refused before the program is read."""
+    timeout = _number(args.timeout, "--timeout")
+    if not 0 < timeout < math.inf:
+        raise UsageError(f"--timeout is a positive number of seconds, not {args.timeout}")
+    return _count(args.sessions, "--sessions"), _count(args.values, "--values"), timeout
+
+
+def _verify(args, prog) -> int:
+    """Each claim's verdict within the bound; the workloads of its counterexamples and witnesses."""
+    from serq.verify import verify
+    from serq.verify.output import as_json, as_text, write_workloads
+    res = verify(prog, *_bound(args))
+    run_args = [x for b in args.set + args.rest for x in ("--set", b)]
+    if args.instance:
+        run_args += ["--instance", args.instance]
+    try:
+        replay = write_workloads(res, args.file, args.out, run_args)
+    except OSError as exc:
+        where = args.out if args.out is not None else "the program's directory"
+        raise _Failure(f"cannot write the workloads to {where}: {exc.strerror or exc}") from None
+    if args.json:
+        _out(json.dumps(as_json(res, replay), indent=1))
+    else:
+        _out(as_text(res, args.file, replay))
     return 0
 
 
@@ -287,6 +340,8 @@ def _main(argv: list[str]) -> int:
             return 0
         if not args.file:
             raise UsageError("a program file is required")
+        if args.cmd == "verify":
+            _bound(args)
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "run":
             return _run(args, prog, settings)
@@ -299,6 +354,8 @@ def _main(argv: list[str]) -> int:
             return 0
         if args.cmd == "claims":
             return _claims(args, prog)
+        if args.cmd == "verify":
+            return _verify(args, prog)
         if args.cmd == "ir":
             _out(prog.model_dump_json(indent=1, exclude_none=True))
             return 0

@@ -171,6 +171,21 @@ class Compiler:
         return self.expr(e.e)
 
     def _draw(self, e):
+        f = self._drawn(e)
+        if self.sim.workload is None:
+            return f
+        err = self.error
+
+        def replayed(c):  # `serq run --workload`: the session's draws take the workload's values
+            s = c.sess
+            if s is None or s.replay is None:
+                return f(c)
+            if not s.replay:
+                raise err("R003", f"the workload gives session {s.serial} no value for this draw", e.at)
+            return float(s.replay.pop(0))
+        return replayed
+
+    def _drawn(self, e):
         args = [self.expr(a) for a in e.args]
         dist = e.dist
         err = self.error

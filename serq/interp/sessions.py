@@ -39,6 +39,7 @@ class Session:
                  "alive", "steps", "ready_at", "ready_n", "turn_idx", "stream", "turn_rec", "live_legs", "__dict__")
     parent = None
     trace = None
+    replay = None   # `serq run --workload`: the values its draws take, in order (a list, consumed)
     leg_no = 0
     stuck_pos = None
     fork_at = None

@@ -40,8 +40,10 @@ class TurnRec:
 
 
 class Sim(Iterations):
-    def __init__(self, prog: I.Program, settings: I.Settings | None = None):
+    def __init__(self, prog: I.Program, settings: I.Settings | None = None, workload: dict | None = None):
         self.prog = prog
+        # `serq run --workload`: each session's arrival time and draws (docs/reference/cli.md)
+        self.workload = workload
         st = settings or prog.settings
         self.seed = st.seed
         self.horizon = st.horizon
@@ -349,17 +351,20 @@ class Sim(Iterations):
     def _run(self, progress=None):
         wl = self.prog.workload
         arr = wl.arrive
-        self._bounded(arr)
         self.arrival_rng = LongStream(self.seed, "arrival")
-        if arr.k == "poisson":
-            self.rate = const_value(arr.rate)
-            self.at(0.0, self._arrive_open)
-        elif arr.k == "renewal":
-            self.gap_f = self.compiler.expr(arr.gap)
-            self.at(self._gap(), self._arrive_open)
-        elif arr.k in ("closed", "batch"):
-            for _ in range(arr.n):
-                self.at(0.0, self._arrive_one)
+        if self.workload is not None:
+            self._replay_arrivals(arr)
+        else:
+            self._bounded(arr)
+            if arr.k == "poisson":
+                self.rate = const_value(arr.rate)
+                self.at(0.0, self._arrive_open)
+            elif arr.k == "renewal":
+                self.gap_f = self.compiler.expr(arr.gap)
+                self.at(self._gap(), self._arrive_open)
+            elif arr.k in ("closed", "batch"):
+                for _ in range(arr.n):
+                    self.at(0.0, self._arrive_one)
         horizon = self.horizon if self.horizon != INF else None  # an infinite one ends nothing
         hz = horizon if horizon is not None else INF
         heap = self.heap
@@ -480,6 +485,23 @@ class Sim(Iterations):
                                  f"clock at {fmt(self.now)}: the run stops", self.prog.workload.arrive.at)
         return t
 
+    def _replay_arrivals(self, arr):
+        """The workload's sessions arrive at its times: all scheduled at the start under `batch`,
+        each when the one before it arrives otherwise, as the program's law schedules them."""
+        times = [float(s["arrival"]) for s in self.workload["sessions"]]
+        if arr.k == "batch":
+            for t in times:
+                self.at(t, self._arrive_replayed)
+        elif times:
+            self.at(times[0], self._arrive_replayed)
+
+    def _arrive_replayed(self):
+        k = self.sessions_arrived
+        sessions = self.workload["sessions"]
+        self._arrive_one().replay = list(sessions[k]["draws"])
+        if self.prog.workload.arrive.k != "batch" and k + 1 < len(sessions):
+            self.at(float(sessions[k + 1]["arrival"]), self._arrive_replayed)
+
     def _arrive_open(self):
         if self.sessions_arrived >= MAX_ARRIVALS:  # a drawn gap's count is known only as they come
             raise RunError("R036", f"a run takes at most {MAX_ARRIVALS:,} sessions (the report keeps every "
@@ -509,6 +531,7 @@ class Sim(Iterations):
         self.live[sess.id] = sess
         sess.gen = self._session_main(sess)
         self.wake(sess)
+        return sess
 
     def _session_main(self, sess):
         refused = False

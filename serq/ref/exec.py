@@ -325,9 +325,8 @@ def eval_expr(p: R.Program, m: Machine, env: Env, e, fuel: int = EXPR_FUEL) -> i
             raise KernelError("R002", f"`{e.name}` has no value here")
         return v
     if isinstance(e, R.StepVar):
-        if e.batch and e.name in ("Ndec", "Kvb", "Kvp"):
-            return lookup(m.eng.bvars, e.name) or 0
-        return lookup(m.eng.vars, e.name) or 0
+        v = lookup(m.eng.bvars if e.batch and e.name in ("Ndec", "Kvb", "Kvp") else m.eng.vars, e.name)
+        return 0 if v is None else v
     if isinstance(e, R.Reg):
         return lookup(m.eng.regs, e.name)
     if isinstance(e, R.Obs):
@@ -358,8 +357,13 @@ def eval_bin(op: str, l: int, r: int) -> int:
         if r == 0:
             raise KernelError("R007", f"`{op}` by 0")
         return l // r if op == "/" else l % r
-    return int({"==": l == r, "!=": l != r, "<": l < r, "<=": l <= r, ">": l > r, ">=": l >= r,
-                "&&": l != 0 and r != 0, "||": l != 0 or r != 0}[op])
+    # only the operator's own test is made: serq/verify runs this on values that record each test
+    return int(_TESTS[op](l, r))
+
+
+_TESTS = {"==": lambda l, r: l == r, "!=": lambda l, r: l != r, "<": lambda l, r: l < r,
+          "<=": lambda l, r: l <= r, ">": lambda l, r: l > r, ">=": lambda l, r: l >= r,
+          "&&": lambda l, r: l != 0 and r != 0, "||": lambda l, r: l != 0 or r != 0}
 
 
 def eval_fn(name: str, vs: list) -> int:

@@ -1,0 +1,189 @@
+"""`serq verify`: each claim over every workload of its family within a bound (docs/verify.md),
+by concolic execution of the reference kernel with z3 (serq/verify/search.py).
+
+    res = verify(ir_program, sessions=3, values=16, timeout=60)
+    res.bound, res.claims[name].verdict, .path (the deciding workload), .iteration
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+from serq.diagnostics import SerqError, Span
+from serq.ir import model as I
+from serq.ref import exec as X
+from serq.ref import ir as R
+from serq.ref.fragment import convert
+from serq.verify import search as S
+from serq.verify.sym import concrete
+
+__all__ = ["verify", "Verdict", "Result", "machine_at"]
+
+
+@dataclass
+class Verdict:
+    name: str
+    form: str
+    verdict: Optional[str] = None   # proved | counterexample | witnessed | no_witness | unknown
+    workload: Optional[dict] = None  # the counterexample's or witness's
+    iteration: Optional[int] = None
+    at: Optional[int] = None
+    sessions: Optional[int] = None
+    seconds: float = 0.0
+    reason: Optional[str] = None
+    every_natural: bool = False
+
+
+@dataclass
+class Result:
+    prog: R.Program
+    bound: dict
+    claims: dict = field(default_factory=dict)   # name -> Verdict
+    paths: int = 0
+    trace: Optional[list] = None                  # the program's trace rows (naturals)
+
+
+def family_text(p: R.Program) -> str:
+    return {"batch": "arrivals at 0", "renewal": f"arrivals every {p.gap}",
+            "poisson": "arrivals in serial order, consecutive gaps 0..gap"}[p.arrive]
+
+
+def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float = 60.0) -> Result:
+    """Every claim's verdict within the bound; an F-code diagnostic for a program outside the
+    fragment, Q001 for a program with no claim."""
+    p = convert(prog)
+    if not p.claims:
+        at = prog.workload.arrive.at if prog.workload is not None else None
+        raise SerqError("Q001", "the program states no claim: there is nothing to verify",
+                        Span(prog.files[0] if prog.files else "<ir>", 1, 1) if at is None else
+                        Span(prog.files[at.file] if prog.files else "<ir>", at.line, at.col))
+    trace = None
+    if p.trace:
+        from serq.leangen import trace_rows
+        trace = trace_rows(prog)
+    gap = values  # under poisson: each gap between consecutive arrivals 0..gap
+    bound = {"sessions": sessions, "values": values, "arrive": p.arrive, "fuel": S.FUEL}
+    if p.arrive == "poisson":
+        bound["gap"] = gap
+    res = Result(p, bound, {c.name: Verdict(c.name, c.form) for c in p.claims}, trace=trace)
+    t0 = time.monotonic()
+    deadline = t0 + timeout
+    trouble: list = []      # why an undecided claim cannot be proved: a run error, a path past the fuel
+    covered = True
+
+    fallback: dict = {}     # claim -> a deciding workload whose replay the interpreter refuses
+    tried: dict = {}
+
+    def decide(v: Verdict, verdict: str, fam: S.Family, path: S.Path, o):
+        wl = S.concrete_workload(fam, path)
+        o = replace(o, at=concrete(o.at))  # a time that reads an arrival is a term: its value
+        # the kernel subtracts naturally where the interpreter stops (R007, docs/lean.md): a
+        # workload is named when its replay shows what the kernel found, else kept as a fallback
+        why = replays(prog, wl, v.name, "failed" if verdict == "counterexample" else "witnessed", o.at)
+        if why is not None and tried.get(v.name, 0) < REPLAY_TRIES:
+            tried[v.name] = tried.get(v.name, 0) + 1
+            fallback.setdefault(v.name, (verdict, wl, o, fam.n, why))
+            return
+        v.verdict, v.iteration, v.at, v.sessions, v.workload = verdict, o.iteration, o.at, fam.n, wl
+        v.seconds = time.monotonic() - t0
+        if why is not None:
+            v.reason = f"its replay through the interpreter: {why}"
+
+    def use_fallback():
+        for name, (verdict, wl, o, n, why) in fallback.items():
+            v = res.claims[name]
+            if v.verdict is None:
+                v.verdict, v.iteration, v.at, v.sessions, v.workload = verdict, o.iteration, o.at, n, wl
+                v.seconds = time.monotonic() - t0
+                v.reason = f"no workload found whose replay the interpreter runs as the kernel does; this one's: {why}"
+
+    for n in range(1, sessions + 1):
+        fam = S.Family(p, n, values, gap, trace)
+
+        def visit(path: S.Path) -> bool:
+            if path.error is not None:
+                trouble.append(f"the kernel stops with {path.error} on a workload of {n} session(s): "
+                               f"{S.concrete_workload(fam, path)}")
+            elif not path.done:
+                trouble.append(f"a path of {n} session(s) runs past {S.FUEL} steps: {S.concrete_workload(fam, path)}")
+            for c in p.claims:
+                v = res.claims[c.name]
+                o = path.outcomes.get(c.name)
+                if v.verdict is not None or o is None:
+                    continue
+                if o.status == "failed":
+                    decide(v, "counterexample", fam, path, o)
+                elif o.status == "witnessed":
+                    decide(v, "witnessed", fam, path, o)
+            return all(v.verdict is not None for v in res.claims.values())
+
+        try:
+            count, conds, names, stopped = S.explore(fam, deadline, visit)
+        except S.Deadline as d:
+            res.paths += d.args[0]
+            use_fallback()
+            for v in res.claims.values():
+                if v.verdict is None:
+                    v.verdict, v.seconds = "unknown", time.monotonic() - t0
+                    v.reason = (f"the timeout ({timeout:g} s) ran out exploring workloads of {n} session(s) "
+                                f"after {res.paths} path(s)"
+                                + ("" if n == 1 or trouble else f"; none of {n - 1} session(s) or fewer decides it")
+                                + (f"; and {trouble[0]}" if trouble else ""))
+            break
+        res.paths += count
+        if stopped:
+            break
+        if covered and not trouble:
+            left = int(max(0.0, deadline - time.monotonic()) * 1000)
+            covered = S.covers(fam, conds, names, min(left, 10_000))
+    use_fallback()
+    for v in res.claims.values():
+        if v.verdict is not None:
+            continue
+        v.seconds = time.monotonic() - t0
+        if trouble:
+            v.verdict, v.reason = "unknown", trouble[0]
+        else:
+            v.verdict = "no_witness" if v.form == "some" else "proved"
+            v.every_natural = covered
+    bound["every_natural"] = [v.name for v in res.claims.values() if v.every_natural]
+    return res
+
+
+REPLAY_TRIES = 20  # deciding workloads tried through the interpreter before one it refuses is named
+
+
+def replays(prog: I.Program, wl: dict, claim: str, status: str, at) -> Optional[str]:
+    """None when the interpreter, replaying the workload, reports the claim as the kernel did; else
+    what it reports instead."""
+    from serq import api
+    try:
+        rep = api.run(prog, None, None, wl)
+    except SerqError as e:
+        return f"the interpreter stops with {e.code}: {e.message}"
+    c = rep["claims"][claim]
+    if c["status"] == status and c["at"] == at:
+        return None
+    return f"the interpreter reports {c['status']} at {c['at']}"
+
+
+def workload_of(p: R.Program, wl: dict, trace=None) -> R.Workload:
+    """A workload file's sessions as the kernel's workload."""
+    out = []
+    for k, s in enumerate(wl["sessions"]):
+        rows = tuple(trace[k % len(trace)]) if trace else ()
+        out.append(R.SessionIn(s["arrival"], tuple(s["draws"]), rows))
+    return R.Workload(tuple(out))
+
+
+def machine_at(p: R.Program, wl: R.Workload, iteration: int) -> Optional[X.Machine]:
+    """The kernel's machine just as iteration `iteration` (from 0) started: its batch in flight."""
+    m = X.initial(p, wl)
+    for _ in range(S.FUEL):
+        m, over = X.step(p, m)
+        if len(m.path) > iteration:
+            return m
+        if over:
+            return None
+    return None

@@ -1,0 +1,147 @@
+"""What `serq verify` writes: the workload files its counterexamples and witnesses replay from, the
+JSON object (docs/reference/cli.md) and the text, with the kernel's machine at the named iteration."""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+
+from serq.lang.lower.inputs import UsageError
+from serq.ref import ir as R
+from serq.verify import Result, Verdict, machine_at, workload_of
+
+
+def workload_path(file: str, claim: str, out_dir: str | None) -> str:
+    stem = os.path.splitext(os.path.basename(file))[0]
+    folder = out_dir if out_dir is not None else os.path.dirname(file)
+    return os.path.join(folder, f"{stem}.{claim}.workload.json")
+
+
+def write_workloads(res: Result, file: str, out_dir: str | None, run_args: list) -> dict:
+    """Each deciding workload to its file; claim name -> the replaying argv (None without one)."""
+    replay = {}
+    for v in res.claims.values():
+        if v.workload is None:
+            replay[v.name] = None
+            continue
+        path = workload_path(file, v.name, out_dir)
+        body = {"program": os.path.basename(file), "claim": v.name, "verdict": v.verdict,
+                "iteration": v.iteration, "at": v.at, "sessions": v.workload["sessions"]}
+        if out_dir is not None:  # an OSError here is the caller's to report (serq/cli.py: exit 1)
+            os.makedirs(out_dir, exist_ok=True)
+        with open(path, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(json.dumps(body, indent=1) + "\n")
+        replay[v.name] = ["serq", "run", file, "--workload", path] + run_args
+    return replay
+
+
+def read_workload(path: str) -> dict:
+    """A workload file (`serq run --workload`): {"sessions": [{"arrival": t, "draws": [v, ...]}, ...]},
+    arrival times nondecreasing (serial order), every number a natural."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read the workload {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise UsageError(f"{path}: the workload is not JSON: {exc}") from None
+    sessions = data.get("sessions") if isinstance(data, dict) else None
+    if not isinstance(sessions, list) or not sessions:
+        raise UsageError(f"{path}: a workload is an object whose `sessions` is a non-empty list")
+    last = 0
+
+    def nat(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    for k, s in enumerate(sessions):
+        if not isinstance(s, dict) or not nat(s.get("arrival")) or not isinstance(s.get("draws"), list) \
+                or not all(nat(d) for d in s["draws"]):
+            raise UsageError(f"{path}: session {k} is {{\"arrival\": a natural, \"draws\": [naturals]}}")
+        if s["arrival"] < last:
+            raise UsageError(f"{path}: session {k} arrives at {s['arrival']}, before session {k - 1} ({last})")
+        last = s["arrival"]
+    return data
+
+
+def workload_table(sessions: list) -> list:
+    lines = [f"  {'session':>7}  {'arrival':>7}  draws"]
+    for k, s in enumerate(sessions):
+        lines.append(f"  {k:>7}  {s['arrival']:>7}  {' '.join(str(d) for d in s['draws']) or '-'}")
+    return lines
+
+
+def machine_lines(p: R.Program, v: Verdict, trace) -> list:
+    """The kernel's machine as the named iteration started: its batch, the residents, the memory."""
+    m = machine_at(p, workload_of(p, v.workload, trace), v.iteration)
+    if m is None:
+        return []
+    reqs = {r.rid: r for r in m.eng.reqs}
+    out = [f"  machine at iteration {v.iteration} (time {m.now}, the reference kernel):"]
+    batch = ", ".join(f"session {reqs[rid].sid} {reqs[rid].mode} {n}" for rid, n in m.eng.batch if rid in reqs)
+    out.append(f"    batch: {batch or 'empty'} ({sum(n for _, n in m.eng.batch)} tokens)")
+    res = ", ".join(f"session {r.sid} {r.mode} ({r.left} left)" for r in m.eng.reqs)
+    out.append(f"    residents: {res or 'none'}")
+    for pool, st in zip(p.pools, m.pools):
+        cap = "inf" if pool.cap is None else str(pool.cap)
+        queue = ", ".join(str(q.sid) for q in st.queue)
+        out.append(f"    {pool.name}: {st.used}/{cap} used, {sum(e.units for e in st.entries)} cached"
+                   + (f", waiting: session {queue}" if queue else ""))
+    return out
+
+
+def replay_head(prog, wl: dict, path: str) -> str:
+    """`serq run --workload`'s text before the report: the workload, and when verify named an
+    iteration of a fragment program, the reference kernel's machine as it started."""
+    out = [f"workload {path}:"] + workload_table(wl["sessions"])
+    it = wl.get("iteration")
+    if isinstance(it, int) and not isinstance(it, bool) and it >= 0:
+        from serq.diagnostics import SerqError
+        from serq.ref.exec import KernelError
+        from serq.ref.fragment import convert
+        try:
+            p = convert(prog)
+            trace = None
+            if p.trace:
+                from serq.leangen import trace_rows
+                trace = trace_rows(prog)
+            out += machine_lines(p, Verdict(str(wl.get("claim")), "", workload=wl, iteration=it), trace)
+        except (SerqError, KernelError):
+            pass  # outside the fragment, or the kernel stops: the report says what the run did
+    return "\n".join(out)
+
+
+def as_json(res: Result, replay: dict) -> dict:
+    claims = {}
+    for v in res.claims.values():
+        c = {"verdict": v.verdict, "replay": replay.get(v.name), "iteration": v.iteration,
+             "seconds": round(v.seconds, 3)}
+        if v.reason is not None:
+            c["reason"] = v.reason
+        claims[v.name] = c
+    return {"bound": res.bound, "claims": claims}
+
+
+def as_text(res: Result, file: str, replay: dict) -> str:
+    b = res.bound
+    head = (f"serq verify {file}: every workload of 1 to {b['sessions']} session(s), drawn values 0..{b['values']}"
+            + (f", arrival gaps 0..{b['gap']}" if "gap" in b else f", arrive {b['arrive']}")
+            + f"; {res.paths} path(s) run")
+    out = [head]
+    for v in res.claims.values():
+        line = f"claim {v.name}: {v.verdict}"
+        if v.iteration is not None:
+            line += f" at iteration {v.iteration} (time {v.at})"
+        elif v.at is not None:
+            line += f" at the end (time {v.at})"
+        if v.every_natural:
+            line += " (for every natural value and gap, with at most the bound's sessions)"
+        line += f"  [{v.seconds:.2f} s]"
+        out.append(line)
+        if v.reason:
+            out.append(f"  why: {v.reason}")
+        if replay.get(v.name):
+            out.append("  replay: " + shlex.join(replay[v.name]))
+            out += workload_table(v.workload["sessions"])
+            if v.iteration is not None:
+                out += machine_lines(res.prog, v, res.trace)
+    return "\n".join(out)

@@ -1,0 +1,314 @@
+"""`serq verify` (serq/verify/, docs/verify.md) against exhaustive enumeration: on tiny bounds every
+workload of the family is run through the plain reference kernel, and each claim's verdict must be
+what the enumeration says; every counterexample and witness must fail (or hold) on the plain kernel
+at the iteration verify names, and replay so through the interpreter (`serq run --workload`)."""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+
+import pytest
+
+from serq import api, ref
+from serq.cli import main
+from serq.verify import verify
+
+ENGINE = """
+  device gpu { kv cap 16; }
+  engine llm on gpu {
+    reqs cap 4;
+    tokens cap 4;
+    request (prompt, o) {
+      prefill (prompt) growing kv;
+      decode (o) growing kv;
+    }
+    schedule {
+      advance running;
+      admit waiting while (running.preempted == 0) taking reqs (1), kv (prompt) reserve (prompt);
+    }
+    execute (1);
+  }
+  pool kv on gpu { block 2; evict lru; preempt lifo; }
+  pool reqs on llm { queue fifo; }
+"""
+
+# three draws a session: g in init, p and n in its one turn
+CLAIMS = ENGINE + """
+  workload { arrive ARRIVE; init { Size g = ~det(1); } turn { Size p = ~det(2); Size n = ~det(1); } }
+  server { llm (p + g + 1, n); observe done = now; }
+  claim budget: every iteration of llm (tokens <= 4);
+  claim three: every iteration of llm (tokens <= 3);
+  claim narrow given (g == 0): every iteration of llm (tokens <= 3);
+  claim full: some iteration of llm (tokens >= 4);
+  claim over: some iteration of llm (tokens >= 5);
+  claim quick: at end (largest(done) <= 4);
+"""
+
+# the drawn value is observed and never decides anything: every path is the one path
+FLAT = ENGINE + """
+  workload { arrive batch(1); turn { Size p = ~det(1); } }
+  server { observe seen = p; llm (2, 1); }
+  claim budget: every iteration of llm (tokens <= 4);
+"""
+
+
+def program(tmp_path, body: str, name="p.sq", arrive="batch(2)") -> str:
+    path = os.path.join(tmp_path, name)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write("fn main() {" + body.replace("ARRIVE", arrive) + "}\n")
+    return path
+
+
+def enumerate_family(p, sessions: int, values: int, draws: int):
+    """Every workload of the family within the bound, each with its plain kernel result."""
+    for n in range(1, sessions + 1):
+        if p.arrive == "poisson":  # the first arrival and each gap after it 0..values
+            times = [tuple(itertools.accumulate(g)) for g in itertools.product(range(values + 1), repeat=n)]
+        else:
+            times = [tuple((k + 1) * p.gap if p.arrive == "renewal" else 0 for k in range(n))]
+        for arr in times:
+            for vals in itertools.product(range(values + 1), repeat=n * draws):
+                ds = [vals[k * draws:(k + 1) * draws] for k in range(n)]
+                wl = ref.workload(p, n, arrivals=arr, draws=ds)
+                yield wl, ref.evaluate(p, wl)
+
+
+def expected(p, sessions, values, draws) -> dict:
+    """Each claim's verdict by enumeration."""
+    out = {c.name: ("no_witness" if c.form == "some" else "proved") for c in p.claims}
+    for _, res in enumerate_family(p, sessions, values, draws):
+        for c in p.claims:
+            st = res.claims[c.name].status
+            if st == "failed":
+                out[c.name] = "counterexample"
+            elif st == "witnessed":
+                out[c.name] = "witnessed"
+    return out
+
+
+@pytest.mark.parametrize("arrive,sessions,values", [("batch(2)", 2, 1), ("batch(2)", 1, 2), ("poisson(1)", 2, 1),
+                                                    ("renewal(1)", 2, 1)])
+def test_verdicts_agree_with_enumeration(tmp_path, arrive, sessions, values):
+    prog = api.load(program(tmp_path, CLAIMS, arrive=arrive))
+    res = verify(prog, sessions, values, timeout=60)
+    p = res.prog
+    want = expected(p, sessions, values, 3)
+    assert {k: v.verdict for k, v in res.claims.items()} == want
+    # the claims the bound decides both ways on this family
+    assert want["budget"] == "proved" and want["three"] == "counterexample"
+    assert want["full"] == "witnessed" and want["over"] == "no_witness"
+    for v in res.claims.values():  # each deciding workload decides so on the plain kernel
+        if v.workload is None:
+            continue
+        s = v.workload["sessions"]
+        wl = ref.workload(p, len(s), arrivals=[x["arrival"] for x in s], draws=[x["draws"] for x in s])
+        o = ref.evaluate(p, wl).claims[v.name]
+        assert o.status == {"counterexample": "failed", "witnessed": "witnessed"}[v.verdict]
+        assert (o.iteration, o.at) == (v.iteration, v.at)
+        assert v.reason is None  # and the interpreter replays it so (serq.verify.replays)
+        rep = api.run(prog, None, None, v.workload)["claims"][v.name]
+        assert (rep["status"], rep["at"]) == (o.status, o.at)
+
+
+def test_given_narrows_the_family(tmp_path):
+    """One session: `tokens <= 3` fails only for a prompt above 3, which needs g > 0; `given (g ==
+    0)` leaves those sessions out of the family."""
+    prog = api.load(program(tmp_path, CLAIMS))
+    res = verify(prog, 1, 2, timeout=60)
+    assert res.claims["three"].verdict == "counterexample"
+    assert res.claims["three"].workload["sessions"][0]["draws"][0] > 0
+    assert res.claims["narrow"].verdict == "proved"
+    assert expected(res.prog, 1, 2, 3)["narrow"] == "proved"
+
+
+def test_a_claim_for_every_natural(tmp_path):
+    """Where the paths run cover every natural input, the claim holds beyond the bound; where a
+    larger value takes another path, the bound is all that is shown."""
+    flat = verify(api.load(program(tmp_path, FLAT, "flat.sq")), 2, 1, timeout=60)
+    assert flat.claims["budget"].verdict == "proved" and flat.claims["budget"].every_natural
+    assert flat.bound["every_natural"] == ["budget"]
+    res = verify(api.load(program(tmp_path, CLAIMS)), 1, 1, timeout=60)
+    assert res.claims["budget"].verdict == "proved" and not res.claims["budget"].every_natural
+
+
+def test_json_contract_and_replay(tmp_path, capsys):
+    path = program(tmp_path, CLAIMS)
+    out = os.path.join(tmp_path, "w")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert main(["verify", "p.sq", "--sessions", "2", "--values", "1", "--json", "--out", "w"]) == 0
+        got = json.loads(capsys.readouterr().out)
+        assert set(got) == {"bound", "claims"}
+        assert got["bound"]["sessions"] == 2 and got["bound"]["values"] == 1
+        for name, c in got["claims"].items():
+            assert {"verdict", "replay", "iteration", "seconds"} <= set(c)
+        assert got["claims"]["budget"]["replay"] is None
+        for name, status in (("three", "failed"), ("full", "witnessed")):
+            c = got["claims"][name]
+            argv = c["replay"]
+            assert argv[0] == "serq" and argv[1:3] == ["run", "p.sq"] and os.path.isfile(argv[4])
+            with open(argv[4], encoding="utf-8") as fh:
+                at = json.load(fh)["at"]
+            assert main(argv[1:] + ["--json"]) == 0
+            rep = json.loads(capsys.readouterr().out)
+            assert rep["claims"][name]["status"] == status and rep["claims"][name]["at"] == at
+        assert main(got["claims"]["three"]["replay"][1:]) == 0
+        text = capsys.readouterr().out
+        assert "session  arrival  draws" in text and "claim three: failed at" in text
+        assert "machine at iteration" in text and "residents:" in text
+        assert main(["verify", "p.sq", "--sessions", "2", "--values", "1"]) == 0
+        text = capsys.readouterr().out
+        assert "claim three: counterexample at iteration" in text and "machine at iteration" in text
+        assert "batch:" in text and "residents:" in text and "kv:" in text
+        assert os.path.isfile(os.path.join(tmp_path, "p.three.workload.json"))  # beside the program
+    finally:
+        os.chdir(cwd)
+    assert os.path.isdir(out)
+
+
+def test_bad_input(tmp_path, capsys):
+    path = program(tmp_path, CLAIMS)
+    for flag, v in (("--sessions", "0"), ("--values", "-1"), ("--timeout", "0"), ("--sessions", "x")):
+        assert main(["verify", path, flag, v]) == 2
+        err = capsys.readouterr().err
+        assert "serq: error:" in err and "Traceback" not in err
+    none = program(tmp_path, ENGINE + """
+  workload { arrive batch(1); turn { Size p = ~det(1); } }
+  server { llm (p + 1, 1); }
+""", "none.sq")
+    assert main(["verify", none]) == 1
+    assert "error[Q001]" in capsys.readouterr().err
+    here = os.path.dirname(__file__)
+    assert main(["verify", os.path.join(here, "data", "fragment", "F013_stage.sq")]) == 1
+    assert "error[F013]" in capsys.readouterr().err
+    assert main(["verify", path, "--sessions", "3", "--values", "16", "--timeout", "0.5", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["claims"]["budget"]["verdict"] == "unknown"
+    assert "timeout" in got["claims"]["budget"]["reason"]
+    with open(os.path.join(tmp_path, "file"), "w", encoding="utf-8") as fh:
+        fh.write("")
+    assert main(["verify", path, "--sessions", "1", "--values", "2", "--out", os.path.join(tmp_path, "file")]) == 1
+    assert "cannot write the workloads" in capsys.readouterr().err
+    bad = os.path.join(tmp_path, "bad.json")
+    for body in ("{", '{"sessions": []}', '{"sessions": [{"arrival": -1, "draws": []}]}',
+                 '{"sessions": [{"arrival": 2, "draws": [1]}, {"arrival": 1, "draws": [1]}]}'):
+        with open(bad, "w", encoding="utf-8") as fh:
+            fh.write(body)
+        assert main(["run", path, "--workload", bad]) == 2
+        assert "Traceback" not in capsys.readouterr().err
+    with open(bad, "w", encoding="utf-8") as fh:
+        fh.write('{"sessions": [{"arrival": 0, "draws": [1]}]}')
+    assert main(["run", path, "--workload", bad]) == 1
+    assert "error[R003]" in capsys.readouterr().err
+
+
+def test_a_run_error_is_unknown_never_a_guess(tmp_path):
+    """A drawn 0 divides by 0 (R007): the claim cannot be proved on that workload, nor refuted."""
+    prog = api.load(program(tmp_path, ENGINE + """
+  workload { arrive batch(1); turn { Size n = ~det(1); } }
+  server { llm (1, 2 / n); }
+  claim budget: every iteration of llm (tokens <= 4);
+  claim over: some iteration of llm (tokens >= 5);
+""", "div.sq"))
+    res = verify(prog, 1, 2, timeout=60)
+    for name in ("budget", "over"):
+        assert res.claims[name].verdict == "unknown"
+        assert "R007" in res.claims[name].reason and "'draws': [0]" in res.claims[name].reason
+
+
+def test_a_trace_gives_the_rows(tmp_path):
+    """Under a trace the rows are the program's; the draws still range over the bound."""
+    with open(os.path.join(tmp_path, "t.csv"), "w", encoding="utf-8") as fh:
+        fh.write("session,turn,new,out\n0,0,3,1\n1,0,1,2\n")
+    path = program(tmp_path, ENGINE + """
+  workload { arrive batch(2); trace "t.csv" ordered; turn { Size e = ~det(1); } }
+  server { llm (new + e, out); }
+  claim three: every iteration of llm (tokens <= 3);
+  claim two: some iteration of llm (tokens == 2);
+""", "tr.sq")
+    res = verify(api.load(path), 2, 1, timeout=60)
+    trace = [[ref.ir.Row(3, 1, 0, 0)], [ref.ir.Row(1, 2, 0, 0)]]
+    want = {c.name: ("no_witness" if c.form == "some" else "proved") for c in res.prog.claims}
+    for n in (1, 2):
+        for vals in itertools.product(range(2), repeat=n):
+            o = ref.evaluate(res.prog, ref.workload(res.prog, n, trace=trace, draws=[[v] for v in vals])).claims
+            for c in res.prog.claims:
+                if o[c.name].status in ("failed", "witnessed"):
+                    want[c.name] = {"failed": "counterexample", "witnessed": "witnessed"}[o[c.name].status]
+    assert {k: v.verdict for k, v in res.claims.items()} == want
+    assert want["three"] == "counterexample"
+
+
+def test_the_named_workload_replays_through_the_interpreter(tmp_path):
+    """`n - 1` is 0 on the kernel for a drawn 0 and R007 in the interpreter: verify names a witness
+    the interpreter replays (n > 0), not the first one the search meets (all zeros)."""
+    prog = api.load(program(tmp_path, ENGINE + """
+  workload { arrive batch(1); turn { Size n = ~det(1); } }
+  server { llm (1, n - 1); }
+  claim one: some iteration of llm (tokens == 1);
+""", "sub.sq"))
+    res = verify(prog, 1, 2, timeout=60)
+    v = res.claims["one"]
+    assert v.verdict == "witnessed" and v.reason is None and v.workload["sessions"][0]["draws"][0] > 0
+    rep = api.run(prog, None, None, v.workload)
+    assert (rep["claims"]["one"]["status"], rep["claims"]["one"]["at"]) == ("witnessed", v.at)
+
+
+def test_a_path_past_the_fuel_is_unknown(tmp_path, monkeypatch):
+    """A path that has not ended when the fuel runs out may still fail or witness later: the claims
+    it leaves undecided are unknown, with the path's workload."""
+    from serq.verify import search
+    monkeypatch.setattr(search, "FUEL", 4)
+    monkeypatch.setattr(search, "CHUNK", 2)
+    res = verify(api.load(program(tmp_path, CLAIMS)), 1, 1, timeout=60)
+    for name in ("budget", "over"):
+        assert res.claims[name].verdict == "unknown" and "runs past 4 steps" in res.claims[name].reason
+
+
+# a register flipping two schedules, prefix caching, `given`, a claim at end over the turns
+REGISTER = """
+  device gpu { kv cap 24; }
+  engine llm on gpu {
+    reqs cap 2;
+    tokens cap 6;
+    state phase = 0;
+    request (prompt, o) {
+      prefill (prompt) growing kv;
+      decode (o) growing kv;
+      cache (prompt + o);
+    }
+    schedule {
+      set phase = 1 - phase;
+      branch (phase == 1) {
+        advance running;
+        admit waiting while (running.preempted == 0) taking reqs (1), kv (prompt) reserve (prompt);
+      }
+      else {
+        admit waiting while (running.preempted == 0) each at most (3) taking reqs (1), kv (prompt) reserve (prompt);
+        advance running;
+      }
+    }
+    execute (1);
+  }
+  pool kv on gpu { block 2; evict lru; preempt lifo; }
+  pool reqs on llm { queue fifo; }
+  workload { arrive ARRIVE; init { Size g = ~det(1); } turn { Size p = ~det(2); Size n = ~det(1); } }
+  server { set start = now; llm (2 * p + g + 1, n + 1); observe done = now - start; }
+  claim cap: every iteration of llm (tokens <= 6);
+  claim mem given (g <= 1): every iteration of llm (used(kv) <= 14);
+  claim mem2: every iteration of llm (used(kv) <= 14);
+  claim full: some iteration of llm (tokens == 6);
+  claim wait: at end (largest(done) <= 7);
+  claim q: some iteration of llm (queued(reqs) >= 1 && tokens <= 2);
+"""
+
+
+@pytest.mark.parametrize("arrive,sessions,values", [("poisson(1)", 2, 1), ("batch(2)", 3, 1)])
+def test_a_scheduling_program_agrees_with_enumeration(tmp_path, arrive, sessions, values):
+    prog = api.load(program(tmp_path, REGISTER, arrive=arrive))
+    res = verify(prog, sessions, values, timeout=60)
+    got = {k: v.verdict for k, v in res.claims.items()}
+    assert got == expected(res.prog, sessions, values, 3)
+    assert {"proved", "witnessed"} <= set(got.values())
