@@ -4,7 +4,6 @@ lean/Serq/IR.lean declares, and lean/Serq/Oracle.lean states vLLM's recorded ans
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import os
 import re
@@ -59,7 +58,7 @@ def test_a_stale_golden_file_is_reported(tmp_path, monkeypatch):
     try:
         with open(gp, "w", encoding="utf-8") as fh:
             fh.write(text.replace("Expr.num 1000", "Expr.num 999"))
-        assert golden.check() == [f"tests/golden/lean/tests/data/leangen/claims.lean: not current for "
+        assert golden.check() == ["tests/golden/lean/tests/data/leangen/claims.lean: not current for "
                                   f"tests/data/leangen/claims.sq"]
     finally:
         with open(gp, "w", encoding="utf-8") as fh:

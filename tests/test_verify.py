@@ -133,7 +133,7 @@ def test_a_claim_for_every_natural(tmp_path):
 
 
 def test_json_contract_and_replay(tmp_path, capsys):
-    path = program(tmp_path, CLAIMS)
+    program(tmp_path, CLAIMS)
     out = os.path.join(tmp_path, "w")
     cwd = os.getcwd()
     os.chdir(tmp_path)
