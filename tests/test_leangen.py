@@ -59,7 +59,7 @@ def test_a_stale_golden_file_is_reported(tmp_path, monkeypatch):
         with open(gp, "w", encoding="utf-8") as fh:
             fh.write(text.replace("Expr.num 1000", "Expr.num 999"))
         assert golden.check() == ["tests/golden/lean/tests/data/leangen/claims.lean: not current for "
-                                  f"tests/data/leangen/claims.sq"]
+                                  "tests/data/leangen/claims.sq"]
     finally:
         with open(gp, "w", encoding="utf-8") as fh:
             fh.write(text)
