@@ -798,3 +798,29 @@ def test_a_static_reserve_above_the_cap_is_rejected_though_the_units_read_the_st
     assert rep["sessions"]["rejected"] == 1 and rep["pools"]["kv"]["rejected"] == 1
     # the other two each prefill 32 tokens at 16 an iteration, alone: 1 + 2 and 2 + 2
     assert by_serial(sim, "done") == {1: [4.0], 2: [6.0]}
+
+
+def test_an_only_reads_the_residents_as_they_stand():
+    # *The iteration as a program*: a key and an only read running.* as the running requests stand at
+    # that read, counting one the iteration admitted. At an empty engine the reference's prefill-first
+    # predicate reads count 1, decoding 0 for the prompt just admitted, so it is served: a prefill
+    # iteration ending at 1, then one decode ending at 2; read as the iteration started (count 0), it
+    # would be excluded forever
+    rep, sim = run("""fn main() {
+      device gpu { }
+      engine llm on gpu {
+        reqs cap 4;
+        tokens cap 16;
+        request (p, o) { prefill (p); decode (o - 1); observe done = now; }
+        schedule {
+          advance running only (running.decoding < running.count ? !decoding : decoding);
+          admit waiting only (running.decoding < running.count ? !decoding : decoding)
+            while (running.preempted == 0) taking reqs (1);
+        }
+        execute (1);
+      }
+      pool reqs on llm { queue fifo; }
+      workload { arrive batch(1); turn { Size p = 4; Size o = 2; } }
+      server { llm (p, o); }
+    }""")
+    assert by_serial(sim, "done") == {0: [2.0]} and sim.engines[0].iterations == 2

@@ -50,7 +50,7 @@ def test_each_paper_program_is_in_the_fragment_and_cites_its_paper(path):
 
 # -- serq run: the statuses the papers predict, on a few seeds and horizons ----------------------
 
-@pytest.mark.parametrize("seed,horizon", [(1, 300), (7, 120)])
+@pytest.mark.parametrize("seed,horizon", [(1, 300), (7, 300)])
 def test_work_conserving_holds_for_sarathi_and_orca_and_fails_for_the_others(seed, horizon):
     args = ("--seed", str(seed), "--horizon", str(horizon))
     # Sarathi-Serve and Orca are work-conserving (the paper's theorem rests on it): never starved
@@ -149,16 +149,13 @@ def test_the_family_is_what_it_says():
     assert all(all(a.arrival <= b.arrival for a, b in zip(w.sessions, w.sessions[1:])) for w in fam)
 
 
-def test_prefill_first_needs_its_empty_engine_clause():
-    """`running.…` are the residents as the iteration started (docs/lean.md), so the reference's
-    `running.decoding < running.count ? !decoding : decoding` reads `decoding` at an empty engine and
-    excludes a prompt admitted there: alone, it is never served. The program's `|| running.count ==
-    0` serves it: p = 4, o = 2 ends at 2 (a prefill iteration, then one decode)."""
+def test_the_references_prefill_first_serves_a_prompt_alone():
+    """`running.…` in an only are the residents as they stand at that read (*The iteration as a
+    program*): a prompt admitted to an empty engine counts, so the reference's `running.decoding <
+    running.count ? !decoding : decoding` serves it; p = 4, o = 2 ends at 2 (a prefill iteration,
+    then one decode). The differential suite holds the interpreter to the same reading."""
     with open(PF, encoding="utf-8") as fh:
-        text = fh.read()
-    assert "|| running.count == 0 ?" in text
-    stalls = ref.convert(api.load_text(text.replace(" || running.count == 0 ?", " ?"), file=PF))
-    res = _run(stalls, [(0, 0)], [0])
-    assert res.live == 1 and res.iterations == 0
+        assert "running.decoding < running.count ? !decoding : decoding" in fh.read()
     res = _run(_kernel(PF), [(0, 0)], [0])
-    assert res.live == 0 and [v for name, v, *_ in res.observations if name == "done"] == [2]
+    assert res.live == 0 and res.iterations == 2
+    assert [v for name, v, *_ in res.observations if name == "done"] == [2]

@@ -54,6 +54,9 @@ FAMILIES = {
     "two_sessions": family(2, (0, 1, 3)),
     # the starved iteration: s0, s1 (p 4, o 2) at 0, s2 (p 14, o 2) at 1 (tests/test_papers.py)
     "starved_witness": one([(0, 0), (0, 0), (1, 0)], [0, 0, 1]),
+    # prefill-first starved: three sessions at 0, prompts 4, 14 and 44 (a draw is any natural in
+    # the family), outputs 2; found by `serq verify --sessions 3 --values 4`
+    "prefill_first_witness": one([(0, 0), (1, 0), (4, 0)], [0, 0, 0]),
     # Jaillet et al.: up to two sessions at 0 (arrive batch), each draw 0 or 1
     "batch_two": family(2, (0,)),
     # Bari et al.: up to two sessions, three draws each, at 0 or 1
@@ -77,8 +80,9 @@ STATEMENTS = [
     (P + "li_dai_peng_fastertransformer.sq", {}, "FasterTransformer", "starved", "witnessed", "starved_witness"),
     (P + "li_dai_peng_fastertransformer.sq", {}, "FasterTransformer", "work_conserving", "failed",
      "starved_witness"),
-    (P + "li_dai_peng_prefill_first.sq", {}, "PrefillFirst", "starved", "witnessed", "starved_witness"),
-    (P + "li_dai_peng_prefill_first.sq", {}, "PrefillFirst", "work_conserving", "failed", "starved_witness"),
+    (P + "li_dai_peng_prefill_first.sq", {}, "PrefillFirst", "starved", "witnessed", "prefill_first_witness"),
+    (P + "li_dai_peng_prefill_first.sq", {}, "PrefillFirst", "work_conserving", "failed",
+     "prefill_first_witness"),
     (P + "jaillet_mcsf.sq", {}, "Mcsf", "memory_bound", "held", "batch_two"),
     (P + "jaillet_mcsf.sq", {}, "Mcsf", "completion_alone", "held", "batch_two"),
     (P + "jaillet_mcsf.sq", {"tight": 1}, "McsfTight", "memory_bound", "held", "batch_two"),

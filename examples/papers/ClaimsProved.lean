@@ -202,8 +202,8 @@ def program : Program := {
     exclusive := false,
     keys := [],
     body := [
-      IStmt.serve (some (Expr.ite (Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.step StepVar.ndec false) (Expr.step StepVar.nres false)) (Expr.bin BinOp.eq (Expr.step StepVar.nres false) (Expr.num 0))) (Expr.not (Expr.ctx "decoding")) (Expr.ctx "decoding"))) none none,
-      IStmt.admit (some (Expr.ite (Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.step StepVar.ndec false) (Expr.step StepVar.nres false)) (Expr.bin BinOp.eq (Expr.step StepVar.nres false) (Expr.num 0))) (Expr.not (Expr.ctx "decoding")) (Expr.ctx "decoding"))) (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
+      IStmt.serve (some (Expr.ite (Expr.bin BinOp.lt (Expr.step StepVar.ndec false) (Expr.step StepVar.nres false)) (Expr.not (Expr.ctx "decoding")) (Expr.ctx "decoding"))) none none,
+      IStmt.admit (some (Expr.ite (Expr.bin BinOp.lt (Expr.step StepVar.ndec false) (Expr.step StepVar.nres false)) (Expr.not (Expr.ctx "decoding")) (Expr.ctx "decoding"))) (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
     cost := Expr.num 1,
     registers := [] },
   arrive := Arrive.poisson,
@@ -824,6 +824,13 @@ def starved_witness : List Workload := [
     { arrival := 0, draws := [0, 0], rows := [] },
     { arrival := 0, draws := [0, 0], rows := [] },
     { arrival := 1, draws := [1, 0], rows := [] }] }]
+
+/-- 1 workload (tools/gen_claims_proved.py, `FAMILIES`). -/
+def prefill_first_witness : List Workload := [
+  { sessions := [
+    { arrival := 0, draws := [0, 0], rows := [] },
+    { arrival := 0, draws := [1, 0], rows := [] },
+    { arrival := 0, draws := [4, 0], rows := [] }] }]
 
 /-- 20 workloads (tools/gen_claims_proved.py, `FAMILIES`). -/
 def batch_two : List Workload := [
@@ -1554,16 +1561,16 @@ theorem FasterTransformer_work_conserving_failed_starved_witness :
       refuteAll SerqGen.FasterTransformer.program starved_witness 100000 0 = true := by
   decide +kernel
 
-/-- `starved` (examples/papers/li_dai_peng_prefill_first.sq): witnessed on every workload of `starved_witness`, each run ending with every session ended. -/
-theorem PrefillFirst_starved_witnessed_starved_witness :
-    allDone SerqGen.PrefillFirst.program starved_witness 100000 = true ∧
-      checkAll SerqGen.PrefillFirst.program starved_witness 100000 1 = true := by
+/-- `starved` (examples/papers/li_dai_peng_prefill_first.sq): witnessed on every workload of `prefill_first_witness`, each run ending with every session ended. -/
+theorem PrefillFirst_starved_witnessed_prefill_first_witness :
+    allDone SerqGen.PrefillFirst.program prefill_first_witness 100000 = true ∧
+      checkAll SerqGen.PrefillFirst.program prefill_first_witness 100000 1 = true := by
   decide +kernel
 
-/-- `work_conserving` (examples/papers/li_dai_peng_prefill_first.sq): failed on every workload of `starved_witness`, each run ending with every session ended. -/
-theorem PrefillFirst_work_conserving_failed_starved_witness :
-    allDone SerqGen.PrefillFirst.program starved_witness 100000 = true ∧
-      refuteAll SerqGen.PrefillFirst.program starved_witness 100000 0 = true := by
+/-- `work_conserving` (examples/papers/li_dai_peng_prefill_first.sq): failed on every workload of `prefill_first_witness`, each run ending with every session ended. -/
+theorem PrefillFirst_work_conserving_failed_prefill_first_witness :
+    allDone SerqGen.PrefillFirst.program prefill_first_witness 100000 = true ∧
+      refuteAll SerqGen.PrefillFirst.program prefill_first_witness 100000 0 = true := by
   decide +kernel
 
 /-- `memory_bound` (examples/papers/jaillet_mcsf.sq): held on every workload of `batch_two`, each run ending with every session ended. -/

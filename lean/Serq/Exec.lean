@@ -210,6 +210,8 @@ structure Env where
   attrs : Option (List (String × Nat)) := none
   sid : Option Nat := none
   x : List (String × Nat) := []
+  /-- an `each at most`: the residents as the iteration started -/
+  start : Bool := false
 
 def sessEnv (m : Machine) (sid : Nat) (x : List (String × Nat) := []) : Env :=
   { attrs := (m.sess.get? sid).map (·.attrs), sid := some sid, x := x }
@@ -289,6 +291,24 @@ def budgetLeftOf (m : Machine) (budget : Unit → Option Nat) : Option Nat :=
   | some pl => omin pl.budget pl.admitCap
   | none => budget ()
 
+def residentIds (p : Program) (m : Machine) : List Nat :=
+  let fromPools := ((p.pools.zip m.pools).filter (·.1.admitted)).foldl (fun acc (_, st) => acc ++ st.allocs.map (·.sid)) []
+  (m.eng.reqs.map (·.sid) ++ fromPools).eraseDups
+
+def growingPos (m : Machine) (r : Req) : Nat :=
+  match r.growing with
+  | some g => ((findAlloc m g r.sid).map (·.pos)).getD 0
+  | none => 0
+
+/-- running.count, .decoding, .kv_decode, .kv_prefill and waiting.count as the residents stand. -/
+def runningValues (p : Program) (m : Machine) : List (StepVar × Nat) :=
+  let dec := m.eng.reqs.filter (·.mode == .decode)
+  let pre := m.eng.reqs.filter (·.mode == .prefill)
+  let queued := sumList (((p.pools.zip m.pools).filter (·.1.admitted)).map (·.2.queue.length))
+  [(.nres, (residentIds p m).length), (.ndec, dec.length), (.kvb, sumList (dec.map (growingPos m))),
+   (.kvp, sumList (pre.map (growingPos m))), (.queued, queued), (.preempted, 0), (.admitted, 0),
+   (.ntok, 0), (.npre, 0), (.attn, 0)]
+
 /-- An observable of a pool or of the engine; `budget` evaluates the tokens cap when read. -/
 def evalObs (p : Program) (m : Machine) (env : Env) (f : ObsFn) (target : String)
     (budget : Unit → Option Nat) : Option Nat :=
@@ -334,8 +354,13 @@ def evalExpr (fuel : Nat) (p : Program) (m : Machine) (env : Env) (e : Expr) : O
     | .attr x => env.attrs.bind (lookup x)
     | .ctx x => if x == "now" then some m.now else lookup x env.x
     | .step v batch =>
-      let isBatch := batch && (v == .ndec || v == .kvb || v == .kvp)
-      some ((lookup v (if isBatch then m.eng.bvars else m.eng.vars)).getD 0)
+      -- while an iteration is planned, a key, an only and a guard read the residents as they
+      -- stand at that read (*The iteration as a program*); an `each at most` as it started
+      if !batch && m.eng.plan.isSome && !env.start && (v == .nres || v == .ndec || v == .kvb || v == .kvp) then
+        lookup v (runningValues p m)
+      else
+        let isBatch := batch && (v == .ndec || v == .kvb || v == .kvp)
+        some ((lookup v (if isBatch then m.eng.bvars else m.eng.vars)).getD 0)
     | .reg x => lookup x m.eng.regs
     | .obs f target => evalObs p m env f target (fun _ => p.engine.budget.bind (evalExpr fuel p m {}))
     | .agg f x => some (evalAgg m f x)
@@ -689,27 +714,9 @@ def settle (p : Program) (m : Machine) : Nat → Option Machine
 
 /-! ## The engine -/
 
-def residentIds (p : Program) (m : Machine) : List Nat :=
-  let fromPools := ((p.pools.zip m.pools).filter (·.1.admitted)).foldl (fun acc (_, st) => acc ++ st.allocs.map (·.sid)) []
-  (m.eng.reqs.map (·.sid) ++ fromPools).eraseDups
-
-def growingPos (m : Machine) (r : Req) : Nat :=
-  match r.growing with
-  | some g => ((findAlloc m g r.sid).map (·.pos)).getD 0
-  | none => 0
-
-/-- running.count, .decoding, .kv_decode, .kv_prefill and waiting.count as the residents stand. -/
-def runningValues (p : Program) (m : Machine) : List (StepVar × Nat) :=
-  let dec := m.eng.reqs.filter (·.mode == .decode)
-  let pre := m.eng.reqs.filter (·.mode == .prefill)
-  let queued := sumList (((p.pools.zip m.pools).filter (·.1.admitted)).map (·.2.queue.length))
-  [(.nres, (residentIds p m).length), (.ndec, dec.length), (.kvb, sumList (dec.map (growingPos m))),
-   (.kvp, sumList (pre.map (growingPos m))), (.queued, queued), (.preempted, 0), (.admitted, 0),
-   (.ntok, 0), (.npre, 0), (.attn, 0)]
-
-/-- An `each at most`: 0 reads as no cap. -/
+/-- An `each at most`, read with the residents as the iteration started: 0 reads as no cap. -/
 def capOf (p : Program) (m : Machine) (e : Option Expr) : Option (Option Nat) := do
-  let v ← eval p m {} (e.getD p.engine.chunk)
+  let v ← eval p m { start := true } (e.getD p.engine.chunk)
   pure (if v == 0 then none else some v)
 
 def reqEnv (m : Machine) (r : Req) : Env :=

@@ -12,6 +12,7 @@ from serq.lang.lower.constants import FUNCS
 _floor = FUNCS["floor"][2]  # keeps inf
 
 INF = math.inf
+RUNNING = ("Nres", "Ndec", "Kvb", "Kvp")
 
 
 class Req:
@@ -53,6 +54,7 @@ class Engine:
         self.memory: list = []         # pools it is the memory of
         self.busy = False
         self.planning = False
+        self.at_start = False
         self.budget = 0.0
         self.chunk = INF
         self.completed = 0
@@ -195,6 +197,18 @@ class Iterations:
         sim = self
         if batch and name in ("Ndec", "Kvb", "Kvp"):
             return lambda c: sim.cur_engine.batch[name]
+        if name in RUNNING and not batch:
+            i = RUNNING.index(name)
+
+            def live(c):
+                # while an iteration is planned, a key, an only and a guard read the residents as
+                # they stand at that read; an `each at most` as the iteration started (*The
+                # iteration as a program*)
+                eng = sim.cur_engine
+                if eng.planning and not eng.at_start:
+                    return sim._running(eng)[i]
+                return eng.vars[name]
+            return live
         if name in ("Ntok", "Npre"):
             prefill = name == "Npre"
 
@@ -226,6 +240,11 @@ class Iterations:
         """running.* and waiting.count as the residents stand."""
         self.cur_engine = eng
         v = eng.vars
+        v["Nres"], v["Ndec"], v["Kvb"], v["Kvp"] = self._running(eng)
+        v["Queued"] = float(sum(len(p.queue) for p in eng.admitted))
+
+    def _running(self, eng):
+        """running.count, .decoding, .kv_decode and .kv_prefill as the residents stand."""
         ndec = 0
         kvb = kvp = 0.0
         for r in eng.reqs:
@@ -238,11 +257,7 @@ class Iterations:
                     kvb += a.pos
             elif a is not None:
                 kvp += a.pos
-        v["Nres"] = float(len(self._resident_ids(eng)))
-        v["Ndec"] = float(ndec)
-        v["Kvb"] = kvb
-        v["Kvp"] = kvp
-        v["Queued"] = float(sum(len(p.queue) for p in eng.admitted))
+        return float(len(self._resident_ids(eng))), float(ndec), kvb, kvp
 
     # -- runs on an engine
     def engine_run_op(self, s, tgt, f, grow_t):
@@ -457,7 +472,11 @@ class Iterations:
     def _chunk_of(self, eng, chunk_f):
         if chunk_f is None:
             return eng.chunk
-        v = chunk_f(self.machine)
+        eng.at_start = True  # an `each at most` reads the residents as the iteration started
+        try:
+            v = chunk_f(self.machine)
+        finally:
+            eng.at_start = False
         return INF if v == 0 else v
 
     def _req_ctx(self, eng, req):

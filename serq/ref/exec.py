@@ -191,6 +191,7 @@ class Env:
     attrs: Optional[tuple] = None
     sid: Optional[int] = None
     x: tuple = ()
+    start: bool = False        # an `each at most`: the residents as the iteration started
 
 
 # ---------------------------------------------------------------- small helpers
@@ -325,6 +326,10 @@ def eval_expr(p: R.Program, m: Machine, env: Env, e, fuel: int = EXPR_FUEL) -> i
             raise KernelError("R002", f"`{e.name}` has no value here")
         return v
     if isinstance(e, R.StepVar):
+        if e.name in RUNNING and not e.batch and m.eng.plan is not None and not env.start:
+            # while an iteration is planned, a key, an only and a guard read the residents as they
+            # stand at that read (*The iteration as a program*)
+            return lookup(running_values(p, m), e.name)
         v = lookup(m.eng.bvars if e.batch and e.name in ("Ndec", "Kvb", "Kvp") else m.eng.vars, e.name)
         return 0 if v is None else v
     if isinstance(e, R.Reg):
@@ -842,9 +847,12 @@ def running_values(p: R.Program, m: Machine) -> tuple:
             ("Preempted", 0), ("Admitted", 0), ("Ntok", 0), ("Npre", 0), ("Attn", 0))
 
 
+RUNNING = ("Nres", "Ndec", "Kvb", "Kvp")
+
+
 def cap_of(p: R.Program, m: Machine, e) -> Optional[int]:
-    """An `each at most`: 0 reads as no cap."""
-    v = eval_expr(p, m, Env(), e if e is not None else p.engine.chunk)
+    """An `each at most`, read with the residents as the iteration started: 0 reads as no cap."""
+    v = eval_expr(p, m, Env(start=True), e if e is not None else p.engine.chunk)
     return None if v == 0 else v
 
 

@@ -21,8 +21,8 @@ def program : Program := {
     exclusive := false,
     keys := [],
     body := [
-      IStmt.serve (some (Expr.ite (Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.step StepVar.ndec false) (Expr.step StepVar.nres false)) (Expr.bin BinOp.eq (Expr.step StepVar.nres false) (Expr.num 0))) (Expr.not (Expr.ctx "decoding")) (Expr.ctx "decoding"))) none none,
-      IStmt.admit (some (Expr.ite (Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.step StepVar.ndec false) (Expr.step StepVar.nres false)) (Expr.bin BinOp.eq (Expr.step StepVar.nres false) (Expr.num 0))) (Expr.not (Expr.ctx "decoding")) (Expr.ctx "decoding"))) (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
+      IStmt.serve (some (Expr.ite (Expr.bin BinOp.lt (Expr.step StepVar.ndec false) (Expr.step StepVar.nres false)) (Expr.not (Expr.ctx "decoding")) (Expr.ctx "decoding"))) none none,
+      IStmt.admit (some (Expr.ite (Expr.bin BinOp.lt (Expr.step StepVar.ndec false) (Expr.step StepVar.nres false)) (Expr.not (Expr.ctx "decoding")) (Expr.ctx "decoding"))) (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
     cost := Expr.num 1,
     registers := [] },
   arrive := Arrive.poisson,
