@@ -143,6 +143,13 @@ def opt_expr(e) -> str:
 # ---------------------------------------------------------------- statements
 
 
+def branch(ctor: str, s, render, deeper: int) -> str:
+    """A branch of statements or of iteration statements: its guard, then each arm's list."""
+    pad = " " * deeper
+    return (f"{ctor} ({expr(s.c)})\n{pad}{lines(s.then, render, deeper + 2)}"
+            f"\n{pad}{lines(s.else_, render, deeper + 2)}")
+
+
 def stmt(s, indent: int) -> str:
     deeper = indent + 2
     if isinstance(s, R.SetA):
@@ -152,8 +159,7 @@ def stmt(s, indent: int) -> str:
     if isinstance(s, R.ObserveA):
         return f"Stmt.observeA {string(s.name)} ({expr(s.e)})"
     if isinstance(s, R.BranchS):
-        return (f"Stmt.branchS ({expr(s.c)})\n{' ' * deeper}{lines(s.then, stmt, deeper + 2)}"
-                f"\n{' ' * deeper}{lines(s.else_, stmt, deeper + 2)}")
+        return branch("Stmt.branchS", s, stmt, deeper)
     if isinstance(s, R.WhileS):
         return f"Stmt.whileS ({expr(s.c)})\n{' ' * deeper}{lines(s.body, stmt, deeper + 2)}"
     if isinstance(s, R.TurnS):
@@ -183,8 +189,7 @@ def istmt(s, indent: int) -> str:
     if isinstance(s, R.IAdmit):
         return f"IStmt.admit {opt_expr(s.only)} {opt_expr(s.gate)} {opt_expr(s.chunk)}"
     if isinstance(s, R.IBranch):
-        return (f"IStmt.branch ({expr(s.c)})\n{' ' * deeper}{lines(s.then, istmt, deeper + 2)}"
-                f"\n{' ' * deeper}{lines(s.else_, istmt, deeper + 2)}")
+        return branch("IStmt.branch", s, istmt, deeper)
     if isinstance(s, R.ISet):
         return f"IStmt.set {string(s.name)} ({expr(s.e)})"
     raise TypeError(f"not an iteration statement of the fragment: {s!r}")
