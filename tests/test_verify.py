@@ -132,6 +132,44 @@ def test_a_claim_for_every_natural(tmp_path):
     assert res.claims["budget"].verdict == "proved" and not res.claims["budget"].every_natural
 
 
+# an engine the proof over every state covers (serq/verify/induct.py): no growth, no cache
+SLOTS = """
+  device gpu { }
+  engine llm on gpu {
+    reqs cap 2;
+    tokens cap 4;
+    request (p, o) { prefill (p); decode (o); }
+    schedule { advance running; admit waiting while (running.preempted == 0) taking reqs (1); }
+    execute (1);
+  }
+  pool reqs on llm { queue fifo; }
+  workload { arrive ARRIVE; turn { Size p = ~det(3); Size o = ~det(1); } }
+  server { llm (p, o); }
+  claim budget: every iteration of llm (tokens <= 4);
+  claim slots: every iteration of llm (residents <= 2);
+  claim three: every iteration of llm (tokens <= 3);
+  claim over: some iteration of llm (tokens >= 5);
+  claim bounded: every iteration of llm (served <= 1000);
+  claim two: some iteration of llm (decoders == 2);
+"""
+
+
+@pytest.mark.parametrize("arrive", ["poisson(1)", "batch(2)"])
+def test_every_state_and_every_path_agree_with_enumeration(tmp_path, arrive):
+    """A claim that holds on the plan from every machine is proved for every natural; one the
+    machines' havocked `served` breaks is proved by the bound's paths only; the verdicts are the
+    enumeration's either way."""
+    res = verify(api.load(program(tmp_path, SLOTS, arrive=arrive)), 2, 2, timeout=60)
+    assert {k: v.verdict for k, v in res.claims.items()} == expected(res.prog, 2, 2, 2) == {
+        "budget": "proved", "slots": "proved", "three": "counterexample", "over": "no_witness",
+        "bounded": "proved", "two": "witnessed"}
+    for name in ("budget", "slots", "over"):
+        v = res.claims[name]
+        assert (v.by, v.every_natural) == ("every state", True)
+    assert res.claims["bounded"].by == "every path" and not res.claims["bounded"].every_natural
+    assert set(res.bound["every_natural"]) == {"budget", "slots", "over"}
+
+
 def test_json_contract_and_replay(tmp_path, capsys):
     program(tmp_path, CLAIMS)
     out = os.path.join(tmp_path, "w")

@@ -15,7 +15,7 @@ from serq.ir import model as I
 from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.ref.fragment import convert
-from serq.verify import search as S
+from serq.verify import induct, search as S
 from serq.verify.sym import concrete
 
 __all__ = ["verify", "Verdict", "Result", "machine_at"]
@@ -33,6 +33,7 @@ class Verdict:
     seconds: float = 0.0
     reason: Optional[str] = None
     every_natural: bool = False
+    by: Optional[str] = None        # a proof's: "every state" (serq/verify/induct.py) or "every path"
 
 
 @dataclass
@@ -70,7 +71,6 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
     t0 = time.monotonic()
     deadline = t0 + timeout
     trouble: list = []      # why an undecided claim cannot be proved: a run error, a path past the fuel
-    covered = True
 
     fallback: dict = {}     # claim -> a deciding workload whose replay the interpreter refuses
     tried: dict = {}
@@ -98,59 +98,82 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
                 v.seconds = time.monotonic() - t0
                 v.reason = f"no workload found whose replay the interpreter runs as the kernel does; this one's: {why}"
 
-    for n in range(1, sessions + 1):
-        fam = S.Family(p, n, values, gap, trace)
-
-        def visit(path: S.Path) -> bool:
-            if path.error is not None:
-                trouble.append(f"the kernel stops with {path.error} on a workload of {n} session(s): "
-                               f"{S.concrete_workload(fam, path)}")
-            elif not path.done:
-                trouble.append(f"a path of {n} session(s) runs past {S.FUEL} steps: {S.concrete_workload(fam, path)}")
-            for c in p.claims:
-                v = res.claims[c.name]
-                o = path.outcomes.get(c.name)
-                if v.verdict is not None or o is None:
-                    continue
-                if o.status == "failed":
-                    decide(v, "counterexample", fam, path, o)
-                elif o.status == "witnessed":
-                    decide(v, "witnessed", fam, path, o)
-            return all(v.verdict is not None for v in res.claims.values())
-
-        try:
-            count, conds, names, stopped = S.explore(fam, deadline, visit)
-        except S.Deadline as d:
-            res.paths += d.args[0]
-            use_fallback()
-            for v in res.claims.values():
-                if v.verdict is None:
-                    v.verdict, v.seconds = "unknown", time.monotonic() - t0
-                    v.reason = (f"the timeout ({timeout:g} s) ran out exploring workloads of {n} session(s) "
-                                f"after {res.paths} path(s)"
-                                + ("" if n == 1 or trouble else f"; none of {n - 1} session(s) or fewer decides it")
-                                + (f"; and {trouble[0]}" if trouble else ""))
-            break
+    # every state first: a claim over iterations that holds on the plan from every machine an
+    # iteration could start from is proved for every value and arrival (serq/verify/induct.py)
+    not_every_state: dict = {}
+    over = [j for j, c in enumerate(p.claims) if c.form != "end"]
+    if over:
+        got, count = induct.prove(p, sessions, t0 + timeout * INDUCT_SHARE, over)
         res.paths += count
-        if stopped:
+        for j, r in got.items():
+            v = res.claims[p.claims[j].name]
+            if r is True:
+                v.verdict = "no_witness" if v.form == "some" else "proved"
+                v.by, v.every_natural, v.seconds = "every state", True, time.monotonic() - t0
+            else:
+                not_every_state[v.name] = r
+
+    # then every path, the values' bound doubling from 1 (a counterexample or a witness is usually
+    # small); the bound itself proves, or a level whose paths cover every natural input
+    levels = sorted({min(values, lv) for lv in (1, 2, 4, 8)} | {values})
+    ran_out = None
+    for lv in levels:
+        covered = True   # whether the level's paths cover every natural input: then no deeper one is needed
+        for n in range(1, sessions + 1):
+            if all(v.verdict is not None for v in res.claims.values()):
+                break
+            fam = S.Family(p, n, lv, lv, trace)
+
+            def visit(path: S.Path) -> bool:
+                if path.error is not None:
+                    trouble.append(f"the kernel stops with {path.error} on a workload of {fam.n} session(s): "
+                                   f"{S.concrete_workload(fam, path)}")
+                elif not path.done:
+                    trouble.append(f"a path of {fam.n} session(s) runs past {S.FUEL} steps: "
+                                   f"{S.concrete_workload(fam, path)}")
+                for c in p.claims:
+                    v = res.claims[c.name]
+                    o = path.outcomes.get(c.name)
+                    if v.verdict is not None or o is None:
+                        continue
+                    if o.status == "failed":
+                        decide(v, "counterexample", fam, path, o)
+                    elif o.status == "witnessed":
+                        decide(v, "witnessed", fam, path, o)
+                return all(v.verdict is not None for v in res.claims.values())
+
+            try:
+                count, conds, names, stopped = S.explore(fam, deadline, visit)
+            except S.Deadline as d:
+                res.paths += d.args[0]
+                ran_out = (f"the timeout ({timeout:g} s) ran out exploring workloads of {n} session(s) with "
+                           f"values 0..{lv} after {res.paths} path(s)")
+                break
+            res.paths += count
+            if stopped:
+                break
+            if covered and not trouble:
+                left = int(max(0.0, deadline - time.monotonic()) * 1000)
+                covered = S.covers(fam, conds, names, min(left, 10_000))
+        if ran_out is not None or trouble or covered or lv == values:
             break
-        if covered and not trouble:
-            left = int(max(0.0, deadline - time.monotonic()) * 1000)
-            covered = S.covers(fam, conds, names, min(left, 10_000))
     use_fallback()
     for v in res.claims.values():
         if v.verdict is not None:
             continue
         v.seconds = time.monotonic() - t0
-        if trouble:
-            v.verdict, v.reason = "unknown", trouble[0]
+        if ran_out is not None or trouble:
+            v.verdict = "unknown"
+            v.reason = "; and ".join(x for x in (ran_out, trouble[0] if trouble else None,
+                                                  not_every_state.get(v.name)) if x)
         else:
             v.verdict = "no_witness" if v.form == "some" else "proved"
-            v.every_natural = covered
+            v.by, v.every_natural = "every path", covered
     bound["every_natural"] = [v.name for v in res.claims.values() if v.every_natural]
     return res
 
 
+INDUCT_SHARE = 0.25 # of the timeout, the most the proof over every state may take
 REPLAY_TRIES = 20  # deciding workloads tried through the interpreter before one it refuses is named
 
 

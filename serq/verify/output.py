@@ -115,6 +115,8 @@ def as_json(res: Result, replay: dict) -> dict:
     for v in res.claims.values():
         c = {"verdict": v.verdict, "replay": replay.get(v.name), "iteration": v.iteration,
              "seconds": round(v.seconds, 3)}
+        if v.by is not None:
+            c["by"] = v.by
         if v.reason is not None:
             c["reason"] = v.reason
         claims[v.name] = c
@@ -133,7 +135,10 @@ def as_text(res: Result, file: str, replay: dict) -> str:
             line += f" at iteration {v.iteration} (time {v.at})"
         elif v.at is not None:
             line += f" at the end (time {v.at})"
-        if v.every_natural:
+        if v.by == "every state":
+            line += " (on every machine an iteration can start from: every natural value and arrival time, " \
+                    "at most the bound's sessions)"
+        elif v.every_natural:
             line += " (for every natural value and gap, with at most the bound's sessions)"
         line += f"  [{v.seconds:.2f} s]"
         out.append(line)

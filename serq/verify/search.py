@@ -41,9 +41,10 @@ class Inputs:
     model: dict
     used: dict = field(default_factory=dict)   # name -> SymInt, the unknowns this run read
 
-    def value(self, name: str) -> SymInt:
+    def value(self, name: str, default=0) -> SymInt:
+        """The unknown's value: the model's, else `default` (a value inside its range)."""
         if name not in self.used:
-            self.used[name] = SymInt(self.model.get(name, 0), z3.Int(name))
+            self.used[name] = SymInt(self.model.get(name, default), z3.Int(name))
         return self.used[name]
 
 
@@ -114,10 +115,32 @@ class Deadline(Exception):
 
 def explore(f: Family, deadline: float, visit) -> tuple:
     """Run every feasible path of the family (depth first); visit(path) returns True to stop early.
-    Returns (paths run, the disjunction's terms of their conditions, whether it stopped early)."""
-    names = {}
+    Returns (paths run, the disjunction's terms of their conditions, the unknowns, whether it
+    stopped early)."""
+    def run(inp):
+        p = run_path(f, inp, deadline)
+        # a path past the fuel already leaves the undecided claims unknown: its far branches are
+        # not flipped (the search goes on for counterexamples and witnesses elsewhere)
+        return p.facts, p, None if p.done else LONG_FLIPS
+
+    conds: list = []
+    names: dict = {}
+
+    def see(facts, p):
+        conds.append(facts)
+        names.update(dict.fromkeys(p.inputs.used))
+        return visit(p)
+
+    count, stopped = explore_with(run, lambda n: domain(f, n), deadline, see)
+    return count, conds, names, stopped
+
+
+def explore_with(run, domain, deadline: float, visit) -> tuple:
+    """Depth first over the paths of `run`, each branch flipped once. run(inputs) gives (facts,
+    what visit reads, how many facts to flip or None for all); domain(name) an unknown's range;
+    visit(facts, result) returns True to stop. Returns (paths run, whether it stopped early)."""
+    names: dict = {}
     stack = [({}, 0)]
-    conds = []
     count = 0
     while stack:
         if time.monotonic() > deadline:
@@ -125,24 +148,21 @@ def explore(f: Family, deadline: float, visit) -> tuple:
         model, depth = stack.pop()
         inp = Inputs(model)
         try:
-            p = run_path(f, inp, deadline)
+            facts, res, limit = run(inp)
         except Deadline:
             raise Deadline(count) from None
         count += 1
         for n in inp.used:
             names[n] = True
-        conds.append(p.facts)
-        if visit(p):
-            return count, conds, names, True
+        if visit(facts, res):
+            return count, True
         s = z3.Solver()
         s.set("timeout", max(1, int((deadline - time.monotonic()) * 1000)))
         for n in names:
-            s.add(domain(f, n))
+            s.add(domain(n))
         seen = set()
-        # a path past the fuel already leaves the undecided claims unknown: its far branches are
-        # not flipped (the search goes on for counterexamples and witnesses elsewhere)
-        last = len(p.facts) if p.done else min(len(p.facts), LONG_FLIPS)
-        for j, b in enumerate(p.facts[:last]):
+        last = len(facts) if limit is None else min(len(facts), limit)
+        for j, b in enumerate(facts[:last]):
             if j % 64 == 0 and time.monotonic() > deadline:
                 raise Deadline(count)
             key = b.hash()
@@ -159,7 +179,7 @@ def explore(f: Family, deadline: float, visit) -> tuple:
                 s.pop()
             seen.add(key)
             s.add(b)
-    return count, conds, names, False
+    return count, False
 
 
 def covers(f: Family, conds: list, names: dict, timeout_ms: int) -> bool:

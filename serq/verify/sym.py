@@ -34,6 +34,9 @@ def _t(x):
     return x.t if isinstance(x, SymInt) else z3.IntVal(int(x))
 
 
+term = _t
+
+
 def _c(x):
     return x.c if isinstance(x, SymInt) else x
 
