@@ -159,3 +159,10 @@ def test_the_references_prefill_first_serves_a_prompt_alone():
     res = _run(_kernel(PF), [(0, 0)], [0])
     assert res.live == 0 and res.iterations == 2
     assert [v for name, v, *_ in res.observations if name == "done"] == [2]
+
+def test_verdicts_at_the_default_bound_are_as_recorded():
+    """`serq verify` on each program at the default bound (3 sessions, values 0..16, 60 s): the
+    verdicts of examples/papers/verdicts.json, each counterexample and witness replayed by the
+    interpreter (tools/verify_papers.py; `make check` runs it too)."""
+    import verify_papers
+    assert verify_papers.main(["--check"]) == 0

@@ -33,8 +33,8 @@ def program : Program := {
   init := [
     Stmt.drawA "a",
     Stmt.drawA "b",
-    Stmt.setA "p" (Expr.ite (Expr.bin BinOp.eq (Expr.num 0) (Expr.num 1)) (Expr.bin BinOp.add (Expr.num 14) (Expr.bin BinOp.mul (Expr.num 4) (Expr.attr "a"))) (Expr.bin BinOp.add (Expr.num 4) (Expr.bin BinOp.mul (Expr.num 8) (Expr.attr "a")))),
-    Stmt.setA "o" (Expr.bin BinOp.add (Expr.num 3) (Expr.bin BinOp.mul (Expr.num 8) (Expr.attr "b")))],
+    Stmt.setA "p" (Expr.ite (Expr.bin BinOp.eq (Expr.num 0) (Expr.num 1)) (Expr.ite (Expr.attr "a") (Expr.num 18) (Expr.num 14)) (Expr.ite (Expr.attr "a") (Expr.num 12) (Expr.num 4))),
+    Stmt.setA "o" (Expr.ite (Expr.attr "b") (Expr.num 11) (Expr.num 3))],
   turn := [],
   session := none,
   server := [
