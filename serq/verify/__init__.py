@@ -98,12 +98,15 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
                 v.seconds = time.monotonic() - t0
                 v.reason = f"no workload found whose replay the interpreter runs as the kernel does; this one's: {why}"
 
-    # every state first: a claim over iterations that holds on the plan from every machine an
-    # iteration could start from is proved for every value and arrival (serq/verify/induct.py)
+    # every state: a claim over iterations that holds on the plan from every machine an iteration
+    # could start from is proved for every value and arrival (serq/verify/induct.py)
     not_every_state: dict = {}
-    over = [j for j, c in enumerate(p.claims) if c.form != "end"]
-    if over:
-        got, count = induct.prove(p, sessions, t0 + timeout * INDUCT_SHARE, over)
+
+    def every_state():
+        over = [j for j, c in enumerate(p.claims) if c.form != "end" and res.claims[c.name].verdict is None]
+        if not over:
+            return
+        got, count = induct.prove(p, sessions, min(deadline, time.monotonic() + timeout * INDUCT_SHARE), over)
         res.paths += count
         for j, r in got.items():
             v = res.claims[p.claims[j].name]
@@ -113,12 +116,12 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
             else:
                 not_every_state[v.name] = r
 
-    # then every path, the values' bound doubling from 1 (a counterexample or a witness is usually
+    # every path, the values' bound doubling from 1 (a counterexample or a witness is usually
     # small); the bound itself proves, or a level whose paths cover every natural input
-    levels = sorted({min(values, lv) for lv in (1, 2, 4, 8)} | {values})
-    ran_out = None
-    for lv in levels:
-        covered = True   # whether the level's paths cover every natural input: then no deeper one is needed
+    def level(lv: int, until: float) -> tuple:
+        """Every path of values 0..lv, of 1 to N sessions: (whether the level ran out of time,
+        whether its paths cover every natural input)."""
+        covered = True
         for n in range(1, sessions + 1):
             if all(v.verdict is not None for v in res.claims.values()):
                 break
@@ -143,20 +146,33 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
                 return all(v.verdict is not None for v in res.claims.values())
 
             try:
-                count, conds, names, stopped = S.explore(fam, deadline, visit)
+                count, conds, names, stopped = S.explore(fam, until, visit)
             except S.Deadline as d:
                 res.paths += d.args[0]
-                ran_out = (f"the timeout ({timeout:g} s) ran out exploring workloads of {n} session(s) with "
-                           f"values 0..{lv} after {res.paths} path(s)")
-                break
+                ran_out[0] = (f"the timeout ({timeout:g} s) ran out exploring workloads of {n} session(s) "
+                              f"with values 0..{lv} after {res.paths} path(s)")
+                return True, False
             res.paths += count
             if stopped:
                 break
             if covered and not trouble:
-                left = int(max(0.0, deadline - time.monotonic()) * 1000)
+                left = int(max(0.0, until - time.monotonic()) * 1000)
                 covered = S.covers(fam, conds, names, min(left, 10_000))
-        if ran_out is not None or trouble or covered or lv == values:
-            break
+        return False, covered
+
+    levels = sorted({min(values, lv) for lv in (1, 2, 4, 8)} | {values})
+    ran_out = [None]
+    # a first look at the smallest values, which often decides everything (a counterexample, a
+    # witness, paths that cover every natural input); then every state; then every level
+    out, covered = level(levels[0], min(deadline, t0 + timeout * PROBE_SHARE))
+    if out or not covered:
+        ran_out[0] = None   # the first look's own limit is no verdict's reason
+        every_state()
+        for lv in levels[0 if out else 1:] if not trouble else ():
+            out, covered = level(lv, deadline)
+            if out or trouble or covered:
+                break
+    ran_out = ran_out[0]
     use_fallback()
     for v in res.claims.values():
         if v.verdict is not None:
@@ -173,7 +189,8 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
     return res
 
 
-INDUCT_SHARE = 0.25 # of the timeout, the most the proof over every state may take
+PROBE_SHARE = 0.1   # of the timeout, the most the first look at values 0..1 may take
+INDUCT_SHARE = 0.5  # of the timeout, the most the proof over every state may take
 REPLAY_TRIES = 20  # deciding workloads tried through the interpreter before one it refuses is named
 
 
