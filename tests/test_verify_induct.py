@@ -176,3 +176,22 @@ def test_programs_outside_its_scope_are_refused():
     }
     for why, q in cases.items():
         assert I.scope(q) == (None, why)
+
+
+def test_programs_whose_sessions_read_the_machine_are_refused():
+    """A run's work or an attribute set before the hold that reads the machine (an observable) would
+    take the builder's reading, not the real one: refused."""
+    from dataclasses import replace
+    from serq.ref import ir as R
+    p = convert(api.load(PAPERS[0]))
+    h = I.scope(p)[0]
+    obs = R.Obs("used", p.pools[0].name)
+    work = replace(h, body=(replace(h.body[0], work=R.Bin("+", h.body[0].work, obs)),) + h.body[1:])
+    assert I.scope(replace(p, server=tuple(work if st is h else st for st in p.server))) == (
+        None, "a run's work reads more than attributes and numbers")
+    early = replace(p, server=(R.SetA("q", obs),) + p.server)
+    assert I.scope(early) == (None, "a session reads the machine's state before the hold")
+    clock = replace(p, server=(R.SetA("q", R.Ctx("now")),) + p.server)
+    assert I.scope(clock)[0] is not None   # the clock at arrival is what the builder reads
+    outside = replace(p, server=p.server + (h.body[0],))
+    assert I.scope(outside) == (None, "a run stands outside the hold")

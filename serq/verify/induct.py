@@ -53,12 +53,44 @@ def _by_serial(p: R.Program) -> bool:
     return p.arrive == "renewal" or _reads(p, "Attr(name='serial')")
 
 
+def _pure(e, now: bool = False) -> bool:
+    """Whether an expression reads only attributes and numbers (and the clock when `now`): its value
+    is the same whenever it is read, so the builder's reading is the real one."""
+    if isinstance(e, (R.Num, R.Attr)):
+        return True
+    if isinstance(e, R.Ctx):
+        return now and e.name == "now"
+    if isinstance(e, R.Not):
+        return _pure(e.e, now)
+    if isinstance(e, R.Bin):
+        return _pure(e.l, now) and _pure(e.r, now)
+    if isinstance(e, R.Ite):
+        return _pure(e.c, now) and _pure(e.a, now) and _pure(e.b, now)
+    if isinstance(e, R.Fn):
+        return all(_pure(a, now) for a in e.args)
+    return False
+
+
+def _exprs(st):
+    """The expressions a session statement reads."""
+    if isinstance(st, (R.SetA, R.ObserveA)):
+        return [st.e]
+    if isinstance(st, (R.BranchS, R.WhileS)):
+        return [st.c]
+    if isinstance(st, R.RunS):
+        return [st.work]
+    return []
+
+
 def scope(p: R.Program) -> tuple:
     """(the engine's hold, None) when the machines at an iteration's start are the builder's, else
     (None, why not): one turn per session, no trace, one hold, at the top of the server, on pools
     the engine admits from first, whose body is runs that neither grow nor cache (nothing is ever
     preempted), no register, units of attributes and numbers (an admission takes what it would have
-    taken when it happened), no admission number read (they are the builder's own)."""
+    taken when it happened), no admission number read (they are the builder's own), no run outside
+    the hold, runs whose work reads attributes and numbers, and before the hold nothing that blocks
+    or reads more than attributes, numbers and the clock (a session reaches the hold as it arrives,
+    so what it computed is what the builder computes)."""
     if p.session is not None:
         return None, "sessions take several turns"
     if p.trace:
@@ -80,9 +112,16 @@ def scope(p: R.Program) -> tuple:
         return None, "the hold takes part in the prefix cache"
     if not h.body or not all(isinstance(st, R.RunS) and st.growing is None for st in h.body):
         return None, "the hold's body is not runs that do not grow"
-    before = p.init + p.turn + p.server[:p.server.index(h)]
-    if any(isinstance(st, (R.RunS, R.HoldS, R.EndS, R.WhileS, R.TurnS)) for st in _stmts(before)):
+    if sum(isinstance(st, R.RunS) for st in every) != len(h.body):
+        return None, "a run stands outside the hold"
+    if not all(_pure(st.work) for st in h.body):
+        return None, "a run's work reads more than attributes and numbers"
+    before = list(_stmts(p.init + p.turn + p.server[:p.server.index(h)]))
+    if any(isinstance(st, (R.RunS, R.HoldS, R.EndS, R.WhileS, R.TurnS)) for st in before):
         return None, "a session may block or loop before the hold"
+    # a session reaches the hold at its arrival: what it computes before reads the clock then
+    if not all(_pure(e, now=True) for st in before for e in _exprs(st)):
+        return None, "a session reads the machine's state before the hold"
     return h, None
 
 
