@@ -6,7 +6,6 @@ by concolic execution of the reference kernel with z3 (serq/verify/search.py).
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -16,6 +15,7 @@ from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.ref.fragment import convert
 from serq.verify import induct, search as S
+from serq.verify.search import clock
 from serq.verify.sym import concrete
 
 __all__ = ["verify", "Verdict", "Result", "machine_at"]
@@ -68,7 +68,7 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
     if p.arrive == "poisson":
         bound["gap"] = gap
     res = Result(p, bound, {c.name: Verdict(c.name, c.form) for c in p.claims}, trace=trace)
-    t0 = time.monotonic()
+    t0 = clock()
     deadline = t0 + timeout
     trouble: list = []      # why an undecided claim cannot be proved: a run error, a path past the fuel
 
@@ -86,7 +86,7 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
             fallback.setdefault(v.name, (verdict, wl, o, fam.n, why))
             return
         v.verdict, v.iteration, v.at, v.sessions, v.workload = verdict, o.iteration, o.at, fam.n, wl
-        v.seconds = time.monotonic() - t0
+        v.seconds = clock() - t0
         if why is not None:
             v.reason = f"its replay through the interpreter: {why}"
 
@@ -95,7 +95,7 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
             v = res.claims[name]
             if v.verdict is None:
                 v.verdict, v.iteration, v.at, v.sessions, v.workload = verdict, o.iteration, o.at, n, wl
-                v.seconds = time.monotonic() - t0
+                v.seconds = clock() - t0
                 v.reason = f"no workload found whose replay the interpreter runs as the kernel does; this one's: {why}"
 
     # every state: a claim over iterations that holds on the plan from every machine an iteration
@@ -106,13 +106,13 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
         over = [j for j, c in enumerate(p.claims) if c.form != "end" and res.claims[c.name].verdict is None]
         if not over:
             return
-        got, count = induct.prove(p, sessions, min(deadline, time.monotonic() + timeout * INDUCT_SHARE), over)
+        got, count = induct.prove(p, sessions, min(deadline, clock() + timeout * INDUCT_SHARE), over)
         res.paths += count
         for j, r in got.items():
             v = res.claims[p.claims[j].name]
             if r is True:
                 v.verdict = "no_witness" if v.form == "some" else "proved"
-                v.by, v.every_natural, v.seconds = "every state", True, time.monotonic() - t0
+                v.by, v.every_natural, v.seconds = "every state", True, clock() - t0
             else:
                 not_every_state[v.name] = r
 
@@ -156,7 +156,7 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
             if stopped:
                 break
             if covered and not trouble:
-                left = int(max(0.0, until - time.monotonic()) * 1000)
+                left = int(max(0.0, until - clock()) * 1000)
                 covered = S.covers(fam, conds, names, min(left, 10_000))
         return False, covered
 
@@ -177,7 +177,7 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
     for v in res.claims.values():
         if v.verdict is not None:
             continue
-        v.seconds = time.monotonic() - t0
+        v.seconds = clock() - t0
         if ran_out is not None or trouble:
             v.verdict = "unknown"
             v.reason = "; and ".join(x for x in (ran_out, trouble[0] if trouble else None,

@@ -17,6 +17,10 @@ from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.verify.sym import SymInt, Trace, concrete
 
+# the timeout is CPU time (the process's, z3's solving included): the verdicts a timeout allows do not
+# depend on what else the machine runs
+clock = time.process_time
+
 FUEL = 5_000    # kernel steps one path may take; a path still running then is not explored further
 CHUNK = 500     # steps between two looks at the clock
 LONG_FLIPS = 200  # the branches flipped on a path past the fuel
@@ -100,7 +104,7 @@ def run_path(f: Family, inp: Inputs, deadline: float) -> Path:
                 run = X.run_from(f.prog, None, CHUNK, run.machine)
                 if run.done:
                     break
-                if time.monotonic() > deadline:
+                if clock() > deadline:
                     raise Deadline()
             out = C.outcomes(f.prog, run)
             err, done = None, run.done
@@ -143,7 +147,7 @@ def explore_with(run, domain, deadline: float, visit) -> tuple:
     stack = [({}, 0)]
     count = 0
     while stack:
-        if time.monotonic() > deadline:
+        if clock() > deadline:
             raise Deadline(count)
         model, depth = stack.pop()
         inp = Inputs(model)
@@ -157,13 +161,13 @@ def explore_with(run, domain, deadline: float, visit) -> tuple:
         if visit(facts, res):
             return count, True
         s = z3.Solver()
-        s.set("timeout", max(1, int((deadline - time.monotonic()) * 1000)))
+        s.set("timeout", max(1, int((deadline - clock()) * 1000)))
         for n in names:
             s.add(domain(n))
         seen = set()
         last = len(facts) if limit is None else min(len(facts), limit)
         for j, b in enumerate(facts[:last]):
-            if j % 64 == 0 and time.monotonic() > deadline:
+            if j % 64 == 0 and clock() > deadline:
                 raise Deadline(count)
             key = b.hash()
             if j >= depth and key not in seen:
