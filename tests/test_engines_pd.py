@@ -1,6 +1,7 @@
-"""The engine programs (examples/engines/) and vLLM's push disaggregation
-(examples/pd-disaggregation/vllm_nixl_push.sq): hand-computed iterations, memory within caps, the
-tokens every answer commits, SGLang's retraction, and push against pull."""
+"""The engine programs (examples/engines/), vLLM's push disaggregation
+(examples/pd-disaggregation/vllm_nixl_push.sq) and the testbeds (examples/vendors/): hand-computed
+iterations, memory within caps, the tokens every answer commits, SGLang's retraction, push against
+pull, one workload on two cards."""
 from __future__ import annotations
 
 import json
@@ -155,3 +156,25 @@ def test_push_and_pull_of_the_same_constants_run_the_same_numbers():
     push["stages"]["D.nic.latency[0]"] = push["stages"].pop("P.nic.latency[0]")
     assert push["stages"]["D.nic.latency[0]"]["completed"] > 20
     assert json.dumps(push, sort_keys=True) == json.dumps(pull, sort_keys=True)
+
+
+VENDORS = "vendors/gpu_testbeds.sq"
+
+
+@pytest.mark.parametrize("card, a, omega", [(0, 0.00004, 0.003), (1, 0.00008, 0.008)])
+def test_testbeds_first_prefill_by_hand(card, a, omega):
+    """Trace session 0's first turn (1089 tokens) alone: one iteration, no chunk cap (one request),
+    costed by the card's constants."""
+    rep = api.run(load(f"{VENDORS}?card={card}"), Settings(arrivals=1))
+    sim = rep.pop("_sim")
+    assert math.isclose(sim.client["ttft"].v[0], C0 + max(omega, a * 1089))
+    assert rep["sessions"]["completed"] == 1
+
+
+def test_the_a6000_is_slower_than_the_a100_on_one_workload():
+    """The same sessions (one seed) on both cards: every token costs the A6000 more, so its mean
+    ttft and tpot are higher; memory stays within each card's cap and every answer has its tokens."""
+    reps = [checked(f"{VENDORS}?card={c}", dict(arrivals=20), lambda a: a["out"])[1] for c in (0, 1)]
+    a100, a6000 = (r["client"] for r in reps)
+    assert a6000["ttft"]["mean"] > a100["ttft"]["mean"] and a6000["tpot"]["mean"] > a100["tpot"]["mean"]
+    assert [r["pools"]["kv"]["max_used"] <= r["pools"]["kv"]["cap"] for r in reps] == [True, True]
