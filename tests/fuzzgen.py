@@ -96,6 +96,9 @@ class Seed:
     cheap: bool = False         # a run 30 times as long, or of thousands of arrivals, takes seconds at most
 
 
+_TRACE = re.compile(r'\btrace\s+"([^"]+)"')
+
+
 def _read(path):
     with open(path, encoding="utf-8") as fh:
         return fh.read()
@@ -106,7 +109,7 @@ def _read(path):
 _HORIZONS = {"mg1": 200, "ps": 200, "closed": 100, "vllm": 40, "vllm_chat": 40, "vllm_single_turn": 20,
              "vllm_subagents": 40, "vllm_replay": 30, "vllm_request": 30, "llmd_nixl_pull": 10,
              "flows": 10, "pull": 20, "push": 20, "legs": 50, "pool": 20, "engine": 20, "choose": 50,
-             "batch": 20}
+             "batch": 20, "sglang": 10, "tgi": 10, "tensorrt_llm": 10, "vllm_nixl_push": 10, "gpu_testbeds": 30}
 # the seeds whose sessions cost little (the engines' do not): flows among them, whose long runs
 # are what item 1 of issue 7 is about
 _CHEAP = {"mg1", "ps", "closed", "vllm_request", "flows", "pull", "push", "legs", "pool", "choose", "batch"}
@@ -117,10 +120,15 @@ def _seeds() -> list[Seed]:
     paths = sorted(glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"), recursive=True))
     for p in paths:
         d = os.path.dirname(p)
-        files = tuple((os.path.basename(c), _read(c)) for c in sorted(glob.glob(os.path.join(d, "*.csv"))))
+        files = {os.path.basename(c): _read(c) for c in sorted(glob.glob(os.path.join(d, "*.csv")))}
+        text = _COMMENT.sub("", _read(p))
+        # a trace of another folder (examples/replay/trace.csv) goes beside the case, by its name
+        for rel in _TRACE.findall(text):
+            files.setdefault(os.path.basename(rel), _read(os.path.join(d, rel)))
+        text = _TRACE.sub(lambda m: f'trace "{os.path.basename(m.group(1))}"', text)
         name = os.path.splitext(os.path.basename(p))[0]
         out.append(Seed("examples/" + os.path.relpath(p, os.path.join(ROOT, "examples")),
-                        _COMMENT.sub("", _read(p)), files, _HORIZONS.get(name, 20), name in _CHEAP))
+                        text, tuple(sorted(files.items())), _HORIZONS.get(name, 20), name in _CHEAP))
     for p in sorted(glob.glob(os.path.join(HERE, "data", "fuzz", "*.sq"))):
         name = os.path.splitext(os.path.basename(p))[0]
         out.append(Seed("fuzz/" + name, _COMMENT.sub("", _read(p)), (), _HORIZONS.get(name, 20), name in _CHEAP))
