@@ -50,7 +50,7 @@ def test_replica_littles_law_memory_and_every_session_ended():
 STEP = 0.003   # routing.sq's omega: an iteration's time once a = beta = 0
 
 
-def mg1_replicas(rho, out, policy, seed, horizon):
+def mg1_replicas(rho, out, policy, seed, **settings):
     """routing.sq with one-turn sessions and replicas made M/G/1: one request slot, an iteration of
     constant time, so a request's service is its output tokens' iterations."""
     q = math.exp(-1 / out)                          # o = 1 + floor(Exp(out)) is geometric: P(o > k) = q^k
@@ -58,7 +58,7 @@ def mg1_replicas(rho, out, policy, seed, horizon):
     es, es2 = STEP * eo, STEP * STEP * eo2
     lam = rho / es                                  # a replica's rate: a quarter of the gateway's
     rep, _ = run("multi-turn/routing.sq", dict(policy=policy, more=0, seqs=1, a=0, beta=0, out=out, rate=4 * lam),
-                 horizon=horizon, warmup=2, seed=seed)
+                 warmup=2, seed=seed, **settings)
     pk = es + lam * es2 / (2 * (1 - rho))           # Pollaczek-Khinchine
     return rep, pk, 1 / (1 / es - lam)              # and M/M/1 at the same mean
 
@@ -83,6 +83,16 @@ def test_join_the_shortest_queue_is_no_worse_than_random(rho, seed):
     assert rnd["sessions"]["arrived"] == jsq["sessions"]["arrived"]
     a, b = rnd["client"]["response"], jsq["client"]["response"]
     assert b["mean"] <= a["mean"] + math.hypot(a["ci95"], b["ci95"]), (a, b)
+
+
+def test_round_robin_deals_one_turn_sessions_evenly():
+    """Policy 1 with one turn a session: session s goes to s mod 4, so the replicas' admissions differ
+    by one at most, and the first replicas take the extra ones."""
+    rep, _, _ = mg1_replicas(0.7, 5, 1, seed=1, arrivals=401)   # drained: every session admitted
+    n = rep["sessions"]["arrived"]
+    admitted = [rep["pools"][f"R.reqs[{j}]"]["admitted"] for j in range(4)]
+    assert sum(admitted) == n
+    assert admitted == [n // 4 + (1 if j < n % 4 else 0) for j in range(4)], (n, admitted)
 
 
 def test_prefix_affinity_hits_the_cache_more_often_than_random():
@@ -144,3 +154,25 @@ def test_decode_first_delays_first_tokens_and_prefill_first_delays_the_rest():
     a, b = ft["client"], sp["client"]
     assert a["ttft"]["mean"] - a["ttft"]["ci95"] > b["ttft"]["mean"] + b["ttft"]["ci95"]
     assert a["tpot"]["mean"] < b["tpot"]["mean"]   # the intervals overlap: prefills are short iterations
+
+
+# ---- the vLLM workload examples' engine ----------------------------------------------------------
+
+ENGINE_LETS = re.compile(r"^  let (blocks|bs|max_seqs|B|chunk_cap|a|omega|beta|c0) = .*$", re.M)
+
+
+def vllm_engine(rel):
+    """A program's lets the engine reads, and its text from `device gpu` to `pool reqs on vllm`."""
+    with open(os.path.join(EX, rel), encoding="utf-8") as fh:
+        text = fh.read()
+    start, end = text.index("  device gpu {"), text.index("  pool reqs on vllm { queue fifo; }")
+    return [m.group(0) for m in ENGINE_LETS.finditer(text)], text[start:end]
+
+
+@pytest.mark.parametrize("rel", ["multi-turn/vllm_chat.sq", "single-turn/vllm_single_turn.sq",
+                                 "subagent/vllm_subagents.sq"])
+def test_the_vllm_workloads_run_vllm_sq_s_engine(rel):
+    """`use` cannot share an engine (docs/vllm.md): the copies are vllm.sq's, letter for letter."""
+    lets, engine = vllm_engine("multi-turn/vllm.sq")
+    assert len(lets) == 9 and "engine vllm on gpu" in engine
+    assert vllm_engine(rel) == (lets, engine)
