@@ -106,11 +106,11 @@ def test_prefix_affinity_hits_the_cache_more_often_than_random():
 
 # ---- single-turn/fastertransformer.sq and separate_phases.sq -------------------------------------
 
-def step_clock(rel):
+def step_clock(rel, edit=lambda text: text):
     """The program's engine and schedule on the step clock (`execute (1)`: a time is an iteration),
     under three requests of a 100-token prompt and 5 output tokens arriving at 3, 6 and 9."""
     with open(os.path.join(EX, rel), encoding="utf-8") as fh:
-        text = fh.read()
+        text = edit(fh.read())
     text, n = re.subn(r"execute \(.*\);", "execute (1);", text)
     assert n == 1
     text, n = re.subn(r"  workload \{.*?\n  \}\n",
@@ -141,6 +141,15 @@ def test_phases_against_a_hand_computed_trace(rel):
         assert samples[k] == pytest.approx(want[k]), (k, samples[k])
     assert rep["end"] == want["end"]
     assert rep["claims"]["phases_apart"]["status"] == "held"
+
+
+def test_mixed_batching_breaks_phases_apart():
+    """fastertransformer.sq without its `only`: vLLM-like mixed batches. r1 and r2 prefill beside the
+    decodes, so every request has its first token after one iteration and its last after five, and
+    the claim fails at the first mixed iteration, r1's at 6 (the claim reads what it says)."""
+    rep, samples = step_clock("single-turn/fastertransformer.sq", lambda t: t.replace(" only (in_phase())", ""))
+    assert samples == dict(ttft=[1, 1, 1], tpot=[1, 1, 1], response=[5, 5, 5])
+    assert rep["claims"]["phases_apart"]["status"] == "failed" and rep["claims"]["phases_apart"]["at"] == 6
 
 
 def test_decode_first_delays_first_tokens_and_prefill_first_delays_the_rest():
