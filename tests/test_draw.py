@@ -109,13 +109,18 @@ def test_every_example_draws_each_part_and_each_step_of_its_path(path):
     forks = [s for s in stmts if isinstance(s, I.Fork)]
     assert len([w for w in words if re.match(r"leg \d+$", w)]) == len(forks)
     assert words.count("join") == len([s for s in stmts if isinstance(s, I.Join)])
+    assert_laid_out(root, path)
+
+
+def assert_laid_out(root, what: str):
+    """No two boxes overlap unless one holds the other, and no text crosses a box's edge."""
     boxes = rects(root)
     for i, a in enumerate(boxes):
         for b in boxes[i + 1:]:
-            assert not crosses(a, b), f"{path}: boxes {a} and {b} overlap"
+            assert not crosses(a, b), f"{what}: boxes {a} and {b} overlap"
     for s, t in text_boxes(root):
         for b in boxes:
-            assert not crosses(t, b), f"{path}: the text {s!r} crosses the box {b}"
+            assert not crosses(t, b), f"{what}: the text {s!r} crosses the box {b}"
 
 
 def test_the_disaggregation_picture_names_its_link_and_its_families():
@@ -165,8 +170,7 @@ ODD = {
 
 @pytest.mark.parametrize("name", sorted(ODD))
 def test_odd_programs_draw(name):
-    out = svg(api.load_text(ODD[name], f"{name}.sq"))
-    ET.fromstring(out)
+    assert_laid_out(ET.fromstring(svg(api.load_text(ODD[name], f"{name}.sq"))), name)
 
 
 def test_every_program_of_the_test_data_that_links_draws():
@@ -178,7 +182,7 @@ def test_every_program_of_the_test_data_that_links_draws():
             prog = api.load(p)
         except SerqError:
             continue
-        ET.fromstring(svg(prog))
+        assert_laid_out(ET.fromstring(svg(prog)), p)
         drawn += 1
     assert drawn >= 20
 

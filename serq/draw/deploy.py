@@ -271,7 +271,9 @@ class Links(Item):
                 xs.append(cx)
             if xs:
                 c.line([(min(xs), ly), (max(xs), ly)], color="#6d28d9", width=1.8)
-                c.text(min(xs) + 8, ly + 2, self.label(names), 10.5, color="#6d28d9")
+                label = self.label(names)  # under its line, moved left where it would pass the frame
+                lx = min(min(xs) + 8, x + self.w - text_width(label, 10.5))
+                c.text(lx, ly + 2, label, 10.5, color="#6d28d9")
 
 
 def deployment(prog: I.Program) -> Item:

@@ -165,7 +165,8 @@ def path_band(prog: I.Program) -> Item:
         lane = Row(start + [server.items[0]] + server.items[1:])
         return Column([Text("The path of a request (one turn a session), left to right", 13, bold=True),
                        Frame("session", lane, "group", [f"every arrival submits one request"])], gap=6)
-    session = Row(start + p.items(w.session) + [Box(["session ends"], "client")])
+    forever = bool(w.session) and isinstance(w.session[-1], I.Loop)  # ends only by an `end` inside
+    session = Row(start + p.items(w.session) + ([] if forever else [Box(["session ends"], "client")]))
     return Column([Text("The path of a session, left to right", 13, bold=True),
                    Frame("session", session, "group", ["each turn submits a request and waits for its response"]),
                    Space(0, 4),
