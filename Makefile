@@ -33,13 +33,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-# the user's verification gate (README): every example links, the generated Lean is current, the
+# the user's verification gate (README): every example links and draws, the generated Lean is current, the
 # differential suite passes, and lean/ builds where lake is installed (else said to be skipped)
 EXAMPLES     := $(sort $(shell find examples -name '*.sq'))
 GOLDEN_LEAN  := $(sort $(shell find tests/golden/lean -name '*.lean')) examples/papers/ClaimsProved.lean
 DIFFERENTIAL := $(sort $(wildcard tests/test_ref*.py tests/test_differential*.py)) tests/test_leangen.py
 check: $(STAMP)
-	@for f in $(EXAMPLES); do $(BIN)/serq check $$f || exit 1; done
+	@d=$$(mktemp -d) && for f in $(EXAMPLES); do \
+	  $(BIN)/serq check $$f && $(BIN)/serq draw $$f -o $$d/$$(echo $$f | tr / _).svg || { rm -rf $$d; exit 1; }; \
+	done; rm -rf $$d
 	$(BIN)/python -m serq.leangen --check
 	$(BIN)/python tools/gen_oracle_lean.py --check
 	$(BIN)/python tools/gen_claims_proved.py --check

@@ -82,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
     v.add_argument("--json", action="store_true", help="the verdicts as one JSON object")
     v.add_argument("--out", metavar="DIR", help="write the workloads here (default: beside the program)")
     inputs(v)
+    d = sub.add_parser("draw", help="the deployment and a session's path as an SVG picture")
+    d.add_argument("file")
+    d.add_argument("-o", "--output", metavar="OUT.svg",
+                   help="write the SVG here, '-' for stdout (default: FILE's name with .svg, beside it)")
+    inputs(d)
     ir = sub.add_parser("ir", help="print the resolved kernel IR as JSON")
     ir.add_argument("file", nargs="?")
     ir.add_argument("--seed")
@@ -90,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     ir.add_argument("--arrivals")
     ir.add_argument("--schema", action="store_true", help="print the IR's JSON Schema instead")
     inputs(ir)
-    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v}
+    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v, "claims": cl, "draw": d}
     return p
 
 
@@ -229,6 +234,31 @@ def _claims(args, prog) -> int:
     return 0
 
 
+def draw_path(file: str, output: str | None) -> str | None:
+    """Where `serq draw` writes: -o, '-' (None) for stdout, else FILE's stem and .svg beside it."""
+    if output == "-":
+        return None
+    if output:
+        return output
+    return os.path.splitext(file)[0] + ".svg"
+
+
+def _draw(args, prog) -> int:
+    from serq.draw import svg
+    text = svg(prog, os.path.basename(args.file))
+    out = draw_path(args.file, args.output)
+    if out is None:
+        _out(text.removesuffix("\n"))
+        return 0
+    try:
+        with open(out, "w", encoding="utf-8", newline="\n") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    _say(f"{args.file}: drew {out}")
+    return 0
+
+
 class _Failure(Exception):
     """An input or output error that is neither the program's nor the command line's: exit 1."""
 
@@ -354,6 +384,8 @@ def _main(argv: list[str]) -> int:
             return 0
         if args.cmd == "claims":
             return _claims(args, prog)
+        if args.cmd == "draw":
+            return _draw(args, prog)
         if args.cmd == "verify":
             return _verify(args, prog)
         if args.cmd == "ir":

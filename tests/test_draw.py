@@ -1,0 +1,262 @@
+"""`serq draw`: every example draws a well-formed, deterministic SVG naming every pool, stage and
+engine of its IR, with one box for each hold and run of its path and no two boxes overlapping;
+odd and mutated programs draw or get their diagnostic, never a traceback (docs/reference/cli.md)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import xml.etree.ElementTree as ET
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+
+import fuzzgen
+from fuzzrun import apply_ir
+from serq import api
+from serq.cli import main
+from serq.diagnostics import SerqError
+from serq.draw import svg
+from serq.ir import model as I
+from serq.link.rules import walk
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+# found when the suite is collected, so programs added under examples/ are drawn too
+EXAMPLES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"),
+                                                           recursive=True))
+NS = "{http://www.w3.org/2000/svg}"
+ADVANCE = 0.61  # the monospace advance the drawer measures with (serq/draw/svg.py), for text extents
+
+
+class Result:
+    def __init__(self, returncode, stdout, stderr):
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+
+@pytest.fixture
+def serq(capsys, monkeypatch):
+    """The command line in this process (a process each costs a second): its status and output."""
+    monkeypatch.chdir(ROOT)
+
+    def run(*args):
+        capsys.readouterr()
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        assert "Traceback" not in err, err
+        return Result(code, out, err)
+    return run
+
+
+def texts(root) -> list[str]:
+    return [t.text or "" for t in root.iter(NS + "text")]
+
+
+def rects(root) -> list[tuple[float, float, float, float]]:
+    """Every box but the cards behind a family's front box (they overlap it on purpose)."""
+    out = []
+    for r in root.iter(NS + "rect"):
+        if r.get("class") != "card":
+            x, y, w, h = (float(r.get(k)) for k in ("x", "y", "width", "height"))
+            out.append((x, y, x + w, y + h))
+    return out
+
+
+def crosses(a, b) -> bool:
+    """Two rectangles that overlap without one holding the other."""
+    inside = lambda p, q: p[0] >= q[0] - 0.01 and p[1] >= q[1] - 0.01 and p[2] <= q[2] + 0.01 and p[3] <= q[3] + 0.01
+    apart = a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1]
+    return not (apart or inside(a, b) or inside(b, a))
+
+
+def text_boxes(root):
+    for t in root.iter(NS + "text"):
+        size = float(t.get("font-size"))
+        x, base = float(t.get("x")), float(t.get("y"))
+        w = len(t.text or "") * size * ADVANCE
+        x0 = x - w if t.get("text-anchor") == "end" else x - w / 2 if t.get("text-anchor") == "middle" else x
+        yield t.text, (x0, base - 0.8 * size, x0 + w, base + 0.2 * size)
+
+
+def path_statements(prog: I.Program):
+    w = prog.workload
+    return list(walk(prog.server + (w.session or [])))
+
+
+@pytest.mark.parametrize("path", EXAMPLES)
+def test_every_example_draws_each_part_and_each_step_of_its_path(path):
+    prog = api.load(os.path.join(ROOT, path))
+    out = svg(prog, os.path.basename(path))
+    assert out == svg(api.load(os.path.join(ROOT, path)), os.path.basename(path))  # the same bytes
+    root = ET.fromstring(out)
+    assert root.tag == NS + "svg" and float(root.get("width")) > 0 and float(root.get("height")) > 0
+    words = texts(root)
+    for name in [p.name for p in prog.pools] + [s.name for s in prog.stages]:
+        assert name in words, f"{path}: {name} is not drawn"
+    # every engine is on a device, drawn as the box around the engine and the memory pools it
+    # computes in (the IR keeps no device names); a family's is drawn once, as a stack
+    engines = [s for s in prog.stages if isinstance(s.kind, I.Step)]
+    assert words.count("device") == len(engines)
+    for p in prog.pools:
+        if p.memory is not None:
+            assert f"the memory {p.memory} computes in" in words
+    stmts = path_statements(prog)
+    holds = [s for s in stmts if isinstance(s, I.Hold)]
+    runs = [s for s in stmts if isinstance(s, I.Run)]
+    assert len([w for w in words if w.startswith("hold ")]) == len(holds)
+    steps = [w for w in words if re.match(r"(prefill|decode) on |run |transfer$|wait on ", w)]
+    assert len(steps) == len(runs)
+    forks = [s for s in stmts if isinstance(s, I.Fork)]
+    assert len([w for w in words if re.match(r"leg \d+$", w)]) == len(forks)
+    assert words.count("join") == len([s for s in stmts if isinstance(s, I.Join)])
+    assert_laid_out(root, path)
+
+
+def assert_laid_out(root, what: str):
+    """No two boxes overlap unless one holds the other, and no text crosses a box's edge."""
+    boxes = rects(root)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not crosses(a, b), f"{what}: boxes {a} and {b} overlap"
+    for s, t in text_boxes(root):
+        for b in boxes:
+            assert not crosses(t, b), f"{what}: the text {s!r} crosses the box {b}"
+
+
+def test_the_disaggregation_picture_names_its_link_and_its_families():
+    prog = api.load(os.path.join(ROOT, "examples/pd-disaggregation/llmd_nixl_pull.sq"))
+    words = texts(ET.fromstring(svg(prog)))
+    assert "link: a transfer crosses P.nic and D.nic at once, concurrent transfers share by maxmin" in words
+    assert "queue P" in words and "queue D" in words and words.count("×2") == 2
+    assert "cap 32000" in words and "block 16 (2000 blocks)" in words  # blocksP * bs, folded
+    assert "then lease P.kv[p] for inf" in words and "choose p in 2" in words
+
+
+def test_the_path_reads_left_to_right():
+    """Each step's box starts right of the one before it on the path (vllm.sq: request, prefill,
+    decode, response)."""
+    root = ET.fromstring(svg(api.load(os.path.join(ROOT, "examples/multi-turn/vllm.sq"))))
+    xs: dict[str, float] = {}
+    for t in root.iter(NS + "text"):  # a word's first box
+        xs.setdefault(t.text, float(t.get("x")))
+    order = ["request", "hold reqs, kv", "prefill on vllm", "decode on vllm", "response"]
+    assert [xs[w] for w in order] == sorted(xs[w] for w in order)
+    assert xs["arrivals"] < xs["turn"] < xs["while more"] < xs["run tool"] < xs["session ends"]
+
+
+ODD = {
+    "no stages, a pool only": """fn main() {
+  pool m { cap 4; }
+  workload { arrive poisson(1); turn { Size u = 1 + floor(~uniform(0, 3)); } }
+  server { hold m (cost(m, u)) { } }
+}""",
+    "no arrivals, branches and loops": """fn main() {
+  stage s : fifo;
+  stage z : delay;
+  workload { arrive none; turn { Size n = 1; } session { loop { turn; } } }
+  server {
+    branch with (0.5) { run s (cost(s, 1)); } else { }
+    branch (n > 1) { } else { run z (cost(z, 2)); }
+    set m = n;
+    while (m > 5) { set m = m - 1; run z (cost(z, 1)); }
+    fork { run s (cost(s, 1)); }
+    run z (cost(z, 1));
+    join;
+    end;
+  }
+}""",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ODD))
+def test_odd_programs_draw(name):
+    assert_laid_out(ET.fromstring(svg(api.load_text(ODD[name], f"{name}.sq"))), name)
+
+
+def test_every_program_of_the_test_data_that_links_draws():
+    drawn = 0
+    for p in sorted(glob.glob(os.path.join(ROOT, "tests", "data", "**", "*.sq"), recursive=True)):
+        if os.sep + "errors" + os.sep in p:
+            continue
+        try:
+            prog = api.load(p)
+        except SerqError:
+            continue
+        assert_laid_out(ET.fromstring(svg(prog)), p)
+        drawn += 1
+    assert drawn >= 20
+
+
+FUZZ = settings(deadline=None, derandomize=True, phases=[Phase.explicit, Phase.generate], max_examples=100,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@FUZZ
+@given(case=fuzzgen.strategy(fuzzgen.SUITE, "ir"))
+def test_mutated_programs_and_ir_files_draw_or_get_a_diagnostic(case, tmp_path_factory):
+    """Programs with other numbers, and IR files with values changed, deleted or duplicated (the fuzz
+    cases of tests/fuzzgen.py): whatever loads draws, an SVG that parses."""
+    d = tmp_path_factory.mktemp("case")
+    for name, text in case.get("files", {}).items():
+        (d / name).write_text(text)
+    (d / "case.sq").write_text(case["program"])
+    try:
+        prog = api.load(str(d / "case.sq"))
+    except SerqError:
+        return
+    ET.fromstring(svg(prog))
+    (d / "case.json").write_text(json.dumps(apply_ir(json.loads(prog.model_dump_json()), case["ir"])))
+    try:
+        mutated = api.load(str(d / "case.json"))
+    except SerqError:
+        return
+    ET.fromstring(svg(mutated))
+
+
+# ------------------------------------------------------------------------------------- the command
+
+
+def test_draw_writes_beside_the_program_by_default(serq, tmp_path):
+    src = tmp_path / "mg1.sq"
+    src.write_text(open(os.path.join(ROOT, "examples/single-turn/mg1.sq")).read())
+    r = serq("draw", str(src))
+    assert r.returncode == 0 and r.stdout == ""
+    assert r.stderr.strip() == f"{src}: drew {tmp_path / 'mg1.svg'}"
+    assert (tmp_path / "mg1.svg").read_text() == svg(api.load(str(src)), "mg1.sq")
+
+
+def test_draw_to_a_file_and_to_stdout_with_inputs(serq, tmp_path):
+    mg1 = "examples/single-turn/mg1.sq"
+    out = tmp_path / "m.svg"
+    r = serq("draw", mg1, "-o", str(out), "--set", "lambda=0.5")
+    assert r.returncode == 0
+    assert "poisson, 0.5 /s" in texts(ET.fromstring(out.read_text()))
+    inst = tmp_path / "i.json"
+    inst.write_text('{"inputs": {"lambda": 0.25}}')
+    r = serq("draw", mg1, "-o", "-", "--instance", str(inst), "--", "mean=2")
+    assert r.returncode == 0 and r.stderr == ""
+    words = texts(ET.fromstring(r.stdout))
+    assert "poisson, 0.25 /s" in words and "mg1.sq" in words
+
+
+def test_a_program_error_is_the_diagnostic_serq_check_gives(serq, tmp_path):
+    f = tmp_path / "broken.sq"
+    f.write_text("fn main() {\n  stage svc : fifo;\n  workload { arrive poisson(1); }\n"
+                 "  server { run svc (cost(svc, promt)); }\n}\n")
+    r, c = serq("draw", str(f)), serq("check", str(f))
+    assert r.returncode == 1 and c.returncode == 1
+    assert r.stderr == c.stderr and "error[L070]" in r.stderr and "^" in r.stderr
+    assert not (tmp_path / "broken.svg").exists()
+
+
+@pytest.mark.parametrize("args", [["--bogus"], ["-o"], ["--set", "nope=1"], ["-o", "/nonexistent/dir/x.svg"],
+                                  ["--", "--x"]])
+def test_usage_errors_exit_2(serq, args):
+    r = serq("draw", "examples/single-turn/mg1.sq", *args)
+    assert r.returncode == 2 and r.stderr.startswith(("usage:", "serq: error:")), r.stderr
+
+
+def test_claims_refuses_an_unknown_flag_as_a_usage_error(serq):
+    """Every subcommand's bad flag is a usage error (claims had no entry in the parser's table)."""
+    r = serq("claims", "examples/single-turn/mg1.sq", "--bogus")
+    assert r.returncode == 2 and "unrecognized arguments: --bogus" in r.stderr
