@@ -21,6 +21,16 @@ from serq.verify.sym import SymInt, Trace, concrete
 # depend on what else the machine runs
 clock = time.process_time
 
+# z3 times its queries by the wall clock, which a busy machine runs faster than this process's CPU
+# time: a query may take this many times the CPU time left before it counts as undecided
+WALL_SLACK = 4
+
+
+def z3_ms(deadline: float) -> int:
+    """z3's timeout for a query: the CPU time left, in wall milliseconds, with slack."""
+    return max(1000, int((deadline - clock()) * 1000) * WALL_SLACK)
+
+
 FUEL = 5_000    # kernel steps one path may take; a path still running then is not explored further
 CHUNK = 500     # steps between two looks at the clock
 LONG_FLIPS = 200  # the branches flipped on a path past the fuel
@@ -161,7 +171,7 @@ def explore_with(run, domain, deadline: float, visit) -> tuple:
         if visit(facts, res):
             return count, True
         s = z3.Solver()
-        s.set("timeout", max(1, int((deadline - clock()) * 1000)))
+        s.set("timeout", z3_ms(deadline))
         for n in names:
             s.add(domain(n))
         seen = set()
@@ -190,7 +200,7 @@ def covers(f: Family, conds: list, names: dict, timeout_ms: int) -> bool:
     """Whether the paths run cover every input in the naturals (not only within the bound): then a
     property of all of them holds for every natural."""
     s = z3.Solver()
-    s.set("timeout", max(1, timeout_ms))
+    s.set("timeout", max(1, timeout_ms) * WALL_SLACK)
     for n in names:
         s.add(domain(f, n, bounded=False))
     s.add(z3.Not(z3.Or([z3.And(c) if c else z3.BoolVal(True) for c in conds])))
