@@ -537,6 +537,8 @@ class Iterations:
                 return False
         if not r.alive:
             return False
+        if a is not None and a.blks is not None:  # vLLM caches a block as the step that fills it is scheduled
+            a.pool.publish(a, a.pos + n)
         r.served = n
         eng.budget -= n
         eng.batch_reqs.append(r)
@@ -649,6 +651,8 @@ class Iterations:
             if r.alloc is not None:
                 r.alloc.pos += n
                 r.alloc.advanced = True
+                if r.alloc.blks is not None:
+                    r.alloc.pool.publish(r.alloc, r.alloc.pos)
             rec = r.sess.turn_rec
             if r.mode == "decode":
                 if rec is not None:
