@@ -61,7 +61,7 @@ def sessions_of(requests: list[dict], outcome: dict[str, dict]):
             s = [r["id"]]
             sessions.append(s)
         session_of[r["id"]] = s
-    content = contents(requests)
+    content = contents(requests, {rid: o["arrival_step"] for rid, o in outcome.items()})
     rows = []
     for si, s in enumerate(sessions):
         last = None
@@ -87,23 +87,24 @@ def sessions_of(requests: list[dict], outcome: dict[str, dict]):
     return sessions, rows
 
 
-def contents(requests: list[dict]) -> dict:
+def contents(requests: list[dict], arrival: dict | None = None) -> dict:
     """Each request's content as the trace says it (docs/reference/content.md): a stream of its own
-    (numbered from 1 in the scenario's order) whose first `common` tokens are those of the earlier
-    request it shares the longest common prefix with (`parent`; 0 and 0 when it shares none). The
+    (numbered from 1 in the scenario's order) whose first `common` tokens are those of the request
+    that arrived before it (`arrival`: request id -> step; same-step arrivals in the scenario's
+    order) it shares the longest common prefix with (`parent`; 0 and 0 when it shares none). The
     tokens are the prompt's and the outputs' (the driver samples TOKEN), as vLLM hashes both; taking
     the longest prefix with any earlier request makes every pair's common prefix exact. A request
     given by its length alone shares nothing (the driver gives it distinct tokens)."""
+    order = sorted(range(len(requests)), key=lambda i: ((arrival or {}).get(requests[i]["id"], 0), i))
     seqs: list = []
     out = {}
-    for i, r in enumerate(requests):
+    for i in order:
+        r = requests[i]
         toks = r.get("prompt_token_ids")
         best, common = 0, 0
         if toks is not None:
             toks = list(toks) + [TOKEN] * r["max_tokens"]
-            for j, q in enumerate(seqs):
-                if q is None:
-                    continue
+            for j, q in seqs:
                 n = 0
                 for a, b in zip(toks, q):
                     if a != b:
@@ -111,7 +112,7 @@ def contents(requests: list[dict]) -> dict:
                     n += 1
                 if n > common:
                     best, common = j + 1, n
-        seqs.append(toks)
+            seqs.append((i, toks))
         out[r["id"]] = (i + 1, best, common)
     return out
 
