@@ -71,7 +71,10 @@ def test_without_the_option_the_cache_is_per_session():
 
 @pytest.mark.parametrize("content,msg", [
     ("1, 0, 40 + serial", "content 1 is defined twice, as the first 40 of content 0 and as the first 41"),
-    ("1 + serial, 2 - serial, 16", "content 2 would begin with its own tokens"),
+    ("1, 1, 16", "content 1 would begin with its own tokens"),
+    # session 0 names stream 2 as its parent before any hold defined it: 2 is its own tokens from
+    # then on, and session 1 cannot make it begin with stream 1's
+    ("1 + serial, 2 - serial, 16", "content 2 is defined twice, as its own tokens and as the first 16 of content 1"),
 ])
 def test_a_stream_is_defined_one_way(content, msg):
     with pytest.raises(SerqError) as e:
@@ -100,3 +103,30 @@ def test_a_trace_says_what_a_prompt_shares(tmp_path):
     }""")
     rep = api.run(api.load(str(tmp_path / "t.sq")), Settings(arrivals=2))
     assert by_serial(rep.pop("_sim"), "hit") == {0: [0.0], 1: [32.0]}
+
+
+def test_the_request_lowers_its_content_onto_the_hold_it_takes():
+    """`cache (…) content (key, par, at)` in an engine's request: the IR's hold carries it, the
+    request's parameters substituted (the server passes the trace's columns), and the pool says
+    `content`; a program without the option has neither in its IR."""
+    import json
+    import os
+    root = os.path.join(os.path.dirname(__file__), "..", "examples")
+
+    def ir(path):
+        return json.loads(api.load(os.path.join(root, path)).model_dump_json(exclude_none=True))
+
+    def holds(stmts):
+        for s in stmts:
+            if s.get("k") == "hold":
+                yield s
+            for v in s.values():
+                if isinstance(v, list) and v and isinstance(v[0], dict) and "k" in v[0]:
+                    yield from holds(v)
+
+    shared = ir("oracle/vllm_shared.sq")
+    assert [p["name"] for p in shared["pools"] if p.get("content")] == ["kv"]
+    (h,) = [h for h in holds(shared["server"]) if "content" in h]
+    assert {k: v["name"] for k, v in h["content"].items()} == {"stream": "stream", "parent": "parent", "at": "common"}
+    plain = json.dumps(ir("oracle/vllm_request.sq"))
+    assert '"content"' not in plain

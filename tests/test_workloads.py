@@ -22,7 +22,7 @@ WORKLOADS = {
     "multi-turn/vllm_chat.sq": (dict(horizon=150), lambda a: a["o"]),
     # a system prompt every conversation shares, on a content-addressed cache; and with memory tight
     # enough that shared blocks are evicted and computed again
-    "multi-turn/vllm_chat_shared.sq": (dict(horizon=150), lambda a: a["o"]),
+    "multi-turn/vllm_chat_shared.sq": (dict(horizon=60), lambda a: a["o"]),
     "multi-turn/vllm_chat_shared.sq?blocks=200&rate=2": (dict(horizon=60), lambda a: a["o"]),
     # the subagents share the orchestrator's blocks (a content-addressed cache)
     "subagent/vllm_subagents.sq": (dict(horizon=100), lambda a: 2 * a["o"] + 3 * a["o_sub"]),

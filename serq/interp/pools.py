@@ -228,9 +228,16 @@ class ContentPool(Pool):
         super().__init__(sim, decl, index, cap, block)
         self.table: dict = {}   # key -> the blocks that hold it, oldest first (vLLM keeps duplicates)
         self.free_q: dict = {}  # the cached blocks no holder references, in eviction order (insertion)
+        self.keys: dict = {}    # stream -> its blocks' keys so far (a stream's definition never changes)
 
     def key(self, stream, j):
-        return (self.sim.origin(stream, (j + 1) * self.block - 1), j)
+        ks = self.keys.get(stream)
+        if ks is None:
+            ks = self.keys[stream] = []
+        while len(ks) <= j:
+            i = len(ks)
+            ks.append((self.sim.origin(stream, (i + 1) * self.block - 1), i))
+        return ks[j]
 
     def lookup(self, stream, limit: float) -> list:
         """The longest run of cached full blocks of the stream, at most `limit` units."""
@@ -238,9 +245,11 @@ class ContentPool(Pool):
         if stream is None:
             return out
         n = int(math.floor(limit / self.block + 1e-12)) if limit != INF else None
+        table = self.table
+        key = self.key
         j = 0
         while n is None or j < n:
-            blks = self.table.get(self.key(stream, j))
+            blks = table.get(key(stream, j))
             if not blks:
                 break
             out.append(blks[0])

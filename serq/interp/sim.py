@@ -638,6 +638,8 @@ class Sim(Iterations):
             raise self.run_error("R040", "a session may not end while a leg it forked here runs: `join;` first",
                                  sess.fork_at)
         self.live.pop(sess.id, None)
+        if self.sess_stream:
+            self.sess_stream.pop(sess.id, None)
         if refused:
             self.sessions_rejected += 1
         else:
@@ -775,6 +777,10 @@ class Sim(Iterations):
                     raise self.run_error("R045", f"content {fmt(stream)} would begin with its own tokens", spec.at)
                 s = (self.streams.get(s) or (None,))[0]
             self.streams[stream] = d
+            if d is not None and d[0] not in self.streams:
+                # a parent no hold has named is a stream of its own tokens from now on: its blocks'
+                # keys, once read, never change
+                self.streams[d[0]] = None
         elif old != d:
             raise self.run_error("R045", f"content {fmt(stream)} is defined twice, as {self._show_stream(old)} "
                                  f"and as {self._show_stream(d)}", spec.at)
