@@ -130,3 +130,10 @@ def test_the_request_lowers_its_content_onto_the_hold_it_takes():
     assert {k: v["name"] for k, v in h["content"].items()} == {"stream": "stream", "parent": "parent", "at": "common"}
     plain = json.dumps(ir("oracle/vllm_request.sq"))
     assert '"content"' not in plain
+
+
+def test_a_cache_clause_of_inf_keeps_every_published_block():
+    # (a fuzz case: the clause of inf failed the run)
+    rep, sim = run((PROGRAM % (1000, 1, "1 + serial, 0, 40")).replace("cache (cost(kv, 64))", "cache (cost(kv, inf))"),
+                   arrivals=2)
+    assert by_serial(sim, "hit") == {0: [0.0], 1: [32.0]} and sim.pools[0].cached == 6 * 16

@@ -332,7 +332,7 @@ class ContentPool(Pool):
             return super().free(a)
         self.allocs.remove(a)
         b = self.block
-        nkeep = int(math.floor(keep / b + 1e-12))
+        nkeep = len(a.blks) if keep >= len(a.blks) * b else int(math.floor(keep / b + 1e-12))
         for j in range(len(a.blks) - 1, -1, -1):
             blk = a.blks[j]
             blk.ref -= 1

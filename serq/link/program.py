@@ -2,6 +2,7 @@
 (names, moments, sides, holds, amounts and indices, loops, lints, the hidden rule, claims)."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -259,9 +260,11 @@ class Linker:
         content = None
         if "cache" in opts:
             # the content-addressed cache (docs/reference/content.md): whole blocks, vLLM's free order
-            if block is None or evict.k != "lru" or spill is not None:
+            if block is None or evict.k != "lru" or spill is not None or \
+                    not (capv is not None and capv < math.inf):
                 raise SerqError("L252", f"pool `{p.name}` with `cache content` caches whole blocks in the order they "
-                                "are freed: it says `block`, and neither `evict by` nor `spill`", opts["cache"].span)
+                                "are freed: it says `block` and a finite `cap`, and neither `evict by` nor `spill`",
+                                opts["cache"].span)
             content = True
         return I.Pool(name=p.name, count=p.count, cap=cap, block=block, evict=evict, preempt=preempt, queue=queue,
                       reserve_held="reserve_held" in opts, content=content, spill=spill, admit_via=p.admit_via,
