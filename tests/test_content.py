@@ -137,3 +137,17 @@ def test_a_cache_clause_of_inf_keeps_every_published_block():
     rep, sim = run((PROGRAM % (1000, 1, "1 + serial, 0, 40")).replace("cache (cost(kv, 64))", "cache (cost(kv, inf))"),
                    arrivals=2)
     assert by_serial(sim, "hit") == {0: [0.0], 1: [32.0]} and sim.pools[0].cached == 6 * 16
+
+
+def test_an_ir_hold_without_content_on_a_content_pool_keeps_nothing(tmp_path):
+    """The linker refuses it (L254); an IR written by hand is run, and its hold is memory alone."""
+    import json
+    prog = api.load_text(PROGRAM % (1000, 1, "1 + serial, 0, 40"), "t.sq")
+    ir = json.loads(prog.model_dump_json(exclude_none=True))
+    (hold,) = [s for s in ir["server"] if s.get("k") == "hold"]
+    del hold["content"]
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps(ir))
+    rep = api.run(api.load_ir(str(path)), Settings(arrivals=2))
+    sim = rep.pop("_sim")
+    assert by_serial(sim, "hit") == {0: [0.0], 1: [0.0]} and sim.pools[0].cached == 0 and sim.pools[0].used == 0

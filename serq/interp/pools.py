@@ -259,6 +259,14 @@ class ContentPool(Pool):
     def cachedin(self, sess) -> float:
         return len(self.lookup(self.sim.sess_stream.get(sess.id), INF)) * self.block
 
+    # a hold that names no content has no share of the cache (the linker requires one of a hold
+    # with `cache`, L254; an IR written by hand may still hold one)
+    def consume(self, sess, rho, units):
+        return 0.0
+
+    def put_cache(self, sess, units):
+        return None
+
     def make_room(self, need: float, keep_owner=None):
         """Evict from the front of the free queue until used + cached + need fits."""
         over = self.used + self.cached + need - self.cap
