@@ -5,7 +5,7 @@
 
 Writes results/NAME.json (the per-step trace left out) and, for the multi-turn families,
 scenarios/NAME.json. One generator per family of scenarios, each with its own seed; a second
-argument records only the family of that name (`shared`, `shared_tight`)."""
+argument records only the family of that name (`shared`, `shared_tight`, `shared_many`)."""
 from __future__ import annotations
 
 import json
@@ -72,7 +72,7 @@ def prefix(name, seed, n, blocks, sessions, outs, fits, arrivals):
         yield {"name": f"{name}_{i:02d}", "description": name, "config": cfg, "requests": reqs}
 
 
-def shared(name, seed, n, blocks, outs, fits):
+def shared(name, seed, n, blocks, outs, fits, sessions=(3, 8)):
     """Prefixes shared across sessions (docs/reference/content.md): a system prompt every session's
     first prompt begins with (shorter than a block, several blocks, or not block-aligned), sessions
     that go on for turns on it, and subagents forking from a parent's context (its prompt and
@@ -85,7 +85,7 @@ def shared(name, seed, n, blocks, outs, fits):
         sys_len = rng.choice([5, 15, 32, 48, 70, 100])
         system = [rng.randint(100, 999) for _ in range(sys_len)]
         reqs = []
-        for s in range(rng.randint(3, 8)):
+        for s in range(rng.randint(*sessions)):
             prompt = system + [rng.randint(100, 999) for _ in range(rng.randint(1, 40))]
             prev = None
             for t in range(rng.randint(1, 3)):
@@ -132,6 +132,7 @@ FAMILIES = [
     (prefix("prefix_tight", 9090, 30, [12, 14, 16, 20], (3, 6), (10, 60), lambda u: u - 2 * BS, (0, 2)), True),
     (shared("shared", 1010, 40, [18, 24, 40, 64], (1, 24), lambda u: u // 2), True),
     (shared("shared_tight", 2020, 40, [12, 14, 16, 20], (8, 48), lambda u: u - 2 * BS), True),
+    (shared("shared_many", 3030, 20, [24, 40, 64], (1, 16), lambda u: u // 2, sessions=(15, 30)), True),
 ]
 
 
