@@ -151,3 +151,11 @@ def test_an_ir_hold_without_content_on_a_content_pool_keeps_nothing(tmp_path):
     rep = api.run(api.load_ir(str(path)), Settings(arrivals=2))
     sim = rep.pop("_sim")
     assert by_serial(sim, "hit") == {0: [0.0], 1: [0.0]} and sim.pools[0].cached == 0 and sim.pools[0].used == 0
+
+
+@pytest.mark.parametrize("content,code", [("now", "L072"), ("used(kv)", "L077"), ("~exp(1)", "L081")])
+def test_a_content_reads_attributes_and_numbers(content, code):
+    text = (PROGRAM % (1000, 1, content))
+    with pytest.raises(SerqError) as e:
+        api.load_text(text, "t.sq")
+    assert e.value.code == code and "a hold's content" in str(e.value)
