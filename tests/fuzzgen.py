@@ -107,12 +107,13 @@ def _read(path):
 # the base horizons: each seed's ordinary run at this horizon takes a fraction of a second, and ten
 # times as long takes under two seconds (measured with the worker of tests/fuzzrun.py)
 _HORIZONS = {"mg1": 200, "ps": 200, "closed": 100, "vllm": 40, "vllm_chat": 40, "vllm_single_turn": 20,
-             "vllm_subagents": 40, "vllm_replay": 30, "vllm_request": 30, "llmd_nixl_pull": 10,
+             "vllm_subagents": 40, "vllm_replay": 30, "vllm_request": 30, "vllm_shared": 30, "vllm_chat_shared": 40,
+             "llmd_nixl_pull": 10,
              "flows": 10, "pull": 20, "push": 20, "legs": 50, "pool": 20, "engine": 20, "choose": 50,
              "batch": 20, "sglang": 10, "tgi": 10, "tensorrt_llm": 10, "vllm_nixl_push": 10, "gpu_testbeds": 30}
 # the seeds whose sessions cost little (the engines' do not): flows among them, whose long runs
 # are what item 1 of issue 7 is about
-_CHEAP = {"mg1", "ps", "closed", "vllm_request", "flows", "pull", "push", "legs", "pool", "choose", "batch"}
+_CHEAP = {"mg1", "ps", "closed", "vllm_request", "vllm_shared", "flows", "pull", "push", "legs", "pool", "choose", "batch"}
 
 
 def _seeds() -> list[Seed]:

@@ -1,4 +1,5 @@
-"""vLLM 0.33.0's recorded scenarios through examples/oracle/vllm_request.sq (docs/vllm.md)."""
+"""vLLM 0.33.0's recorded scenarios through examples/oracle/vllm_shared.sq, vllm_request.sq on a
+content-addressed cache (docs/vllm.md, docs/reference/content.md)."""
 from __future__ import annotations
 
 import glob
@@ -20,8 +21,6 @@ RESULTS = sorted(glob.glob(os.path.join(ROOT, "tools", "oracle", "results", "*.j
 # docs/vllm.md: where vLLM does what the reference's kernel does not, and the first field that
 # differs there
 DIVERGENT = {
-    "09_prefix_caching_multiturn": ("repeat", "num_cached_tokens_first_admission", 32, 0),
-    "09b_prefix_caching_multiturn_tight": ("s2t3", "first_token_step", 50, 53),
     "10_preempt_only_step_stall": ("A", "last_token_step", 44, None),
 }
 
@@ -54,12 +53,35 @@ def test_check_command_prints_per_scenario_and_a_total():
     assert lines[-1] == "2/3 scenarios agree" and r.returncode == 1
 
 
+def test_reference_kernel_has_the_per_session_cache():
+    """`--ref` runs vllm_request.sq (the Lean fragment's, per-session cache): `repeat` misses the
+    blocks of another session's prompt that vllm_shared.sq hits."""
+    path = next(p for p in RESULTS if os.path.basename(p).startswith("09_"))
+    with open(path, encoding="utf-8") as fh:
+        result = json.load(fh)
+    assert vllm_oracle.compare(result, vllm_oracle.run_scenario(result, path)) is None
+    assert vllm_oracle.compare(result, vllm_oracle.run_scenario(result, path, ref=True)) == \
+        ("repeat", "num_cached_tokens_first_admission", 32, 0)
+
+
+def test_contents_are_the_longest_common_prefix_with_any_earlier_request():
+    reqs = [{"id": "a", "prompt_token_ids": [1, 2, 3, 4], "max_tokens": 2},
+            {"id": "b", "prompt_token_ids": [1, 2, 9], "max_tokens": 1},
+            {"id": "c", "prompt_token_ids": [1, 2, 3, 4, 7, 7, 5], "max_tokens": 1},
+            {"id": "d", "prompt_token_ids": [8], "max_tokens": 3},
+            {"id": "e", "prompt_len": 5, "max_tokens": 1}]
+    # a's tokens are its prompt and its outputs (7, 7): c continues a's conversation past them
+    assert vllm_oracle.contents(reqs) == {"a": (1, 0, 0), "b": (2, 1, 2), "c": (3, 1, 6), "d": (4, 0, 0),
+                                          "e": (5, 0, 0)}
+
+
 EXTRA = sorted(glob.glob(os.path.join(ROOT, "tools", "oracle", "extra", "results", "*.json")))
 
 
 def test_scenarios_recorded_later_all_agree():
-    """220 scenarios recorded the same way after the program was written (tools/oracle/extra)."""
-    assert len(EXTRA) == 220
+    """320 scenarios recorded the same way after the program was written (tools/oracle/extra), 100 of
+    them with prefixes shared across sessions (docs/reference/content.md)."""
+    assert len(EXTRA) == 320
     bad = []
     for path in EXTRA:
         with open(path, encoding="utf-8") as fh:

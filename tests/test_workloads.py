@@ -20,6 +20,11 @@ WORKLOADS = {
     # memory tight enough that requests are preempted and resume: their tokens still add up
     "single-turn/vllm_single_turn.sq?blocks=300&rate=6": (dict(horizon=40), lambda a: a["o"]),
     "multi-turn/vllm_chat.sq": (dict(horizon=150), lambda a: a["o"]),
+    # a system prompt every conversation shares, on a content-addressed cache; and with memory tight
+    # enough that shared blocks are evicted and computed again
+    "multi-turn/vllm_chat_shared.sq": (dict(horizon=60), lambda a: a["o"]),
+    "multi-turn/vllm_chat_shared.sq?blocks=200&rate=2": (dict(horizon=60), lambda a: a["o"]),
+    # the subagents share the orchestrator's blocks (a content-addressed cache)
     "subagent/vllm_subagents.sq": (dict(horizon=100), lambda a: 2 * a["o"] + 3 * a["o_sub"]),
     "replay/vllm_replay.sq": (dict(arrivals=60), lambda a: a["out"]),
     # llm-d's disaggregation: the prefiller samples the first token, the decoder the rest
@@ -42,6 +47,9 @@ class Checked(Sim):
         for m in self.pools:
             assert m.used <= m.cap + 1e-6, f"{m.label} holds {m.used} > cap {m.cap}"
             assert m.used + m.cached <= m.cap + 1e-6, f"{m.label}: used + cached above the cap"
+            if m.content:
+                self.check_content(m)
+                continue
             alloc = sum(a.units for a in m.allocs)
             cached = sum(e.units for e in m.entries)
             assert math.isclose(alloc, m.used, abs_tol=1e-6), f"{m.label}: allocations {alloc} != used {m.used}"
@@ -49,6 +57,27 @@ class Checked(Sim):
             if m.block:
                 assert all(a.units % m.block == 0 for a in m.allocs), f"{m.label}: an allocation not in blocks"
                 assert all(e.units % m.block == 0 for e in m.entries), f"{m.label}: an entry not in blocks"
+
+    def check_content(self, m):
+        """A content pool (docs/reference/content.md): a block shared by several holders counted once,
+        its count of holders exact, the free queue its cached blocks that no holder references."""
+        holders: dict = {}
+        plain = 0.0
+        for a in m.allocs:
+            if a.blks is None:
+                plain += a.units
+                continue
+            assert a.units == len(a.blks) * m.block, f"{m.label}: an allocation not its blocks"
+            for b in a.blks:
+                holders[id(b)] = (b, holders.get(id(b), (b, 0))[1] + 1)
+        assert all(b.ref == n for b, n in holders.values()), f"{m.label}: a block's holders miscounted"
+        assert math.isclose(m.used, len(holders) * m.block + plain, abs_tol=1e-6), \
+            f"{m.label}: used {m.used} != {len(holders)} referenced blocks + {plain}"
+        assert math.isclose(m.cached, len(m.free_q) * m.block, abs_tol=1e-6), f"{m.label}: cached != the free queue"
+        assert all(b.ref == 0 and b.key is not None and b in m.table[b.key] for b in m.free_q), \
+            f"{m.label}: a block in the free queue is referenced or not keyed"
+        assert not any(id(b) in holders for b in m.free_q)
+        self.shared_seen = getattr(self, "shared_seen", 0) + sum(1 for b, n in holders.values() if n > 1)
 
     def _answered(self, rec, sess=None):
         super()._answered(rec, sess)
@@ -78,6 +107,11 @@ def test_workload_invariants(path):
     assert sim.answered > 10 and sim.events_checked > 100
     if "blocks=300" in path:
         assert rep["pools"]["kv"]["preempted"] > 20
+    if "shared" in path or "subagent" in path:
+        assert sim.shared_seen > 0  # blocks several holders referenced at once, counted once
+        assert rep["observe"]["hit"]["mean"] > 0.7
+    if "blocks=200" in path:
+        assert rep["pools"]["kv"]["evicted"] > 100
     resp = rep["client"]["response"]
     ttft = rep["client"]["ttft"]
     assert resp["count"] > 0 and ttft["count"] > 0

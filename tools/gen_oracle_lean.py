@@ -53,7 +53,9 @@ def scenario_paths() -> list[str]:
     fam: dict = {}
     for p in sorted(glob.glob(os.path.join(EXTRA, "*.json"))):
         fam.setdefault(re.sub(r"_\d+$", "", os.path.basename(p)[:-5]), []).append(p)
-    extra = [p for f in sorted(fam) for p in fam[f][:EXTRA_PER]]
+    # the kernel's cache is per session: the families sharing prefixes across sessions
+    # (docs/reference/content.md) are the interpreter's
+    extra = [p for f in sorted(fam) if not f.startswith("shared") for p in fam[f][:EXTRA_PER]]
     return main + extra
 
 

@@ -29,6 +29,10 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 PROGRAM = os.path.join(ROOT, "examples", "oracle", "vllm_request.sq")
+# the same request on a content-addressed cache (docs/reference/content.md), which the reference
+# kernel does not have: the interpreter runs this one, `--ref` the one above
+SHARED = os.path.join(ROOT, "examples", "oracle", "vllm_shared.sq")
+TOKEN = 7  # the token the driver's fake model runner samples (tools/oracle/README.md)
 FIELDS = ("first_token_step", "last_token_step", "num_preemptions", "num_cached_tokens_first_admission")
 CONFIG_INPUTS = ("block_size", "num_gpu_blocks", "max_num_seqs", "max_num_batched_tokens",
                  "long_prefill_token_threshold", "scheduler_reserve_full_isl", "enable_prefix_caching")
@@ -57,6 +61,7 @@ def sessions_of(requests: list[dict], outcome: dict[str, dict]):
             s = [r["id"]]
             sessions.append(s)
         session_of[r["id"]] = s
+    content = contents(requests, {rid: o["arrival_step"] for rid, o in outcome.items()})
     rows = []
     for si, s in enumerate(sessions):
         last = None
@@ -75,10 +80,41 @@ def sessions_of(requests: list[dict], outcome: dict[str, dict]):
                 ptoks = prompt_prev.get("prompt_token_ids")
                 ctx_len = (len(ptoks) if ptoks is not None else prompt_prev["prompt_len"]) + prompt_prev["max_tokens"]
                 new = plen - ctx_len
+            stream, parent, common = content[rid]
             rows.append({"session": f"s{si}", "turn": ti, "new": new, "out": r["max_tokens"], "think": think,
-                         "forced": forced, "_id": rid})
+                         "forced": forced, "stream": stream, "parent": parent, "common": common, "_id": rid})
             last = rid
     return sessions, rows
+
+
+def contents(requests: list[dict], arrival: dict | None = None) -> dict:
+    """Each request's content as the trace says it (docs/reference/content.md): a stream of its own
+    (numbered from 1 in the scenario's order) whose first `common` tokens are those of the request
+    that arrived before it (`arrival`: request id -> step; same-step arrivals in the scenario's
+    order) it shares the longest common prefix with (`parent`; 0 and 0 when it shares none). The
+    tokens are the prompt's and the outputs' (the driver samples TOKEN), as vLLM hashes both; taking
+    the longest prefix with any earlier request makes every pair's common prefix exact. A request
+    given by its length alone shares nothing (the driver gives it distinct tokens)."""
+    order = sorted(range(len(requests)), key=lambda i: ((arrival or {}).get(requests[i]["id"], 0), i))
+    seqs: list = []
+    out = {}
+    for i in order:
+        r = requests[i]
+        toks = r.get("prompt_token_ids")
+        best, common = 0, 0
+        if toks is not None:
+            toks = list(toks) + [TOKEN] * r["max_tokens"]
+            for j, q in seqs:
+                n = 0
+                for a, b in zip(toks, q):
+                    if a != b:
+                        break
+                    n += 1
+                if n > common:
+                    best, common = j + 1, n
+            seqs.append((i, toks))
+        out[r["id"]] = (i + 1, best, common)
+    return out
 
 
 def scenario_inputs(path: str, result: dict) -> list[dict]:
@@ -96,7 +132,7 @@ def scenario_inputs(path: str, result: dict) -> list[dict]:
 
 
 @contextlib.contextmanager
-def scenario_program(result: dict, path: str = ""):
+def scenario_program(result: dict, path: str = "", shared: bool = False):
     """One scenario as the program reads it, while the context lasts: (the linked program, the
     sessions [(request ids in turn order)], the trace rows, the horizon); its config as the inputs,
     its requests as the trace beside a copy of the program (which a run reads)."""
@@ -107,12 +143,13 @@ def scenario_program(result: dict, path: str = ""):
     sessions, rows = sessions_of(requests, outcome)
     tmp = tempfile.mkdtemp(prefix="serq-oracle-")
     try:
-        shutil.copy(PROGRAM, os.path.join(tmp, "vllm_request.sq"))
+        shutil.copy(SHARED if shared else PROGRAM, os.path.join(tmp, "vllm_request.sq"))
         with open(os.path.join(tmp, "trace.csv"), "w", newline="", encoding="utf-8") as fh:
             w = csv.writer(fh)
-            w.writerow(["session", "turn", "new", "out", "think", "forced"])
+            cols = ["session", "turn", "new", "out", "think", "forced"] + (["stream", "parent", "common"] if shared else [])
+            w.writerow(cols)
             for row in rows:
-                w.writerow([row[k] for k in ("session", "turn", "new", "out", "think", "forced")])
+                w.writerow([row[k] for k in cols])
         inputs = {k: float(cfg[k]) for k in CONFIG_INPUTS if k in cfg}
         inputs["sessions"] = float(len(sessions))
         prog = api.load(os.path.join(tmp, "vllm_request.sq"), inputs)
@@ -128,7 +165,7 @@ def run_scenario(result: dict, path: str = "", ref: bool = False):
     from serq import api
     from serq.ir.model import Settings
     outcome = {r["id"]: r for r in result["requests"]}
-    with scenario_program(result, path) as (prog, sessions, rows, horizon):
+    with scenario_program(result, path, shared=not ref) as (prog, sessions, rows, horizon):
         if ref:
             obs_rows = _ref_observations(prog, rows, len(sessions), int(horizon))
         else:

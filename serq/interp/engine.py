@@ -537,6 +537,8 @@ class Iterations:
                 return False
         if not r.alive:
             return False
+        if a is not None and a.blks is not None and a.pos + n >= (a.nhash + 1) * a.pool.block:
+            a.pool.publish(a, a.pos + n)  # vLLM caches a block as the step that fills it is scheduled
         r.served = n
         eng.budget -= n
         eng.batch_reqs.append(r)
@@ -649,6 +651,8 @@ class Iterations:
             if r.alloc is not None:
                 r.alloc.pos += n
                 r.alloc.advanced = True
+                if r.alloc.blks is not None and r.alloc.pos >= (r.alloc.nhash + 1) * r.alloc.pool.block:
+                    r.alloc.pool.publish(r.alloc, r.alloc.pos)
             rec = r.sess.turn_rec
             if r.mode == "decode":
                 if rec is not None:

@@ -37,7 +37,7 @@ class Entry:
 class Alloc:
     """One hold's (or lease's) allocation on one pool member."""
     __slots__ = ("frame", "pool", "units", "reserve", "pos", "admission", "leased", "advanced",
-                 "consumed", "lease_version")
+                 "consumed", "lease_version", "blks", "stream", "nhash")
 
     def __init__(self, frame, pool, units, reserve, pos, admission):
         self.frame = frame
@@ -50,10 +50,12 @@ class Alloc:
         self.advanced = False   # a growing run or a load moved the position
         self.consumed = 0.0     # the cached prefix consumed at admission
         self.lease_version = 0
+        self.blks = None        # on a content pool, with a content: its blocks, in order
 
 
 class Pool:
     """One member of a pool declaration."""
+    content = False  # a ContentPool's cache is keyed by content
 
     def __init__(self, sim, decl, index, cap: float, block: float | None):
         self.sim = sim
@@ -199,6 +201,157 @@ class Pool:
             return
         self.allocs.remove(a)
         self.used -= a.units
+        if self.used < 1e-9:
+            self.used = 0.0
+        if self.reserve_held:
+            self.reserved_extra -= max(0.0, a.reserve - a.units)
+        self._note()
+
+
+class Blk:
+    """A block of a content pool: its key (stream, index) once published, and how many hold it."""
+    __slots__ = ("key", "ref")
+
+    def __init__(self):
+        self.key = None
+        self.ref = 1
+
+
+class ContentPool(Pool):
+    """A pool with `cache content` (docs/reference/content.md): blocks keyed by the content they hold,
+    shared by every holder and counted once in `used`; a block no holder references stays cached, in
+    vLLM's free queue order (block_pool.py: a freed request's blocks appended tail first, a hit
+    taking its block out, eviction from the front)."""
+    content = True
+
+    def __init__(self, sim, decl, index, cap, block):
+        super().__init__(sim, decl, index, cap, block)
+        self.table: dict = {}   # key -> the blocks that hold it, oldest first (vLLM keeps duplicates)
+        self.free_q: dict = {}  # the cached blocks no holder references, in eviction order (insertion)
+        self.keys: dict = {}    # stream -> its blocks' keys so far (a stream's definition never changes)
+
+    def key(self, stream, j):
+        ks = self.keys.get(stream)
+        if ks is None:
+            ks = self.keys[stream] = []
+        while len(ks) <= j:
+            i = len(ks)
+            ks.append((self.sim.origin(stream, (i + 1) * self.block - 1), i))
+        return ks[j]
+
+    def lookup(self, stream, limit: float) -> list:
+        """The longest run of cached full blocks of the stream, at most `limit` units."""
+        out = []
+        if stream is None:
+            return out
+        n = int(math.floor(limit / self.block + 1e-12)) if limit != INF else None
+        table = self.table
+        key = self.key
+        j = 0
+        while n is None or j < n:
+            blks = table.get(key(stream, j))
+            if not blks:
+                break
+            out.append(blks[0])
+            j += 1
+        return out
+
+    def cachedin(self, sess) -> float:
+        return len(self.lookup(self.sim.sess_stream.get(sess.id), INF)) * self.block
+
+    # a hold that names no content has no share of the cache (the linker requires one of a hold
+    # with `cache`, L254; an IR written by hand may still hold one)
+    def consume(self, sess, rho, units):
+        return 0.0
+
+    def put_cache(self, sess, units):
+        return None
+
+    def make_room(self, need: float, keep_owner=None):
+        """Evict from the front of the free queue until used + cached + need fits."""
+        over = self.used + self.cached + need - self.cap
+        while over > 1e-9 and self.free_q:
+            blk = next(iter(self.free_q))
+            del self.free_q[blk]
+            self._forget(blk)
+            self.cached -= self.block
+            self.evicted += 1
+            over -= self.block
+
+    def _forget(self, blk):
+        blks = self.table.get(blk.key)
+        if blks is not None:
+            blks.remove(blk)
+            if not blks:
+                del self.table[blk.key]
+        blk.key = None
+
+    def shared_units(self, hit) -> float:
+        """What of a hit other holders already reference: it takes no room."""
+        return sum(1 for b in hit if b.ref > 0) * self.block
+
+    def allocate_content(self, frame, units, reserve, stream, hit) -> Alloc:
+        """Admission: the hit's blocks referenced (taken out of the free queue), the rest new."""
+        b = self.block
+        for blk in hit:
+            if blk.ref == 0:
+                del self.free_q[blk]
+                self.cached -= b
+                self.used += b
+            blk.ref += 1
+        fresh = units - len(hit) * b
+        self.make_room(fresh)
+        self.used += fresh
+        self.admit_seq += 1
+        a = Alloc(frame, self, units, reserve, 0.0, self.admit_seq)
+        a.blks = list(hit) + [Blk() for _ in range(int(round(fresh / b)))]
+        a.stream = stream
+        a.nhash = len(hit)
+        self.allocs.append(a)
+        if self.reserve_held:
+            self.reserved_extra += max(0.0, reserve - units)
+        self.admitted += 1
+        self._note()
+        return a
+
+    def grow_alloc(self, a: Alloc, d: float):
+        if a.blks is not None:
+            a.blks.extend(Blk() for _ in range(int(round(d / self.block))))
+        super().grow_alloc(a, d)
+
+    def publish(self, a: Alloc, upto: float):
+        """The full blocks below `upto` are cached by content from now on, visible to every hold."""
+        k = int(math.floor(min(upto, a.units) / self.block + 1e-12))
+        if a.blks is None or k <= a.nhash:
+            return
+        for j in range(a.nhash, k):
+            blk = a.blks[j]
+            if blk.key is None:
+                blk.key = self.key(a.stream, j)
+                self.table.setdefault(blk.key, []).append(blk)
+        a.nhash = k
+
+    def free(self, a: Alloc, keep: float = 0.0):
+        """The allocation given back, tail block first; a block no one references stays cached when
+        it is published and below `keep`, and is free otherwise."""
+        if a not in self.allocs:
+            return
+        if a.blks is None:
+            return super().free(a)
+        self.allocs.remove(a)
+        b = self.block
+        nkeep = len(a.blks) if keep >= len(a.blks) * b else int(math.floor(keep / b + 1e-12))
+        for j in range(len(a.blks) - 1, -1, -1):
+            blk = a.blks[j]
+            blk.ref -= 1
+            if blk.ref > 0:
+                continue
+            self.used -= b
+            if blk.key is not None and j < nkeep:
+                self.free_q[blk] = None
+                self.cached += b
+            elif blk.key is not None:
+                self._forget(blk)
         if self.used < 1e-9:
             self.used = 0.0
         if self.reserve_held:

@@ -87,7 +87,7 @@ class Session:
 class HoldFrame:
     """One execution of a hold statement."""
     __slots__ = ("sess", "spec", "members", "allocs", "units", "reserves", "admitted", "join_seq", "join_t", "head",
-                 "consumed", "rejected", "done", "pos_prev")
+                 "consumed", "rejected", "done", "pos_prev", "stream")
 
     def __init__(self, sess, spec):
         self.sess = sess
@@ -104,6 +104,7 @@ class HoldFrame:
         self.rejected = False
         self.done = False
         self.pos_prev = None
+        self.stream = None
 
     def cancel(self):
         """A waiting hold leaves its queue (its session was preempted or ended)."""
@@ -114,7 +115,7 @@ class HoldFrame:
 
 
 class HoldSpec:
-    __slots__ = ("pools", "reuse", "cache", "lease", "body", "at", "has_cache")
+    __slots__ = ("pools", "reuse", "cache", "lease", "body", "at", "has_cache", "content")
 
 
 def _reads_state(e) -> bool:
@@ -342,6 +343,8 @@ class Ops:
                 target = a.pos + work
                 if target > a.units:
                     yield from sim.grow(sess, a, round_up(target, pool.block) - a.units, s.at)
+                if a.blks is not None:
+                    pool.publish(a, target)
             if work > 0:
                 sim.seq += 1
                 job = Job(sess, work, stages, sim.seq, sim.now)
@@ -365,6 +368,11 @@ class Ops:
         spec.reuse = x.expr(s.reuse) if s.reuse is not None else None
         spec.cache = x.expr(s.cache) if s.cache is not None else None
         spec.has_cache = s.cache is not None
+        spec.content = None
+        if s.content is not None:  # (stream, parent, at), each read as the hold joins
+            ct = s.content
+            spec.content = (x.expr(ct.stream), x.expr(ct.parent) if ct.parent is not None else None,
+                            x.expr(ct.at) if ct.at is not None else None)
         spec.lease = None
         if s.lease is not None:
             li = next(i for i, hp in enumerate(s.pools) if hp.pool.name == s.lease.pool.name)

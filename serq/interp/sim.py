@@ -9,7 +9,7 @@ from collections import deque
 
 from serq.interp.compile import Compiler, Ctx, RunError
 from serq.interp.engine import Iterations
-from serq.interp.pools import Pool, round_up
+from serq.interp.pools import ContentPool, Pool, round_up
 from serq.interp.rng import LongStream, base, stream, stream1
 from serq.interp.sessions import HoldFrame, Ops, Preempted, Session, SessionEnd, run_block, run_sync
 from serq.interp.stages import PS, Fifo, FlowNet, FlowStage, Job
@@ -56,6 +56,8 @@ class Sim(Iterations):
         self.running = None
         self.cur_at = None
         self.rel_seq = 0
+        self.streams: dict = {}      # content streams: stream -> (parent, at) or None (docs/reference/content.md)
+        self.sess_stream: dict = {}  # session id -> the stream its latest hold with a content named
         self.compiler = Compiler(self)
         self.machine = Ctx({}, LongStream(self.seed, "machine"), {}, None)
         self.sessions_arrived = 0
@@ -95,7 +97,8 @@ class Sim(Iterations):
         for p in prog.pools:
             cap = const_value(p.cap)
             block = const_value(p.block) if p.block is not None else None
-            ms = [Pool(self, p, i if p.count is not None else None, cap, block) for i in range(p.count or 1)]
+            kind = ContentPool if p.content else Pool
+            ms = [kind(self, p, i if p.count is not None else None, cap, block) for i in range(p.count or 1)]
             self._members[p.name] = ms
             self.pools += ms
         flow_stages = self._flow_stage_names()
@@ -591,6 +594,7 @@ class Sim(Iterations):
                 yield
             a = sess.a
             a["new"], a["out"], a["think"], a["forced"] = row["new"], row["out"], row["think"], row["forced"]
+            a["stream"], a["parent"], a["common"] = row.get("stream", 0.0), row.get("parent", 0.0), row.get("common", 0.0)
             a["more"] = 1.0 if i + 1 < len(rows) else 0.0
         t = sess.turn_idx
         sess.a["turn_no"] = float(t)
@@ -634,6 +638,8 @@ class Sim(Iterations):
             raise self.run_error("R040", "a session may not end while a leg it forked here runs: `join;` first",
                                  sess.fork_at)
         self.live.pop(sess.id, None)
+        if self.sess_stream:
+            self.sess_stream.pop(sess.id, None)
         if refused:
             self.sessions_rejected += 1
         else:
@@ -732,6 +738,8 @@ class Sim(Iterations):
                         sr and self.amount(rf(c), spec.at, "a hold's reserve") > m.cap:
                     m.rejected += 1
                     raise SessionEnd(refused=True)
+            if spec.content is not None:
+                fr.stream = self._stream(sess, spec)
             self._join(fr, head)
             sess.wait = fr
             yield
@@ -749,6 +757,47 @@ class Sim(Iterations):
             self.release_frame(fr)
             sess.a["computed"] = 0.0
             return
+
+    # ------------------------------------------------------------ content streams
+    def _stream(self, sess, spec):
+        """A hold's content, read as it joins: its stream, defined by its parent and where it leaves it."""
+        c = sess.c
+        sf, pf, af = spec.content
+        stream = sf(c)
+        d = None
+        if pf is not None:
+            at = self.amount(af(c), spec.at, "a content's `at`")
+            if at > 0:
+                d = (pf(c), at)
+        old = self.streams.get(stream, 0)
+        if old == 0:
+            s = d[0] if d is not None else None
+            while s is not None:  # a stream does not begin with itself
+                if s == stream:
+                    raise self.run_error("R045", f"content {fmt(stream)} would begin with its own tokens", spec.at)
+                s = (self.streams.get(s) or (None,))[0]
+            self.streams[stream] = d
+            if d is not None and d[0] not in self.streams:
+                # a parent no hold has named is a stream of its own tokens from now on: its blocks'
+                # keys, once read, never change
+                self.streams[d[0]] = None
+        elif old != d:
+            raise self.run_error("R045", f"content {fmt(stream)} is defined twice, as {self._show_stream(old)} "
+                                 f"and as {self._show_stream(d)}", spec.at)
+        self.sess_stream[sess.id] = stream
+        return stream
+
+    @staticmethod
+    def _show_stream(d):
+        return "its own tokens" if d is None else f"the first {fmt(d[1])} of content {fmt(d[0])}"
+
+    def origin(self, stream, pos):
+        """The stream whose own token is at position `pos` of `stream`."""
+        d = self.streams.get(stream)
+        while d is not None and pos < d[1]:
+            stream = d[0]
+            d = self.streams.get(stream)
+        return stream
 
     def _requeue_head(self, fr):
         for m in fr.members:
@@ -792,6 +841,10 @@ class Sim(Iterations):
         sess = fr.sess
         c = sess.c
         units, reserves = [], []
+        content = spec.content is not None
+        if content:  # a content pool's hit is known before its room: what others hold takes none
+            self.sess_stream[sess.id] = fr.stream
+            hits = []
         for i, (t, uf, rf, _) in enumerate(spec.pools):
             m = fr.members[i]
             if t(c) is not m:
@@ -804,6 +857,13 @@ class Sim(Iterations):
             if need > m.cap:
                 m.over = fr
                 return False
+            if content:
+                hit = []
+                if m.content:
+                    rho = self.amount(spec.reuse(c), spec.at, "a hold's reuse") if spec.reuse is not None else INF
+                    hit = m.lookup(fr.stream, min(rho, u))
+                    need -= m.shared_units(hit)
+                hits.append(hit)
             if not m.room_for(need):
                 return False
             units.append(u)
@@ -813,14 +873,20 @@ class Sim(Iterations):
             rho = self.amount(spec.reuse(c), spec.at, "a hold's reuse")
         consumed = []
         for i, m in enumerate(fr.members):
-            got = m.consume(sess, rho, units[i]) if spec.has_cache else 0.0
+            if content and m.content:
+                got = len(hits[i]) * m.block
+            else:
+                got = m.consume(sess, rho, units[i]) if spec.has_cache else 0.0
             consumed.append(got)
         # cached: the prefix the admission consumed, the most any of the hold's pools gave (a slot
         # pool beside the KV pool gives at most its unit)
         sess.a["cached"] = max(consumed) if consumed else 0.0
         for i, m in enumerate(fr.members):
-            m.make_room(units[i])
-            a = m.allocate(fr, units[i], reserves[i])
+            if content and m.content:
+                a = m.allocate_content(fr, units[i], reserves[i], fr.stream, hits[i])
+            else:
+                m.make_room(units[i])
+                a = m.allocate(fr, units[i], reserves[i])
             a.pos = a.consumed = consumed[i]
             fr.allocs.append(a)
         fr.members[0].queue.remove(fr)
@@ -856,6 +922,14 @@ class Sim(Iterations):
 
     def _give_back(self, a, sess, preempted=False):
         spec = a.frame.spec
+        if a.blks is not None:  # a content pool: what stays cached is decided block by block as it frees
+            ell = self.amount(spec.cache(sess.c), spec.at, "a hold's cache")
+            a.pool.publish(a, min(ell, self._computed(a, preempted)))
+            a.pool.free(a, ell)
+            for e in (a.pool.engine, a.pool.memory_of):
+                if e is not None:
+                    self.engine_wants(e)
+            return
         a.pool.free(a)
         for e in (a.pool.engine, a.pool.memory_of):
             if e is not None:  # room freed: the engine may admit at its next step
@@ -903,6 +977,8 @@ class Sim(Iterations):
                                  f"past the hold's allocation {fmt(a.units)}", at)
         a.pos += n
         a.advanced = True
+        if a.blks is not None:
+            pool.publish(a, a.pos)
 
     def spill(self, pool, entry, units):
         spec = self.spill_specs.get(pool.name)

@@ -1,5 +1,5 @@
 """Trace files (catalogue: *Trace files*): a CSV with a header; `session`, `turn`, `new`, `out`
-required; `think` and `forced` optional. A malformed file is an error naming file, line, column."""
+required; `think`, `forced` and the content columns `stream`, `parent`, `common` optional. A malformed file is an error naming file, line, column."""
 from __future__ import annotations
 
 import csv
@@ -59,7 +59,11 @@ def load_trace(path: str) -> list[list[dict]]:
         sess = row[col["session"]].strip()
         turn = num("turn", whole=True)
         rec = {"new": num("new"), "out": num("out", whole=True, lo=1.0), "think": num("think", 0.0),
-               "forced": num("forced", 0.0, whole=True), "turn": turn}
+               "forced": num("forced", 0.0, whole=True), "turn": turn,
+               # the prompt's content (docs/reference/content.md): its stream, whose first `common`
+               # tokens are those of stream `parent`; 0 when the trace does not say
+               "stream": num("stream", 0.0, whole=True), "parent": num("parent", 0.0, whole=True),
+               "common": num("common", 0.0, whole=True)}
         if rec["forced"] not in (0.0, 1.0):
             raise _err(path, ln, starts[col["forced"]], "`forced` is 0 or 1")
         if sess != last_key:

@@ -186,12 +186,20 @@ class Lease(Node):
     duration: Expr
 
 
+class Content(Node):
+    """`content (stream, parent, at)`: the hold's tokens are the stream's; its first `at` are the parent's."""
+    stream: Expr
+    parent: Optional[Expr] = None
+    at: Optional[Expr] = None
+
+
 class Hold(Node):
     k: Literal["hold"] = "hold"
     pools: list[HoldPool]
     reuse: Optional[Expr] = None
     body: list["Stmt"]
     cache: Optional[Expr] = None
+    content: Optional[Content] = None
     lease: Optional[Lease] = None
     at: Optional[Loc] = None
 
@@ -328,6 +336,7 @@ class Pool(Node):
     preempt: Annotated[Union[PreemptNone, PreemptBy], Field(discriminator="k")] = PreemptNone()
     queue: Annotated[Union[QueueFifo, QueueBy], Field(discriminator="k")] = QueueFifo()
     reserve_held: bool = False
+    content: Optional[bool] = None   # `cache content`: the cache is keyed by content, shared by every holder
     spill: Optional[Spill] = None
     admit_via: Optional[str] = None  # the step stage whose iterations admit this pool's queue
     memory: Optional[str] = None     # the step stage this pool is the memory of

@@ -146,6 +146,7 @@ class Hold:
     cache: Optional[Expr]
     lease: Optional[tuple[Ref, Expr]]
     span: Span
+    content: Optional[tuple] = None  # (stream, parent, at) of `cache (…) content (…)`, parent and at None when absent
 
 
 @dataclass(frozen=True)
@@ -285,6 +286,7 @@ class AtAdmission:
 class CacheItem:
     e: Expr
     span: Span
+    content: Optional[tuple] = None  # as a Hold's
 
 
 Stmt = Union[Turn, Set, CostFields, Observe, Hold, Grow, Drop, Release, Load, Run, Branch, While,

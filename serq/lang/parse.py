@@ -144,6 +144,7 @@ class _ToAst:
     opt_preempt_lifo = _opt("preempt_lifo")
     opt_queue_fifo = _opt("queue_fifo")
     opt_reserve_held = _opt("reserve_held")
+    opt_cache_content = _opt("cache_content")
     opt_spill = _opt("spill")
 
     def opt_evict_by(self, meta, ch):
@@ -309,7 +310,7 @@ class _ToAst:
         return (str(ch[0]), ch[1], self.sp(meta))
 
     def r_cache(self, meta, ch):
-        return A.CacheItem(ch[0], self.sp(meta))
+        return A.CacheItem(ch[0], self.sp(meta), ch[1])
 
     def growing(self, meta, ch):
         return ch[0]
@@ -460,7 +461,8 @@ class _ToAst:
         pools = tuple(c for c in ch if isinstance(c, A.HoldPool))
         rest = ch[len(pools):]
         reuse, adm, body, cache, lease = rest
-        return A.Hold(pools, reuse, adm or (), body, cache, lease, self.sp(meta))
+        cache, content = cache if cache is not None else (None, None)
+        return A.Hold(pools, reuse, adm or (), body, cache, lease, self.sp(meta), content)
 
     def hold_pool(self, meta, ch):
         return A.HoldPool(ch[0], ch[1], ch[2], self.sp(meta))
@@ -469,7 +471,10 @@ class _ToAst:
         return tuple(ch)
 
     def hold_cache(self, meta, ch):
-        return ch[0]
+        return (ch[0], ch[1])
+
+    def content(self, meta, ch):
+        return tuple(ch)
 
     def hold_lease(self, meta, ch):
         return (ch[0], ch[1])

@@ -10,7 +10,7 @@ CONTEXT_VARS = {"now", "present", "self", "decoding", "admission", "remaining", 
 # the names the language supplies (*Expressions*: names do not collide)
 SUPPLIED = CONTEXT_VARS | {"inf", "running", "waiting", "batch", "admitted"}
 BUILTIN_ATTRS = {"serial", "turn_no", "cached", "computed"}
-TRACE_ATTRS = {"new", "out", "think", "more", "forced"}
+TRACE_ATTRS = {"new", "out", "think", "more", "forced", "stream", "parent", "common"}
 SCHEDULER_SET = {"cached", "computed"}  # set by the admission and the preemption: never hidden
 OBSERVABLES = {"used", "free", "holders", "queued", "queue", "busy", "cachedin", "budget_left", "work"}
 POOL_OBS = {"used", "free", "holders", "queued", "cachedin"}
@@ -63,6 +63,7 @@ SESSION = Moment("a session or server statement", ctx=F({"now"}), attrs=True, hi
 HEADER = Moment("a hold's header", ctx=F({"now"}), attrs=True, hidden=True, draws=False, obs=ALL_OBS,
                 registers=True)
 CACHE = Moment("a hold's cache", ctx=F({"now"}), attrs=True, hidden=True, draws=False, obs=F())
+CONTENT = Moment("a hold's content", attrs=True, hidden=True)
 LEASE = Moment("a lease's duration", ctx=F(), attrs=True, hidden=False, draws=False)
 GAUGE = Moment("a gauge", obs=F(OBSERVABLES - {"cachedin", "work", "budget_left"}), const_index=True,
                registers=True)

@@ -2,6 +2,7 @@
 (names, moments, sides, holds, amounts and indices, loops, lints, the hidden rule, claims)."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 
@@ -256,8 +257,18 @@ class Linker:
             spill = I.Spill(pool=self.x.target(tier, N.SPILL, "pool", "`spill`"),
                             via=self.x.target(via, N.SPILL, "stage", "`spill … via`"),
                             amount=self.x.link(amount, N.SPILL), when=self.x.link(when, N.SPILL))
+        content = None
+        if "cache" in opts:
+            # the content-addressed cache (docs/reference/content.md): whole blocks, vLLM's free order
+            if block is None or evict.k != "lru" or spill is not None or \
+                    not (capv is not None and capv < math.inf):
+                raise SerqError("L252", f"pool `{p.name}` with `cache content` caches whole blocks in the order they "
+                                "are freed: it says `block` and a finite `cap`, and neither `evict by` nor `spill`",
+                                opts["cache"].span)
+            content = True
         return I.Pool(name=p.name, count=p.count, cap=cap, block=block, evict=evict, preempt=preempt, queue=queue,
-                      reserve_held="reserve_held" in opts, spill=spill, admit_via=p.admit_via, memory=p.memory, at=at)
+                      reserve_held="reserve_held" in opts, content=content, spill=spill, admit_via=p.admit_via,
+                      memory=p.memory, at=at)
 
     def stage(self, s) -> I.Stage:
         at = self.x.loc(s.span)
@@ -495,7 +506,11 @@ class Linker:
                                 "that leases it", s.span)
             return I.Release(pool=tgt, at=at)
         if isinstance(s, A.Drop):
-            return I.Drop(pool=x.target(s.pool, INDEX, "pool", "`drop`"), at=at)
+            tgt = x.target(s.pool, INDEX, "pool", "`drop`")
+            if self._content_pool(tgt.name):
+                raise SerqError("L255", f"`drop {tgt.name}`: a content-addressed cache is no session's to drop; its "
+                                "blocks go when evicted", s.span)
+            return I.Drop(pool=tgt, at=at)
         if isinstance(s, A.Run):
             return self.run(s, sc, at)
         if isinstance(s, A.Branch):
@@ -602,6 +617,7 @@ class Linker:
         if s.cache is not None:
             cache = x.link(s.cache, N.CACHE)
             self._need_cost(cache, names, "a hold's cache", s.cache.span)
+        content = self._content(s, tgts)
         lease = None
         if s.lease is not None:
             lref, dur = s.lease
@@ -611,7 +627,25 @@ class Linker:
             d = x.link(dur, N.LEASE)
             self._amount(d, dur.span, "a lease's duration")
             lease = I.Lease(pool=lt, duration=d)
-        return I.Hold(pools=pools, reuse=reuse, body=body, cache=cache, lease=lease, at=at)
+        return I.Hold(pools=pools, reuse=reuse, body=body, cache=cache, content=content, lease=lease, at=at)
+
+    def _content_pool(self, name):
+        return any(o.kind == "cache_content" for o in self.t.pools[name].opts)
+
+    def _content(self, s, tgts):
+        """A hold's `content (…)` (docs/reference/content.md): on a content pool, a hold that caches names it."""
+        shared = [t for t in tgts if self._content_pool(t.name)]
+        if s.content is None:
+            if shared and s.cache is not None:
+                raise SerqError("L254", f"a hold with `cache` on `{shared[0].name}`, a pool with `cache content`, names "
+                                "its content: `cache (…) content (stream[, parent, at])`", s.cache.span)
+            return None
+        stream, parent, at_ = s.content
+        if not shared:
+            raise SerqError("L253", "`content (…)` names what a content-addressed cache keys the hold's blocks by: "
+                            "none of the hold's pools says `cache content`", stream.span)
+        link = lambda e: self.x.link(e, N.CONTENT) if e is not None else None  # noqa: E731
+        return I.Content(stream=link(stream), parent=link(parent), at=link(at_))
 
     def t_pool_cap(self, name):
         p = self.t.pools[name]

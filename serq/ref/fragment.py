@@ -188,6 +188,8 @@ class _Conv:
             self.fail("F012", "`reserve held`", p.at)
         if p.spill is not None:
             self.fail("F012", "`spill`", p.at)
+        if p.content:
+            self.fail("F015", "`cache content` (a cache keyed by content, shared across sessions)", p.at)
         if p.admit_via is None and p.memory is None:
             self.fail("F010", f"the pool `{p.name}`, which the engine neither admits nor holds as its memory,",
                       p.at)

@@ -67,7 +67,7 @@ def _one(h: A.Hold, names_out: dict, taken) -> A.Hold:
                                 f"(`{_show(live)}`) that has another value in the body; the body reads `cached`, "
                                 "the units the admission consumed", sp)
             tops.append(A.Set(name, env[name], sp))
-    return A.Hold(pools, reuse, (), tuple(tops) + h.body, h.cache, h.lease, h.span)
+    return A.Hold(pools, reuse, (), tuple(tops) + h.body, h.cache, h.lease, h.span, h.content)
 
 
 def _show(x):

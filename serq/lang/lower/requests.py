@@ -106,7 +106,9 @@ def expand_request(stmt: A.CallStmt, info: EngineInfo, stage_name: str | None = 
                   tuple((n, subst(e, mapping), sp) for n, e, sp in bindings),
                   body,
                   cost(pools, subst(cache.e, mapping), cache.span) if cache is not None else None,
-                  None, stmt.span)
+                  None, stmt.span,
+                  tuple(subst(e, mapping) if e is not None else None for e in cache.content)
+                  if cache is not None and cache.content is not None else None)
     return list(_engine_stmts(subst_block(before, mapping), name)) + [hold]
 
 
