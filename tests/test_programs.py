@@ -178,10 +178,22 @@ def vllm_engine(rel):
     return [m.group(0) for m in ENGINE_LETS.finditer(text)], text[start:end]
 
 
+# vllm_subagents.sq's cache is keyed by content (docs/reference/content.md), so that a subagent
+# hits its orchestrator's blocks: its engine is vllm.sq's with these three lines so written
+CONTENT = (("request (prompt, output) {", "request (prompt, output, stream, parent, at) {"),
+           ("cache (prompt + output);", "cache (prompt + output) content (stream, parent, at);"),
+           ("preempt lifo; }", "preempt lifo; cache content; }"))
+
+
 @pytest.mark.parametrize("rel", ["multi-turn/vllm_chat.sq", "single-turn/vllm_single_turn.sq",
                                  "subagent/vllm_subagents.sq"])
 def test_the_vllm_workloads_run_vllm_sq_s_engine(rel):
-    """`use` cannot share an engine (docs/vllm.md): the copies are vllm.sq's, letter for letter."""
+    """`use` cannot share an engine (docs/vllm.md): the copies are vllm.sq's, letter for letter (the
+    subagents' with its content clauses)."""
     lets, engine = vllm_engine("multi-turn/vllm.sq")
     assert len(lets) == 9 and "engine vllm on gpu" in engine
+    if rel.startswith("subagent/"):
+        for a, b in CONTENT:
+            assert engine.count(a) == 1
+            engine = engine.replace(a, b)
     assert vllm_engine(rel) == (lets, engine)
