@@ -305,6 +305,35 @@ def test_a_path_past_the_fuel_is_unknown(tmp_path, monkeypatch):
         assert res.claims[name].verdict == "unknown" and "runs past 4 steps" in res.claims[name].reason
 
 
+def test_a_query_past_its_resource_limit_is_asked_afresh(tmp_path, monkeypatch):
+    """Every flip past the incremental solver's limit (here all of them) is decided on a solver of
+    its own: the verdicts are the enumeration's, as without the limit."""
+    from serq.verify import search
+    calls = []
+    real = search.afresh
+    monkeypatch.setattr(search, "QUERY_RLIMIT", 1)
+    monkeypatch.setattr(search, "afresh", lambda conds, deadline: calls.append(1) or real(conds, deadline))
+    res = verify(api.load(program(tmp_path, CLAIMS)), 2, 1, timeout=60)
+    assert calls
+    assert {k: v.verdict for k, v in res.claims.items()} == expected(res.prog, 2, 1, 3)
+
+
+def test_a_branch_z3_cannot_decide_leaves_no_proof(tmp_path, monkeypatch):
+    """A branch undecided both ways is not run: a claim the paths would prove is unknown, with the
+    reason, while a counterexample on the paths that did run is still found and named."""
+    import z3
+    from serq.verify import search
+    monkeypatch.setattr(search, "QUERY_RLIMIT", 1)
+    monkeypatch.setattr(search, "afresh", lambda conds, deadline: (z3.unknown, None))
+    res = verify(api.load(program(tmp_path, CLAIMS)), 2, 1, timeout=60)
+    want = expected(res.prog, 2, 1, 3)
+    assert want["budget"] == "proved" and res.claims["budget"].verdict == "unknown"
+    assert "z3 could not decide" in res.claims["budget"].reason
+    for name, v in res.claims.items():
+        assert v.verdict in (want[name], "unknown")
+        assert v.verdict != "proved" and v.verdict != "no_witness"
+
+
 # a register flipping two schedules, prefix caching, `given`, a claim at end over the turns
 REGISTER = """
   device gpu { kv cap 24; }

@@ -122,6 +122,7 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
         """Every path of values 0..lv, of 1 to N sessions: (whether the level ran out of time,
         whether its paths cover every natural input)."""
         covered = True
+        skipped[0] = 0      # the verdict reads the last level's
         for n in range(1, sessions + 1):
             if all(v.verdict is not None for v in res.claims.values()):
                 break
@@ -146,7 +147,7 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
                 return all(v.verdict is not None for v in res.claims.values())
 
             try:
-                count, conds, names, stopped = S.explore(fam, until, visit)
+                count, conds, names, stopped, undecided = S.explore(fam, until, visit)
             except S.Deadline as d:
                 res.paths += d.args[0]
                 ran_out[0] = (f"the timeout ({timeout:g} s) ran out exploring workloads of {n} session(s) "
@@ -155,11 +156,17 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
             res.paths += count
             if stopped:
                 break
+            if undecided:
+                # the paths behind an undecided branch were not run: no proof by this level's paths,
+                # while a larger level may still find a counterexample or a witness
+                skipped[0] += undecided
+                covered = False
             if covered and not trouble:
                 left = int(max(0.0, until - clock()) * 1000)
                 covered = S.covers(fam, conds, names, min(left, 10_000))
         return False, covered
 
+    skipped = [0]           # branches z3 could not decide (within QUERY_RLIMIT, then afresh)
     levels = sorted({min(values, lv) for lv in (1, 2, 4, 8)} | {values})
     ran_out = [None]
     # a first look at the smallest values, which often decides everything (a counterexample, a
@@ -178,9 +185,10 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
         if v.verdict is not None:
             continue
         v.seconds = clock() - t0
-        if ran_out is not None or trouble:
+        if ran_out is not None or trouble or skipped[0]:
             v.verdict = "unknown"
-            v.reason = "; and ".join(x for x in (ran_out, trouble[0] if trouble else None,
+            undecided = f"z3 could not decide {skipped[0]} branch(es), whose paths were not run" if skipped[0] else None
+            v.reason = "; and ".join(x for x in (ran_out, trouble[0] if trouble else None, undecided,
                                                   not_every_state.get(v.name)) if x)
         else:
             v.verdict = "no_witness" if v.form == "some" else "proved"

@@ -290,13 +290,17 @@ def prove(p: R.Program, sessions: int, deadline: float, claims: list) -> tuple:
             return not open_
 
         try:
-            n, _ = S.explore_with(run, domain, deadline, visit)
+            n, stopped, undecided = S.explore_with(run, domain, deadline, visit)
         except S.Deadline as d:
             paths += d.args[0]
             for j in open_:
-                out[j] = "not every state: the timeout ran out, or z3 could not decide a branch"
+                out[j] = "not every state: the timeout ran out"
             return out, paths
         paths += n
+        if undecided and not stopped:
+            for j in open_:
+                out[j] = f"not every state: z3 could not decide {undecided} branch(es)"
+            return out, paths
     for j in open_:
         out[j] = True
     return out, paths

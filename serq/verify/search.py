@@ -31,6 +31,12 @@ def z3_ms(deadline: float) -> int:
     return max(1000, int((deadline - clock()) * 1000) * WALL_SLACK)
 
 
+# z3's resource units (deterministic, unlike its clock) a flip may take on the path's incremental
+# solver, about a second; past it the query is asked afresh, where z3 preprocesses what incremental
+# solving does not (a query of bari_tiling.sq's every-state search ran 100 s incrementally and is
+# unsat at once afresh)
+QUERY_RLIMIT = 2_000_000
+
 FUEL = 5_000    # kernel steps one path may take; a path still running then is not explored further
 CHUNK = 500     # steps between two looks at the clock
 LONG_FLIPS = 200  # the branches flipped on a path past the fuel
@@ -130,7 +136,7 @@ class Deadline(Exception):
 def explore(f: Family, deadline: float, visit) -> tuple:
     """Run every feasible path of the family (depth first); visit(path) returns True to stop early.
     Returns (paths run, the disjunction's terms of their conditions, the unknowns, whether it
-    stopped early)."""
+    stopped early, the branches z3 could not decide)."""
     def run(inp):
         p = run_path(f, inp, deadline)
         # a path past the fuel already leaves the undecided claims unknown: its far branches are
@@ -145,17 +151,18 @@ def explore(f: Family, deadline: float, visit) -> tuple:
         names.update(dict.fromkeys(p.inputs.used))
         return visit(p)
 
-    count, stopped = explore_with(run, lambda n: domain(f, n), deadline, see)
-    return count, conds, names, stopped
+    count, stopped, undecided = explore_with(run, lambda n: domain(f, n), deadline, see)
+    return count, conds, names, stopped, undecided
 
 
 def explore_with(run, domain, deadline: float, visit) -> tuple:
     """Depth first over the paths of `run`, each branch flipped once. run(inputs) gives (facts,
     what visit reads, how many facts to flip or None for all); domain(name) an unknown's range;
-    visit(facts, result) returns True to stop. Returns (paths run, whether it stopped early)."""
+    visit(facts, result) returns True to stop. Returns (paths run, whether it stopped early, the
+    branches z3 could not decide: the paths behind them were not run)."""
     names: dict = {}
     stack = [({}, 0)]
-    count = 0
+    count = undecided = 0
     while stack:
         if clock() > deadline:
             raise Deadline(count)
@@ -169,11 +176,12 @@ def explore_with(run, domain, deadline: float, visit) -> tuple:
         for n in inp.used:
             names[n] = True
         if visit(facts, res):
-            return count, True
+            return count, True, undecided
         s = z3.Solver()
         s.set("timeout", z3_ms(deadline))
-        for n in names:
-            s.add(domain(n))
+        s.set("rlimit", QUERY_RLIMIT)
+        held = [domain(n) for n in names]
+        s.add(held)
         seen = set()
         last = len(facts) if limit is None else min(len(facts), limit)
         for j, b in enumerate(facts[:last]):
@@ -183,17 +191,32 @@ def explore_with(run, domain, deadline: float, visit) -> tuple:
             if j >= depth and key not in seen:
                 s.push()
                 s.add(z3.Not(b))
-                r = s.check()
+                r, mdl = s.check(), None
                 if r == z3.sat:
                     mdl = s.model()
+                elif r == z3.unknown:
+                    r, mdl = afresh(held + [z3.Not(b)], deadline)
+                    if r == z3.unknown:
+                        if clock() > deadline:
+                            raise Deadline(count)
+                        undecided += 1
+                if mdl is not None:
                     nxt = {n: mdl.eval(z3.Int(n), model_completion=True).as_long() for n in names}
                     stack.append((nxt, j + 1))
-                elif r == z3.unknown:
-                    raise Deadline(count)
                 s.pop()
             seen.add(key)
             s.add(b)
-    return count, False
+            held.append(b)
+    return count, False, undecided
+
+
+def afresh(conds: list, deadline: float) -> tuple:
+    """(z3's answer, its model when sat) for the conjunction, on a solver of its own."""
+    s = z3.Solver()
+    s.set("timeout", z3_ms(deadline))
+    s.add(conds)
+    r = s.check()
+    return r, s.model() if r == z3.sat else None
 
 
 def covers(f: Family, conds: list, names: dict, timeout_ms: int) -> bool:
