@@ -247,7 +247,10 @@ class Iterations:
         """running.count, .decoding, .kv_decode and .kv_prefill as the residents stand."""
         ndec = 0
         kvb = kvp = 0.0
+        ids = set()  # _resident_ids, built in the same pass
+        add = ids.add
         for r in eng.reqs:
+            add(r.sess.id)
             if not r.alive:
                 continue
             a = r.alloc
@@ -257,7 +260,11 @@ class Iterations:
                     kvb += a.pos
             elif a is not None:
                 kvp += a.pos
-        return float(len(self._resident_ids(eng))), float(ndec), kvb, kvp
+        for p in eng.admitted:
+            for a in p.allocs:
+                if not a.leased:
+                    add(a.frame.sess.id)
+        return float(len(ids)), float(ndec), kvb, kvp
 
     # -- runs on an engine
     def engine_run_op(self, s, tgt, f, grow_t):
@@ -328,22 +335,35 @@ class Iterations:
                 self._body(eng, spec["body"], spec)
         finally:
             eng.planning = False
-        ntok = sum(r.served for r in eng.batch_reqs)
+        # the batch's sums in one pass, each added in batch order as sum() would (same floats)
+        ntok = npre = kvb = kvp = attn = 0
+        ndec = 0
+        for r in eng.batch_reqs:
+            n = r.served
+            ntok += n
+            a = r.alloc
+            pos = a.pos if a is not None else 0.0
+            attn += n * (pos + n)
+            if r.mode == "decode":
+                ndec += 1
+                if a is not None:
+                    kvb += pos
+            else:
+                npre += n
+                if a is not None:
+                    kvp += pos
         if ntok <= 0 and v["Preempted"] == 0:
             # a try that schedules no token is no iteration unless it preempted (*Engines*): what it
             # admitted stays admitted, and its sets, which take effect with an iteration, are undone
             eng.registers = saved_regs
             return
-        bd = [r for r in eng.batch_reqs if r.mode == "decode"]
-        bp = [r for r in eng.batch_reqs if r.mode == "prefill"]
         v["Ntok"] = float(ntok)
-        v["Npre"] = float(sum(r.served for r in bp))
+        v["Npre"] = float(npre)
         b = eng.batch
-        b["Ndec"] = float(len(bd))
-        b["Kvb"] = sum(r.alloc.pos for r in bd if r.alloc is not None)
-        b["Kvp"] = sum(r.alloc.pos for r in bp if r.alloc is not None)
-        v["Attn"] = sum(r.served * ((r.alloc.pos if r.alloc is not None else 0.0) + r.served)
-                        for r in eng.batch_reqs)
+        b["Ndec"] = float(ndec)
+        b["Kvb"] = kvb
+        b["Kvp"] = kvp
+        v["Attn"] = attn
         # the residents as they stand: those the iteration admitted in, those it preempted out
         v["Nres"] = v["Nres"] + v["Admitted"] - v["Preempted"]
         cost = spec["cost"](c)
@@ -501,6 +521,7 @@ class Iterations:
             order.sort(key=lambda t: (t[0], t[1]))
             reqs = [t[2] for t in order]
         give = self._give
+        batch = eng.batch_reqs
         for r in reqs:  # without keys, eng.reqs is in admission order already
             if eng.stop_serving:
                 break
@@ -508,7 +529,17 @@ class Iterations:
                 continue
             if only is not None and only(self._req_ctx(eng, r)) == 0:
                 continue
-            give(eng, r, cap)
+            # _give's common case in place: a decode's one token within its allocation, filling no
+            # block the content cache publishes
+            a = r.alloc
+            if r.mode == "decode" and eng.budget >= 1.0 and r.left >= 1.0 and a is not None and \
+                    a.pos + 1.0 <= a.units and a.blks is None:
+                r.served = 1.0
+                eng.budget -= 1.0
+                batch.append(r)
+                r.it = it
+            else:
+                give(eng, r, cap)
 
     def _tokens(self, eng, r, cap):
         if r.mode == "decode":
@@ -648,15 +679,19 @@ class Iterations:
             if not r.alive or n <= 0:
                 continue
             r.left -= n
-            if r.alloc is not None:
-                r.alloc.pos += n
-                r.alloc.advanced = True
-                if r.alloc.blks is not None and r.alloc.pos >= (r.alloc.nhash + 1) * r.alloc.pool.block:
-                    r.alloc.pool.publish(r.alloc, r.alloc.pos)
-            rec = r.sess.turn_rec
+            a = r.alloc
+            if a is not None:
+                a.pos += n
+                a.advanced = True
+                if a.blks is not None and a.pos >= (a.nhash + 1) * a.pool.block:
+                    a.pool.publish(a, a.pos)
             if r.mode == "decode":
+                rec = r.sess.turn_rec
                 if rec is not None:
-                    self._decode_token(rec, n)
+                    if rec.first is None:
+                        self._decode_token(rec, n)
+                    else:
+                        rec.ntok += n
             if r.left <= 1e-9:
                 done.append(r)
         eng.batch_reqs = []
