@@ -54,6 +54,28 @@ class Compiler:
         return RunError(code, msg, self.span(at))
 
     def expr(self, e):
+        """The expression as a function of the context: one Python function generated from its
+        tree where it draws nothing (an operator is then an operation, not a call), else closures.
+        Both compute the same floats in the same order; a read of an unset attribute or context
+        value in the generated one is re-read by the closures, which raise its diagnostic."""
+        slow = self._closure(e)
+        if e.k in ("num", "inf", "attr", "ctx", "step", "reg", "obs", "agg"):
+            return slow  # a leaf: no call to save
+        gen = _Source(self)
+        try:
+            body = gen.src(e, 0)
+        except _NoSource:
+            return slow
+        env = gen.env
+        env["_slow"] = slow
+        code = f"def _f(c):\n    try:\n        return {body}\n    except KeyError:\n        return _slow(c)\n"
+        try:
+            exec(compile(code, "<serq expression>", "exec"), env)
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            return slow
+        return env["_f"]
+
+    def _closure(self, e):
         k = e.k
         if k in ("bin", "un", "if", "fn"):
             v = const_value(e)  # a part made of numbers only is folded once, here
@@ -62,7 +84,7 @@ class Compiler:
             if k == "if":
                 cv = const_value(e.c)
                 if cv is not None and cv == cv:
-                    return self.expr(e.a if cv != 0 else e.b)
+                    return self._closure(e.a if cv != 0 else e.b)
         m = getattr(self, "_" + k)
         return m(e)
 
@@ -115,13 +137,13 @@ class Compiler:
 
     # -- operators
     def _un(self, e):
-        a = self.expr(e.e)
+        a = self._closure(e.e)
         if e.op == "-":
             return lambda c: -a(c)
         return lambda c: 1.0 if a(c) == 0 else 0.0
 
     def _bin(self, e):
-        l, r, op = self.expr(e.l), self.expr(e.r), e.op
+        l, r, op = self._closure(e.l), self._closure(e.r), e.op
         if op == "+":
             return lambda c: l(c) + r(c)
         if op == "-":
@@ -151,12 +173,12 @@ class Compiler:
         raise ValueError(op)
 
     def _if(self, e):
-        c_, a, b = self.expr(e.c), self.expr(e.a), self.expr(e.b)
+        c_, a, b = self._closure(e.c), self._closure(e.a), self._closure(e.b)
         return lambda c: a(c) if c_(c) != 0 else b(c)
 
     def _fn(self, e):
         fn = FUNCS[e.name]
-        args = [self.expr(a) for a in e.args]
+        args = [self._closure(a) for a in e.args]
         if len(args) == 1:
             a0 = args[0]
             if e.name in ("min", "max", "sum"):
@@ -168,7 +190,7 @@ class Compiler:
         return lambda c: fn(*[a(c) for a in args])
 
     def _cost(self, e):
-        return self.expr(e.e)
+        return self._closure(e.e)
 
     def _draw(self, e):
         f = self._drawn(e)
@@ -218,7 +240,8 @@ class Compiler:
 
             def f(c):
                 a, b = a0(c), b0(c)
-                check([a, b])
+                if not (a <= b and -INF < b - a < INF):  # else draw_param_error finds nothing
+                    check([a, b])
                 return a + (b - a) * c.rng.random()
             return f
         if dist == "erlang":
@@ -226,7 +249,8 @@ class Compiler:
 
             def f(c):
                 k, m = k0(c), m0(c)
-                check([k, m])
+                if not (1 <= k < INF and k == math.floor(k) and 0 < m < INF):
+                    check([k, m])
                 return c.rng.gammavariate(k, m / k)
             return f
         if dist == "h2":
@@ -234,7 +258,8 @@ class Compiler:
 
             def f(c):
                 m, c2 = m0(c), c20(c)
-                check([m, c2])
+                if not (0 < m < INF and 1 <= c2 < INF):
+                    check([m, c2])
                 # balanced means: p/mu1 = (1-p)/mu2 = m/2
                 p = 0.5 * (1 + math.sqrt((c2 - 1) / (c2 + 1)))
                 if c.rng.random() < p:
@@ -270,3 +295,79 @@ class Compiler:
                 return members[int(i)]
             raise err("R004", f"`{name}[{fmt(i)}]`: an index is a whole number from 0 below {n}", at)
         return f
+
+
+class _NoSource(Exception):
+    pass
+
+
+_BIN = {"+": "({} + {})", "-": "({} - {})", "*": "_mul({}, {})", "/": "_div({}, {})", "%": "_mod({}, {})",
+        "==": "(1.0 if {} == {} else 0.0)", "!=": "(1.0 if {} != {} else 0.0)",
+        "<": "(1.0 if {} < {} else 0.0)", "<=": "(1.0 if {} <= {} else 0.0)",
+        ">": "(1.0 if {} > {} else 0.0)", ">=": "(1.0 if {} >= {} else 0.0)",
+        "&&": "(1.0 if ({} != 0 and {} != 0) else 0.0)", "||": "(1.0 if ({} != 0 or {} != 0) else 0.0)"}
+_DEPTH = 40  # deeper trees keep their closures (Python's parser nests only so far)
+
+
+class _Source:
+    """An expression as Python source, node for node what the closures compute (Compiler._closure):
+    the same constant folding, the same operator functions, the same order of evaluation."""
+
+    def __init__(self, comp: Compiler):
+        self.comp = comp
+        self.env = {"_mul": _mul, "_div": _div, "_mod": _mod, "sim": comp.sim}
+
+    def name(self, v) -> str:
+        n = f"k{len(self.env)}"
+        self.env[n] = v
+        return n
+
+    def src(self, e, depth: int) -> str:
+        if depth > _DEPTH:
+            raise _NoSource()
+        k = e.k
+        if k in ("bin", "un", "if", "fn"):
+            v = const_value(e)
+            if v is not None and v == v:
+                return self.name(v)
+            if k == "if":
+                cv = const_value(e.c)
+                if cv is not None and cv == cv:
+                    return self.src(e.a if cv != 0 else e.b, depth + 1)
+        d = depth + 1
+        if k == "num":
+            return self.name(float(e.v))
+        if k == "inf":
+            return self.name(INF)
+        if k == "attr":
+            return f"c.a[{e.name!r}]"
+        if k == "ctx":
+            return "sim.now" if e.name == "now" else f"c.x[{e.name!r}]"
+        if k == "cost":
+            return self.src(e.e, d)
+        if k == "un":
+            a = self.src(e.e, d)
+            return f"(-{a})" if e.op == "-" else f"(1.0 if {a} == 0 else 0.0)"
+        if k == "bin":
+            op = e.op
+            if op in ("*", "/"):
+                # by a finite number other than 0, mul and div are the plain operators
+                kv = const_value(e.r)
+                if kv is not None and kv == kv and kv != 0 and not math.isinf(kv):
+                    return f"({self.src(e.l, d)} {op} {self.name(kv)})"
+                kv = const_value(e.l)
+                if op == "*" and kv is not None and kv == kv and kv != 0 and not math.isinf(kv):
+                    return f"({self.name(kv)} * {self.src(e.r, d)})"
+            return _BIN[op].format(self.src(e.l, d), self.src(e.r, d))
+        if k == "if":
+            return f"({self.src(e.a, d)} if {self.src(e.c, d)} != 0 else {self.src(e.b, d)})"
+        if k == "fn":
+            args = [self.src(a, d) for a in e.args]
+            if len(args) == 1 and e.name in ("min", "max", "sum"):
+                return args[0]
+            return f"{self.name(FUNCS[e.name])}({', '.join(args)})"
+        if k == "step":
+            return self.comp.sim.step_src(e, self.name(self.comp._step(e)))
+        if k in ("reg", "obs", "agg"):
+            return f"{self.name(getattr(self.comp, '_' + k)(e))}(c)"
+        raise _NoSource()  # a draw (drawn once, never again on a fallback), or a kind of its own

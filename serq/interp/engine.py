@@ -192,6 +192,19 @@ class Iterations:
         return ("set", s.name, x.expr(s.e))
 
     # -- values
+    def step_src(self, e, closure: str):
+        """Python source that reads the step variable as step_var's closure (named `closure` in the
+        generated function) does (serq/interp/compile.py, _Source)."""
+        name, batch = e.name, e.batch
+        if batch and name in ("Ndec", "Kvb", "Kvp"):
+            return f"sim.cur_engine.batch[{name!r}]"
+        if name in RUNNING and not batch:
+            return (f"({closure}(c) if (sim.cur_engine.planning and not sim.cur_engine.at_start) "
+                    f"else sim.cur_engine.vars[{name!r}])")
+        if name in ("Ntok", "Npre"):
+            return f"({closure}(c) if sim.cur_engine.planning else sim.cur_engine.vars[{name!r}])"
+        return f"sim.cur_engine.vars[{name!r}]"
+
     def step_var(self, e):
         name, batch = e.name, e.batch
         sim = self

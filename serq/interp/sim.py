@@ -1072,7 +1072,9 @@ class Sim(Iterations):
         keys = self._evict_keys.get(m.name)
         ents = [e for e in m.entries if e.alive]
         if keys is None:
-            return sorted(ents, key=lambda e: (e.t, e.seq))  # lru: release time, then release order
+            # lru: release time, then release order, which is the order entries are appended in
+            # (put_cache stamps now and the next release number, both never decreasing)
+            return ents
         out = []
         for e in ents:
             c = e.owner.c if e.owner is not None else self.machine
