@@ -183,7 +183,8 @@ def main():
     for label, xs, target in (("one event per iteration", one, TARGET_ONE), ("fast-forward on", ff, TARGET_FF)):
         for n in SIZES:
             med = statistics.median(xs[n])
-            print(f"| engine, {label}, {n} decoding | {spread(xs[n])} | >= {target:g}x: {verdict(med, target)} |")
+            peer = "" if version else " (vLLM RECORDED, not measured)"
+            print(f"| engine, {label}, {n} decoding{peer} | {spread(xs[n])} | >= {target:g}x: {verdict(med, target)} |")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@ interpreter and start-up included, for
   - M/M/1 (examples/single-turn/mg1.sq): `--arrivals N` customers, N = 1e5, 1e6 (and 1e7 with
     MEMORY_1E7=1: it takes minutes; without it the bench prints an estimate from the two below);
   - examples/multi-turn/closed.sq with N = 1e5 and 1e6 sessions: a closed workload runs to a
-    horizon (`--arrivals` counts open arrivals only), so `--horizon 1000 -- sessions=N`: every
+    horizon (`--arrivals` counts open arrivals only), so `--horizon 1000 --set sessions=N`: every
     session lives the whole run, thinking or queued at the one server.
 The target for each is below 1 GB (10^9 bytes).
 
@@ -25,7 +25,7 @@ LIMIT_MB = 1000.0
 
 
 def run(argv):
-    secs, peak_mib, rc, out, err = child([SERQ, "run", *argv, "--quiet"], cwd=ROOT)
+    secs, peak_mib, rc, out, err = child([SERQ, "run", "--quiet", *argv], cwd=ROOT)
     if rc != 0:
         sys.exit(f"bench/memory.py: `serq run {' '.join(argv)}` failed ({rc}): {err.strip()[-500:]}")
     return secs, peak_mib * 1024 * 1024 / 1e6  # MiB (ru_maxrss is in KiB) to MB
@@ -52,13 +52,13 @@ def main():
         print(f"M/M/1 mg1.sq, N = 10,000,000: not run (MEMORY_1E7=1 runs it); estimated from the two "
               f"above, linearly: {est_mb:,.0f} MB, {est_s:,.0f} CPU s")
     for n in (10**5, 10**6):
-        measure("closed.sq", n, [CLOSED, "--horizon", str(HORIZON), "--", f"sessions={n}"])
+        measure("closed.sq", n, [CLOSED, "--horizon", str(HORIZON), "--set", f"sessions={n}"])
     print()
     print("command: .venv/bin/python bench/memory.py" + ("   (MEMORY_1E7=1)" if big else ""))
     print("| run | N | peak memory (ru_maxrss) | CPU s | target |")
     print("| --- | --- | --- | --- | --- |")
     for what, n, mb, secs in rows:
-        argv = "--arrivals N" if what.startswith("M/M/1") else f"--horizon {HORIZON} -- sessions=N"
+        argv = "--arrivals N" if what.startswith("M/M/1") else f"--horizon {HORIZON} --set sessions=N"
         ok = "met" if mb < LIMIT_MB else "NOT met"
         print(f"| {what} `{argv}` | {n:,} | {mb:,.0f} MB | {secs:.1f} | < 1 GB: {ok} |")
     if not big:
