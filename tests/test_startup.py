@@ -79,3 +79,21 @@ def test_save_is_whole_or_nothing(tmp_path):
     _cache.save(f, fails)
     assert open(f, "rb").read() == b"whole"
     assert os.listdir(tmp_path / "serq") == ["x.pickle"]  # no temporary file left behind
+
+
+def test_the_process_ends_with_its_output_whole(tmp_path):
+    """serq, run as a process, ends without the interpreter's teardown (cli._exit): what it wrote to
+    a file (block-buffered) or a pipe is all there, and the exit status is the command's."""
+    from serq import api
+    prog = os.path.join(ROOT, "examples", "vendors", "gpu_testbeds.sq")
+    want = api.load(prog).model_dump_json(indent=1, exclude_none=True) + "\n"
+    out = tmp_path / "ir.json"
+    with open(out, "w") as fh:
+        r = subprocess.run([sys.executable, "-m", "serq.cli", "ir", prog], stdout=fh, stderr=subprocess.PIPE,
+                           text=True, cwd=ROOT)
+    assert r.returncode == 0 and r.stderr == ""
+    assert out.read_text() == want
+    code, stdout, _ = serq(tmp_path / "cache", "ir", prog)
+    assert code == 0 and stdout == want
+    code, _, stderr = serq(tmp_path / "cache", "check", str(tmp_path / "missing.sq"))
+    assert code == 1 and "error[P006]" in stderr
