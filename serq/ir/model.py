@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Optional, Union
 
+import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 
 class Node(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
+    # each model is completed at its first use, from the schema cache at the end of this module: a
+    # command completes the few it needs (defaults below are built with model_construct for this)
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings", defer_build=True)
 
 
 class Loc(Node):
@@ -330,11 +333,11 @@ class Spill(Node):
 class Pool(Node):
     name: str
     count: Optional[int] = None  # an array of `count` members, None for a single pool
-    cap: Expr = Inf()
+    cap: Expr = Inf.model_construct()
     block: Optional[Expr] = None
-    evict: Annotated[Union[EvictLru, EvictBy], Field(discriminator="k")] = EvictLru()
-    preempt: Annotated[Union[PreemptNone, PreemptBy], Field(discriminator="k")] = PreemptNone()
-    queue: Annotated[Union[QueueFifo, QueueBy], Field(discriminator="k")] = QueueFifo()
+    evict: Annotated[Union[EvictLru, EvictBy], Field(discriminator="k")] = EvictLru.model_construct()
+    preempt: Annotated[Union[PreemptNone, PreemptBy], Field(discriminator="k")] = PreemptNone.model_construct()
+    queue: Annotated[Union[QueueFifo, QueueBy], Field(discriminator="k")] = QueueFifo.model_construct()
     reserve_held: bool = False
     content: Optional[bool] = None   # `cache content`: the cache is keyed by content, shared by every holder
     spill: Optional[Spill] = None
@@ -348,7 +351,7 @@ class Pool(Node):
 
 class Fifo(Node):
     k: Literal["fifo"] = "fifo"
-    servers: Expr = Num(v=1)
+    servers: Expr = Num.model_construct(v=1.0)
 
 
 class Ps(Node):
@@ -415,9 +418,9 @@ class Step(Node):
     """The IR's step stage (`CStep`): an engine runs iterations."""
     k: Literal["step"] = "step"
     budget: Expr
-    chunk: Expr = Num(v=0)  # 0: no per-run cap, as the kernel reads it
+    chunk: Expr = Num.model_construct(v=0.0)  # 0: no per-run cap, as the kernel reads it
     granule: Optional[Expr] = None
-    serve: Annotated[Union[By, ExclusivePrefill], Field(discriminator="k")] = By()
+    serve: Annotated[Union[By, ExclusivePrefill], Field(discriminator="k")] = By.model_construct()
     iteration: Optional[list[IStmt]] = None
     cost: Expr
     registers: list[Register] = []
@@ -519,9 +522,49 @@ class Program(Node):
     attributes: list[Attribute] = []
     gauges: list[Gauge] = []
     claims: list[Claim] = []
-    settings: Settings = Settings()
+    settings: Settings = Settings.model_construct()
 
 
-for _m in list(globals().values()):
-    if isinstance(_m, type) and issubclass(_m, BaseModel) and _m is not BaseModel:
-        _m.model_rebuild()
+def _models() -> list:
+    return [m for m in globals().values() if isinstance(m, type) and issubclass(m, Node)]
+
+
+def _schemas_from_cache():
+    """Give every model its core schema from the per-user cache (serq/_cache.py), written at first
+    use: generating the schemas is most of pydantic's share of a short command's CPU time (tenths
+    of a second), and pydantic builds a model from a schema it already has in milliseconds. The
+    file is named by this module's source and the versions of pydantic, pydantic-core and Python,
+    so it is never stale. Each model is still completed by pydantic, at its first use."""
+    import pickle
+    import sys
+
+    import pydantic_core
+
+    from serq import _cache
+    try:
+        with open(__file__, encoding="utf-8") as fh:
+            source = fh.read()
+    except OSError:  # no source beside the module: no key, no cache
+        return
+    path = _cache.path("ir-schemas", source, pydantic.VERSION, pydantic_core.__version__, sys.version)
+    if path is None:
+        return
+    try:
+        with open(path, "rb") as fh:
+            schemas = pickle.load(fh)
+    except Exception:  # absent, unreadable or damaged: build them all (as before) and write them
+        schemas = None
+    models = _models()
+    if schemas is not None and set(schemas) == {m.__name__ for m in models}:
+        for m in models:
+            m.__pydantic_core_schema__ = schemas[m.__name__]
+        return
+    if not _cache.writable(path):  # nowhere to keep them: build each at its first use only
+        return
+    for m in models:
+        m.model_rebuild()
+    built = {m.__name__: m.__pydantic_core_schema__ for m in models}
+    _cache.save(path, lambda fh: pickle.dump(built, fh, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+_schemas_from_cache()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import os
+import sys
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
@@ -16,12 +17,30 @@ _GRAMMAR = os.path.join(os.path.dirname(__file__), "grammar.lark")
 FRAGMENTS = ("items", "stmts", "expr", "sstmts", "eitems", "qitems", "wlitems", "ritems", "poolopts")
 
 
+_OPTIONS = dict(parser="lalr", lexer="contextual", propagate_positions=True, maybe_placeholders=True,
+                start=["start"] + [f"frag_{f}" for f in FRAGMENTS])
+
+
 @functools.lru_cache(maxsize=1)
 def _parser() -> Lark:
+    """The LALR parser, from the per-user cache when it is there (serq/_cache.py): building its
+    tables is most of a short check's CPU time, loading them a small part of it."""
+    import lark
+
+    from serq import _cache
     with open(_GRAMMAR, encoding="utf-8") as fh:
         text = fh.read()
-    return Lark(text, parser="lalr", lexer="contextual", propagate_positions=True,
-                maybe_placeholders=True, start=["start"] + [f"frag_{f}" for f in FRAGMENTS])
+    path = _cache.path("parser", text, repr(sorted(_OPTIONS.items())), lark.__version__, sys.version)
+    if path is not None:
+        try:
+            with open(path, "rb") as fh:
+                return Lark.load(fh)
+        except Exception:  # absent, unreadable or damaged: build it again (and mend the cache)
+            pass
+    parser = Lark(text, **_OPTIONS)
+    if path is not None:
+        _cache.save(path, parser.save)
+    return parser
 
 
 # names the user reads in a parse error, instead of lark's terminal names

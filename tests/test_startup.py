@@ -1,0 +1,99 @@
+"""Start-up's caches (serq/_cache.py): the parser's tables and the IR's schemas, built at first use
+into a per-user directory. A command's output is the same byte for byte with a cold cache, a warm
+one, a damaged one and none at all (bench/startup.py measures the time they save)."""
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+
+from serq import _cache
+
+HERE = os.path.dirname(__file__)
+ROOT = os.path.abspath(os.path.join(HERE, ".."))
+VLLM = os.path.join(ROOT, "examples", "multi-turn", "vllm.sq")
+BROKEN = "fn main() {\n  stage svc : fifo;\n  workload { arrive poisson(1); }\n  server {\n    run svc (cost(svc, 1) ;\n  }\n}\n"
+
+
+def serq(cache, *args, cwd=ROOT):
+    """serq's (exit status, stdout, stderr) with XDG_CACHE_HOME at `cache`."""
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache))
+    r = subprocess.run([sys.executable, "-m", "serq.cli", *args], capture_output=True, text=True, cwd=cwd, env=env)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.returncode, r.stdout, r.stderr
+
+
+def outputs(cache, broken):
+    """What the cache could change: the IR's JSON, its JSON Schema, a parse error's expected tokens,
+    a run's report."""
+    return [serq(cache, "ir", VLLM, "--horizon", "20"), serq(cache, "ir", "--schema"),
+            serq(cache, "check", broken),
+            serq(cache, "run", "examples/single-turn/mg1.sq", "--arrivals", "200", "--quiet")]
+
+
+def test_outputs_alike_cold_warm_damaged_and_without_a_cache(tmp_path):
+    broken = tmp_path / "broken.sq"
+    broken.write_text(BROKEN)
+    cache = tmp_path / "cache"
+    cold = outputs(cache, broken)   # the first command writes both files
+    files = sorted(glob.glob(str(cache / "serq" / "*.pickle")))
+    assert [os.path.basename(f).split("-")[0] for f in files] == ["ir", "parser"]
+    assert oct(os.stat(cache / "serq").st_mode & 0o777) == "0o700"
+    inodes = [os.stat(f).st_ino for f in files]
+    warm = outputs(cache, broken)
+    assert [os.stat(f).st_ino for f in files] == inodes  # read, not written again
+    for f in files:  # damaged (a truncated write, another version's bytes): rebuilt, and mended
+        with open(f, "r+b") as fh:
+            fh.truncate(100)
+    damaged = outputs(cache, broken)
+    assert all(os.path.getsize(f) > 1000 for f in files)
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    none = outputs(not_a_dir, broken)  # no cache directory can be made: no cache, same outputs
+    assert cold == warm == damaged == none
+    assert cold[2][0] == 1 and "error[P001]" in cold[2][2] and "expected" in cold[2][2]
+    assert cold[3][0] == 0 and cold[3][1]
+
+
+def test_the_key_is_everything_an_artifact_is_built_from(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    a = _cache.path("parser", "grammar", "1.3.1")
+    assert a == _cache.path("parser", "grammar", "1.3.1")
+    assert a.startswith(str(tmp_path / "serq") + os.sep)
+    assert len({a, _cache.path("parser", "grammar!", "1.3.1"), _cache.path("parser", "grammar", "1.3.2"),
+                _cache.path("parser", "gramma", "r1.3.1"), _cache.path("ir-schemas", "grammar", "1.3.1")}) == 5
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/dir")  # not absolute: ignored, as the spec says
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert _cache.path("parser", "g").startswith(str(tmp_path / "home" / ".cache" / "serq"))
+
+
+def test_save_is_whole_or_nothing(tmp_path):
+    f = str(tmp_path / "serq" / "x.pickle")
+    _cache.save(f, lambda fh: fh.write(b"whole"))
+    assert open(f, "rb").read() == b"whole"
+
+    def fails(fh):
+        fh.write(b"half")
+        raise ValueError("cannot write this artifact")
+    _cache.save(f, fails)
+    assert open(f, "rb").read() == b"whole"
+    assert os.listdir(tmp_path / "serq") == ["x.pickle"]  # no temporary file left behind
+
+
+def test_the_process_ends_with_its_output_whole(tmp_path):
+    """serq, run as a process, ends without the interpreter's teardown (cli._exit): what it wrote to
+    a file (block-buffered) or a pipe is all there, and the exit status is the command's."""
+    from serq import api
+    prog = os.path.join(ROOT, "examples", "vendors", "gpu_testbeds.sq")
+    want = api.load(prog).model_dump_json(indent=1, exclude_none=True) + "\n"
+    out = tmp_path / "ir.json"
+    with open(out, "w") as fh:
+        r = subprocess.run([sys.executable, "-m", "serq.cli", "ir", prog], stdout=fh, stderr=subprocess.PIPE,
+                           text=True, cwd=ROOT)
+    assert r.returncode == 0 and r.stderr == ""
+    assert out.read_text() == want
+    code, stdout, _ = serq(tmp_path / "cache", "ir", prog)
+    assert code == 0 and stdout == want
+    code, _, stderr = serq(tmp_path / "cache", "check", str(tmp_path / "missing.sq"))
+    assert code == 1 and "error[P006]" in stderr
