@@ -3,9 +3,10 @@ iterations; each serves the running requests their tokens, growing their holds b
 preempting when memory runs out, then admits the waiting; its tokens are applied when it ends."""
 from __future__ import annotations
 
+import heapq
 import math
 
-from serq.interp.pools import round_up
+from serq.interp.pools import Pool, round_up
 from serq.interp.stats import TimeAverage
 from serq.lang.lower.constants import FUNCS
 
@@ -71,6 +72,7 @@ class Engine:
         self.pending = False
         self.admit_cap = INF
         self.repeat = 1
+        self.grows: list = []          # a fast-forward's block growths: (iteration start, request)
 
     # -- observables
     def queue_len(self):
@@ -410,18 +412,28 @@ class Iterations:
         if n != len(eng.reqs) or any(p.queue for p in eng.admitted):
             return end
         k = None
-        for r in batch:
+        crossings = []   # (the extra iteration whose start grows the hold a block, batch order, request)
+        for j, r in enumerate(batch):
             a = r.alloc
             rec = r.sess.turn_rec
             if r.mode != "decode" or r.served != 1.0 or a is None or rec is None or rec.first is None:
                 return end
-            # iterations after this one that need no growth and leave the run one token at least
-            room = _floor(a.units - a.pos) - 1
-            m = min(room, _floor(r.left) - 2)  # inf for an infinite output: the horizon or the next event bounds it
+            # iterations after this one that leave the run one token at least, and, where its pool
+            # cannot grow it here, that need no growth
+            m = _floor(r.left) - 2  # inf for an infinite output: the horizon or the next event bounds it
+            pool = a.pool
+            if _grows_in_place(pool, a) and pool.name not in self.spill_specs:
+                crossings.append((int(a.units - a.pos), j, r))  # iteration i serves position pos + i
+            else:
+                room = _floor(a.units - a.pos) - 1
+                m = min(room, m)
             if k is None or m < k:
                 k = m
             if k <= 0:
                 return end
+        heapq.heapify(crossings)
+        used = {}        # each growing pool's used as the growths so far leave it
+        grows = []
         nxt = self.heap[0][0] if self.heap else INF
         if self.horizon is not None:
             nxt = min(nxt, self.horizon)
@@ -432,6 +444,26 @@ class Iterations:
         f = spec["cost"]
         extra = 0
         while extra < k:
+            # the holds the next iteration grows, at its start, in batch order, each by a block the
+            # pool has room for without evicting (else the steady run ends here, and that iteration
+            # grows as one of its own)
+            i = extra + 1
+            grown, fits = [], True
+            while crossings and crossings[0][0] == i:  # (checked once an iteration: a heap's head)
+                _, j, r = heapq.heappop(crossings)
+                pool = r.alloc.pool
+                u = used.get(pool, pool.used)
+                bl = pool.block
+                # _engine_grow's room_for as it would find the pool then (cached blocks never
+                # block: make_room evicts them then, in the pool's order, _grow_steady)
+                if not u + bl <= pool.cap + 1e-9:
+                    fits = False
+                    break
+                used[pool] = u + bl
+                grown.append(r)
+                heapq.heappush(crossings, (i + int(bl), j, r))
+            if not fits:
+                break
             # the next iteration's batch reads one more KV token for each decode
             b["Kvb"] += n
             eng.vars["Kvb"] += n
@@ -439,9 +471,12 @@ class Iterations:
             nc = f(c)
             if not (nc > 0 and nc < INF) or end + nc >= nxt:
                 break
+            if grown:
+                grows.extend([(end, r) for r in grown])  # at the start of iteration i, which is `end`
             end += nc  # added one by one, as the iterations' ends would be
             extra += 1
         if extra:
+            eng.grows = grows
             eng.repeat = 1 + extra
             eng.iterations += extra
             eng.served_total += extra * n
@@ -681,6 +716,8 @@ class Iterations:
 
     def _iteration_end(self, eng):
         """The iteration's tokens are applied when it ends."""
+        if eng.grows:  # before anything at this instant: they are earlier
+            self._grow_steady(eng)
         eng.busy = False
         eng.busy_avg.set(self.now, 0.0)  # a next iteration at this instant sets it again
         now = self.now
@@ -724,6 +761,30 @@ class Iterations:
                 self.wake(r.sess)
         self.engine_wants(eng)
 
+    def _grow_steady(self, eng):
+        """The block growths of a fast-forwarded run, each at the start of its iteration as that
+        iteration would have made it (the pool's used and its time average then), and the gauges
+        read at each of those instants, as the run reads them after every instant. The result is
+        the report a fast-forward that stops at each growth gives (tests/test_golden_reports.py)."""
+        grows, eng.grows = eng.grows, []
+        end = self.now
+        i = 0
+        while i < len(grows):
+            t = grows[i][0]
+            self.now = t
+            # the iteration that grows would have been an event of its own: the engine idles and
+            # starts again at that instant, a change point of its busy time (the same sums)
+            eng.busy_avg.set(t, 0.0)
+            eng.busy_avg.set(t, 1.0)
+            while i < len(grows) and grows[i][0] == t:
+                a = grows[i][1].alloc
+                a.pool.make_room(a.pool.block)
+                a.pool.grow_alloc(a, a.pool.block)
+                i += 1
+            if self.gauges:
+                self._gauges()
+        self.now = end
+
     def _prefill_token(self, rec):
         """A prefill that ends samples a token (*What the client sees*): until a decode token is
         committed, the latest is the turn's first; every one is an output token."""
@@ -762,6 +823,17 @@ class Iterations:
                 st.update(status="failed", at=self.now)
             elif cl.form == "some" and ok:
                 st.update(status="witnessed", at=self.now)
+
+
+def _grows_in_place(pool, a) -> bool:
+    """A hold a fast-forward may grow block by block: on a plain pool (no content cache, no held
+    reservation) of whole blocks with nothing waiting on it, its allocation whole blocks and its
+    position a whole number (each growth is then one block, one block's tokens apart); the caller
+    also asks that the pool spill nothing it evicts (a spill is a job, which would start then)."""
+    bl = pool.block
+    return (type(pool) is Pool and a.blks is None and not pool.reserve_held and bool(bl) and bl < INF
+            and bl == int(bl) and not pool.queue and not pool.growers and a.units % bl == 0
+            and a.pos == int(a.pos) and a.units < INF)
 
 
 def fmt(v):
