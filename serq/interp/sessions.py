@@ -131,14 +131,34 @@ def run_sync(sess, ops):
 
 
 def run_block(sess, ops):
+    """The block's statements as an iterable to `yield from`. A block of one statement is that
+    statement's own generator (or nothing, run at once): a live session keeps one generator frame
+    fewer per level of nesting, which is most of what a blocked session weighs (issue 12)."""
+    if len(ops) == 1:
+        is_gen, op, at = ops[0]
+        sess.steps += 1
+        if sess.steps > MAX_STEPS:
+            raise _too_many(sess, at)
+        if is_gen:
+            return op(sess)
+        op(sess)
+        return ()
+    return _run_block(sess, ops)
+
+
+def _run_block(sess, ops):
     for is_gen, op, at in ops:
         sess.steps += 1
         if sess.steps > MAX_STEPS:
-            raise sess.sim.run_error("R020", f"a session executed {MAX_STEPS:,} statements without blocking", at)
+            raise _too_many(sess, at)
         if is_gen:
             yield from op(sess)
         else:
             op(sess)
+
+
+def _too_many(sess, at):
+    return sess.sim.run_error("R020", f"a session executed {MAX_STEPS:,} statements without blocking", at)
 
 
 class Ops:
@@ -256,12 +276,14 @@ class Ops:
             raise err("R006", f"a guard is 0 or 1, not {fmt(v)}: a test has two answers", at)
         return g
 
+    # a blocking op returns what its caller runs with `yield from`: a generator, or the block's own
+    # iterable; the loops run their bodies in their own frame (no generator per pass)
     def _branch(self, s):
         g = self._guard(self.x.expr(s.cond), s.at)
         then, else_ = self.block(s.then), self.block(s.else_)
 
         def op(sess):
-            yield from run_block(sess, then if g(sess.c) else else_)
+            return run_block(sess, then if g(sess.c) else else_)
         return (True, op)
 
     def _while(self, s):
@@ -270,7 +292,14 @@ class Ops:
 
         def op(sess):
             while g(sess.c):
-                yield from run_block(sess, body)
+                for is_gen, f, at in body:
+                    sess.steps += 1
+                    if sess.steps > MAX_STEPS:
+                        raise _too_many(sess, at)
+                    if is_gen:
+                        yield from f(sess)
+                    else:
+                        f(sess)
         return (True, op)
 
     def _loop(self, s):
@@ -278,7 +307,14 @@ class Ops:
 
         def op(sess):
             while True:
-                yield from run_block(sess, body)
+                for is_gen, f, at in body:
+                    sess.steps += 1
+                    if sess.steps > MAX_STEPS:
+                        raise _too_many(sess, at)
+                    if is_gen:
+                        yield from f(sess)
+                    else:
+                        f(sess)
         return (True, op)
 
     def _fork(self, s):
@@ -302,7 +338,7 @@ class Ops:
         sim = self.sim
 
         def op(sess):
-            yield from sim.turn(sess, s.at)
+            return sim.turn(sess, s.at)
         return (True, op)
 
     # -- runs
@@ -382,5 +418,5 @@ class Ops:
         sim = self.sim
 
         def op(sess):
-            yield from sim.hold(sess, spec)
+            return sim.hold(sess, spec)
         return (True, op)
