@@ -3,6 +3,7 @@ time average past SWITCH change points, go to disk and give the same figures as 
 long M/M/1 run's peak memory grows by a few bytes a customer."""
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
@@ -152,3 +153,42 @@ def test_peak_memory_per_customer_is_small():
     (t0, r0), (t1, r1) = _peaks(lo, 1 << 14), _peaks(hi, 1 << 14)
     slope = (t1 - t0) / (hi - lo)
     assert slope < 1, f"{slope:.1f} bytes a customer traced (peak RSS {r0} -> {r1} KiB)"
+
+
+PROG_DUMP = """fn main() {
+  stage svc : fifo;
+  gauge q = queue(svc);
+  workload {
+    arrive poisson(0.9);
+    turn { Cost w = cost(svc, ~exp(1)); }
+  }
+  server {
+    observe depth = queue(svc);
+    run svc (w);
+  }
+}
+"""
+
+
+def _dump(capsys, tmp_path, name):
+    from serq.cli import main
+    rc = main(["run", str(tmp_path / "p.sq"), "--arrivals", "6000", "--warmup", "50", "--json",
+               "--dump", str(tmp_path / name)])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    d = tmp_path / name
+    return out, {p.relative_to(d).as_posix(): p.read_text() for p in sorted(d.rglob("*.csv"))}
+
+
+def test_dump_and_report_spilled_as_in_memory(capsys, tmp_path, monkeypatch):
+    """--dump writes every sample after the warm-up and every gauge change point, whether they were
+    held in memory or spilled to disk, and the report is the same."""
+    (tmp_path / "p.sq").write_text(PROG_DUMP)
+    held = _dump(capsys, tmp_path, "held")
+    monkeypatch.setattr(S, "SWITCH", 1500)
+    monkeypatch.setattr(S, "CHUNK", 400)
+    spilled = _dump(capsys, tmp_path, "spilled")
+    assert spilled == held
+    report, files = held
+    assert json.loads(report)["observe"]["depth"]["count"] == files["observe_depth.csv"].count("\n") - 1 > 1500
+    assert files["gauge/q.csv"].count("\n") > 1500
