@@ -12,6 +12,9 @@ from serq.link.rules import expr_nodes
 INF = math.inf
 MAX_STEPS = 1_000_000
 NO_X: dict = {}  # shared and never written: a session's x until a moment needs one
+# `yield from ONCE` yields once, as a bare `yield` would; what is thrown in while it waits is raised
+# where it stands (an iterator without throw), so a blocking op may return it instead of a generator
+ONCE = (None,)
 
 
 class SessionEnd(Exception):
@@ -289,10 +292,14 @@ class Ops:
     def _while(self, s):
         g = self._guard(self.x.expr(s.cond), s.at)
         body = self.block(s.body)
+        n = len(body)
 
         def op(sess):
             while g(sess.c):
-                for is_gen, f, at in body:
+                i = 0  # by index: no list iterator kept while a statement blocks
+                while i < n:
+                    is_gen, f, at = body[i]
+                    i += 1
                     sess.steps += 1
                     if sess.steps > MAX_STEPS:
                         raise _too_many(sess, at)
@@ -304,10 +311,14 @@ class Ops:
 
     def _loop(self, s):
         body = self.block(s.body)
+        n = len(body)
 
         def op(sess):
             while True:
-                for is_gen, f, at in body:
+                i = 0  # by index: no list iterator kept while a statement blocks
+                while i < n:
+                    is_gen, f, at = body[i]
+                    i += 1
                     sess.steps += 1
                     if sess.steps > MAX_STEPS:
                         raise _too_many(sess, at)
@@ -365,7 +376,8 @@ class Ops:
                     job = Job(sess, work, (st,), sim.seq, sim.now)
                     sess.wait = job
                     st.submit(job)
-                    yield
+                    return ONCE  # blocks once, with no generator frame kept while it waits
+                return ()
             return (True, plain)
 
         def op(sess):

@@ -263,15 +263,15 @@ class Spilled:
 
 class Series:
     """Samples in the order they were recorded (time never goes back), warm-up included; those
-    from `warm` on were recorded after the warm-up. `rows` keeps (time, session, turn) for --dump,
-    from the warm-up on (nothing reads the rows before it). Each column holds 8 bytes a sample in
-    memory up to SWITCH samples, then spills to disk (Column)."""
-    __slots__ = ("col", "vb", "rows", "warm", "warmup", "cap")
+    from `warm` on were recorded after the warm-up. With rows, each sample's (time, session, turn)
+    beside it, for --dump. Each column holds 8 bytes a sample in memory up to SWITCH samples,
+    then spills to disk (Column)."""
+    __slots__ = ("col", "vb", "rcols", "warm", "warmup", "cap")
 
     def __init__(self, warmup: float, rows: bool = False):
         self.col = Column("d")
         self.vb = self.col.buf           # the appends go here: the hot path
-        self.rows = (Column("d"), Column("q"), Column("q")) if rows else None
+        self.rcols = (Column("d"), Column("q"), Column("q")) if rows else None
         self.warm = None
         self.warmup = warmup
         self.cap = SWITCH                # the buffer's length that flushes it
@@ -281,17 +281,17 @@ class Series:
             self.warm = len(self.col)
         b = self.vb
         b.append(v)
-        rows = self.rows
-        if rows is not None and self.warm is not None:
-            rows[0].buf.append(now)
-            rows[1].buf.append(serial)
-            rows[2].buf.append(turn)
+        rc = self.rcols
+        if rc is not None:
+            rc[0].buf.append(now)
+            rc[1].buf.append(serial)
+            rc[2].buf.append(turn)
         if len(b) >= self.cap:
             self._flush()
 
     def _flush(self):
         self.col.flush()
-        for c in self.rows or ():
+        for c in self.rcols or ():
             c.flush()
         self.cap = CHUNK
 
@@ -299,6 +299,13 @@ class Series:
     def v(self):
         """Every sample, warm-up included: an array, or a Spilled view once on disk."""
         return self.vb if self.col.file is None else Spilled(self.col, 0)
+
+    @property
+    def rows(self):
+        """(time, session, turn) of every sample, warm-up included (None without rows)."""
+        if self.rcols is None:
+            return None
+        return zip(*(Spilled(c, 0) for c in self.rcols))
 
     def after(self):
         if self.warm is None:
@@ -311,8 +318,7 @@ class Series:
         """(time, session, turn, value) for each sample after the warm-up, in order."""
         if self.warm is None:
             return iter(())
-        t, s, k = (Spilled(c, 0) if c.file is not None else c.buf for c in self.rows)
-        return zip(t, s, k, self.after())
+        return zip(*(Spilled(c, self.warm) for c in self.rcols), self.after())
 
 
 # ---------------------------------------------------------------- a spilled statistic's summary
