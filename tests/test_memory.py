@@ -3,6 +3,7 @@ time average past SWITCH change points, go to disk and give the same figures as 
 long M/M/1 run's peak memory grows by a few bytes a customer."""
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -191,3 +192,20 @@ def test_dump_and_report_spilled_as_in_memory(capsys, tmp_path, monkeypatch):
     report, files = held
     assert json.loads(report)["observe"]["depth"]["count"] == files["observe_depth.csv"].count("\n") - 1 > 1500
     assert files["gauge/q.csv"].count("\n") > 1500
+
+
+def test_columns_share_one_spill_file_closed_with_them(small):
+    """Every column spills into one file (hundreds of members must not take hundreds of open files),
+    and it is closed, so deleted, once no column holds it."""
+    series = [S.Series(0.0, rows=True) for _ in range(50)]
+    for i in range(S.SWITCH + 10):
+        for ser in series:
+            ser.add(float(i), i * 0.5, i, 0)
+    spills = {id(c.file) for ser in series for c in (ser.col, *ser.rcols)}
+    assert len(spills) == 1
+    f = series[0].col.file.f
+    assert [list(ser.v)[-3:] for ser in series[:2]] == [[(S.SWITCH + 7) * 0.5, (S.SWITCH + 8) * 0.5,
+                                                        (S.SWITCH + 9) * 0.5]] * 2
+    del series, ser
+    gc.collect()
+    assert f.closed

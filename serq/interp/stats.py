@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+import weakref
 from array import array
 from bisect import bisect_left, bisect_right
 
@@ -199,46 +200,80 @@ CHUNK = 1 << 16
 STEP = 128  # one sorted chunk's every STEP-th value brackets the order statistics (_select)
 
 
+class _Spill:
+    """The one unnamed temporary file the columns of a run spill into (one file, not one a column:
+    a program with hundreds of stage or pool members stays far below the open-file limit). It is
+    closed, and so deleted, when the last column holding it goes."""
+    __slots__ = ("f", "__weakref__")
+
+    def __init__(self):
+        self.f = tempfile.TemporaryFile(prefix="serq-samples-")
+
+    def __del__(self):
+        self.f.close()
+
+
+_spill_ref = None  # a weak reference to the file the columns now spill into
+
+
+def _spill() -> _Spill:
+    global _spill_ref
+    sp = _spill_ref() if _spill_ref is not None else None
+    if sp is None:
+        sp = _Spill()
+        _spill_ref = weakref.ref(sp)
+    return sp
+
+
 class Column:
-    """Numbers appended in order: the first SWITCH in memory, then on disk as they come."""
-    __slots__ = ("buf", "code", "file", "on_disk")
+    """Numbers appended in order: the first SWITCH in memory, then on disk as they come, each flush
+    an extent (offset, count) of the shared spill file."""
+    __slots__ = ("buf", "code", "file", "extents", "on_disk")
 
     def __init__(self, code: str = "d"):
         self.buf = array(code)
         self.code = code
-        self.file = None
+        self.file = None   # the _Spill, once spilled
+        self.extents = []
         self.on_disk = 0
 
     def __len__(self):
         return self.on_disk + len(self.buf)
 
     def flush(self):
-        """The buffer onto the file (made on the first call), emptied in place."""
+        """The buffer onto the file (taken on the first call), emptied in place."""
         if self.file is None:
-            self.file = tempfile.TemporaryFile(prefix="serq-samples-")
-        f = self.file
+            self.file = _spill()
+        if not self.buf:
+            return
+        f = self.file.f
         f.seek(0, 2)
+        self.extents.append((f.tell(), len(self.buf)))
         self.buf.tofile(f)
         self.on_disk += len(self.buf)
         del self.buf[:]
 
     def chunks(self, start: int = 0):
         """The numbers from index `start` on, as arrays of at most CHUNK."""
-        f = self.file
-        if f is not None:
+        if self.file is not None:
+            f = self.file.f
             f.flush()
             size = self.buf.itemsize
-            pos = start
-            while pos < self.on_disk:
-                k = min(CHUNK, self.on_disk - pos)
-                f.seek(pos * size)
-                a = array(self.code)
-                a.fromfile(f, k)
-                yield a
-                pos += k
+            first = 0  # the index of the extent's first number
+            for off, n in self.extents:
+                pos = max(start - first, 0)
+                while pos < n:
+                    k = min(CHUNK, n - pos)
+                    f.seek(off + pos * size)
+                    a = array(self.code)
+                    a.fromfile(f, k)
+                    yield a
+                    pos += k
+                first += n
         i = max(0, start - self.on_disk)
-        if i < len(self.buf):
-            yield self.buf[i:] if i else self.buf
+        while i < len(self.buf):
+            yield self.buf[i:i + CHUNK]
+            i += CHUNK
 
 
 class Spilled:
