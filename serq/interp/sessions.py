@@ -12,6 +12,9 @@ from serq.link.rules import expr_nodes
 INF = math.inf
 MAX_STEPS = 1_000_000
 NO_X: dict = {}  # shared and never written: a session's x until a moment needs one
+# `yield from ONCE` yields once, as a bare `yield` would; what is thrown in while it waits is raised
+# where it stands (an iterator without throw), so a blocking op may return it instead of a generator
+ONCE = (None,)
 
 
 class SessionEnd(Exception):
@@ -131,14 +134,34 @@ def run_sync(sess, ops):
 
 
 def run_block(sess, ops):
+    """The block's statements as an iterable to `yield from`. A block of one statement is that
+    statement's own generator (or nothing, run at once): a live session keeps one generator frame
+    fewer per level of nesting, which is most of what a blocked session weighs (issue 12)."""
+    if len(ops) == 1:
+        is_gen, op, at = ops[0]
+        sess.steps += 1
+        if sess.steps > MAX_STEPS:
+            raise _too_many(sess, at)
+        if is_gen:
+            return op(sess)
+        op(sess)
+        return ()
+    return _run_block(sess, ops)
+
+
+def _run_block(sess, ops):
     for is_gen, op, at in ops:
         sess.steps += 1
         if sess.steps > MAX_STEPS:
-            raise sess.sim.run_error("R020", f"a session executed {MAX_STEPS:,} statements without blocking", at)
+            raise _too_many(sess, at)
         if is_gen:
             yield from op(sess)
         else:
             op(sess)
+
+
+def _too_many(sess, at):
+    return sess.sim.run_error("R020", f"a session executed {MAX_STEPS:,} statements without blocking", at)
 
 
 class Ops:
@@ -256,29 +279,53 @@ class Ops:
             raise err("R006", f"a guard is 0 or 1, not {fmt(v)}: a test has two answers", at)
         return g
 
+    # a blocking op returns what its caller runs with `yield from`: a generator, or the block's own
+    # iterable; the loops run their bodies in their own frame (no generator per pass)
     def _branch(self, s):
         g = self._guard(self.x.expr(s.cond), s.at)
         then, else_ = self.block(s.then), self.block(s.else_)
 
         def op(sess):
-            yield from run_block(sess, then if g(sess.c) else else_)
+            return run_block(sess, then if g(sess.c) else else_)
         return (True, op)
 
     def _while(self, s):
         g = self._guard(self.x.expr(s.cond), s.at)
         body = self.block(s.body)
+        n = len(body)
 
         def op(sess):
             while g(sess.c):
-                yield from run_block(sess, body)
+                i = 0  # by index: no list iterator kept while a statement blocks
+                while i < n:
+                    is_gen, f, at = body[i]
+                    i += 1
+                    sess.steps += 1
+                    if sess.steps > MAX_STEPS:
+                        raise _too_many(sess, at)
+                    if is_gen:
+                        yield from f(sess)
+                    else:
+                        f(sess)
         return (True, op)
 
     def _loop(self, s):
         body = self.block(s.body)
+        n = len(body)
 
         def op(sess):
             while True:
-                yield from run_block(sess, body)
+                i = 0  # by index: no list iterator kept while a statement blocks
+                while i < n:
+                    is_gen, f, at = body[i]
+                    i += 1
+                    sess.steps += 1
+                    if sess.steps > MAX_STEPS:
+                        raise _too_many(sess, at)
+                    if is_gen:
+                        yield from f(sess)
+                    else:
+                        f(sess)
         return (True, op)
 
     def _fork(self, s):
@@ -302,7 +349,7 @@ class Ops:
         sim = self.sim
 
         def op(sess):
-            yield from sim.turn(sess, s.at)
+            return sim.turn(sess, s.at)
         return (True, op)
 
     # -- runs
@@ -329,7 +376,8 @@ class Ops:
                     job = Job(sess, work, (st,), sim.seq, sim.now)
                     sess.wait = job
                     st.submit(job)
-                    yield
+                    return ONCE  # blocks once, with no generator frame kept while it waits
+                return ()
             return (True, plain)
 
         def op(sess):
@@ -382,5 +430,5 @@ class Ops:
         sim = self.sim
 
         def op(sess):
-            yield from sim.hold(sess, spec)
+            return sim.hold(sess, spec)
         return (True, op)

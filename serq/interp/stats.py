@@ -3,6 +3,8 @@ batch-means 95% interval over 20 batches, and time averages over [warmup, end] o
 from __future__ import annotations
 
 import math
+import tempfile
+import weakref
 from array import array
 from bisect import bisect_left, bisect_right
 
@@ -54,6 +56,8 @@ def batch_ci(values) -> float | None:
 
 
 def summary(values) -> dict:
+    if isinstance(values, Spilled):
+        return _summary_spilled(values)
     n = len(values)
     if n == 0:
         return {"count": 0, "mean": None, "ci95": None, "p50": None, "p90": None, "p99": None,
@@ -68,9 +72,10 @@ class TimeAverage:
     over 20 equal windows and the least and greatest value held for a positive time.
 
     Each change point keeps its time, value and the integral up to it, so a window's integral is
-    two bisections at the end, whatever the number of changes."""
+    two bisections at the end, whatever the number of changes. Past SWITCH change points, all but
+    the last go to disk (Column), and the end reads them back in one pass: the same figures."""
 
-    __slots__ = ("start", "v", "t", "vals", "cum")
+    __slots__ = ("start", "v", "t", "vals", "cum", "disk", "cap")
 
     def __init__(self, start: float, v0: float = 0.0):
         self.start = start
@@ -78,6 +83,8 @@ class TimeAverage:
         self.t = array("d", [0.0])      # change times
         self.vals = array("d", [v0])    # the value from each change on
         self.cum = array("d", [0.0])    # the integral up to each change
+        self.disk = None                # (times, values, integrals) on disk, once spilled
+        self.cap = SWITCH
 
     def set(self, t: float, v: float):
         if v == self.v:
@@ -90,11 +97,31 @@ class TimeAverage:
             self.cum.append(self.cum[-1] + self.v * (t - last))
             ts.append(t)
             self.vals.append(v)
+            if len(ts) >= self.cap:
+                self._flush()
         self.v = v
+
+    def _flush(self):
+        """All but the last change point onto disk (the last may still change at its instant)."""
+        if self.disk is None:
+            self.disk = (Column("d"), Column("d"), Column("d"))
+            self.cap = CHUNK
+        for col, a in zip(self.disk, (self.t, self.vals, self.cum)):
+            col.buf.extend(a[:-1])
+            col.flush()
+            del a[:-1]
+
+    def _columns(self):
+        """(times, values, integrals) chunk by chunk, in order, disk then memory."""
+        if self.disk is not None:
+            yield from zip(*(c.chunks() for c in self.disk))
+        yield self.t, self.vals, self.cum
 
     @property
     def points(self):
-        return list(zip(self.t, self.vals))
+        if self.disk is None:
+            return list(zip(self.t, self.vals))
+        return ((t, v) for ts, vs, _ in self._columns() for t, v in zip(ts, vs))
 
     def integral(self, x: float) -> float:
         """The integral from 0 to x."""
@@ -107,6 +134,12 @@ class TimeAverage:
         if span <= 0:
             return {"mean": None, "ci95": None, "min": None, "max": None}
         edges = [start + span * i / BATCHES for i in range(BATCHES + 1)]
+        if self.disk is not None:
+            if math.isfinite(span):
+                return self._result_spilled(edges, span)
+            self.t, self.vals, self.cum = (array("d", (x for a in cs for x in a)) for cs in
+                                           zip(*self._columns()))  # an infinite span: read it all back
+            self.disk = None
         ints = [self.integral(x) for x in edges]
 
         def mean(k0, k1, width):
@@ -122,29 +155,341 @@ class TimeAverage:
         return {"mean": m, "ci95": _half_width(means), "min": min(held) if held else None,
                 "max": max(held) if held else None}
 
+    def _result_spilled(self, edges, span):
+        """result() over change points on disk, in one pass of CHUNK: per edge the last change at or
+        before it (its integral, and the value it holds from there), per window the least and
+        greatest value changed to strictly inside it; the same arithmetic as in memory."""
+        last = [None] * len(edges)   # per edge: (time, value, integral) of the last change <= it
+        wins = [(k, k + 1) for k in range(BATCHES)] + [(0, BATCHES)]
+        inside = [[None, None] for _ in wins]  # per window: least, greatest (the first met of equals)
+        for ts, vs, cs in self._columns():
+            if not len(ts):
+                continue
+            pos = [bisect_right(ts, x) for x in edges]
+            for k, p in enumerate(pos):
+                if p:
+                    last[k] = (ts[p - 1], vs[p - 1], cs[p - 1])
+            for w, (k0, k1) in enumerate(wins):
+                part = vs[pos[k0]:bisect_left(ts, edges[k1])]
+                if part:
+                    lo, hi = min(part), max(part)
+                    acc = inside[w]
+                    if acc[0] is None or lo < acc[0]:
+                        acc[0] = lo
+                    if acc[1] is None or hi > acc[1]:
+                        acc[1] = hi
+        ints = [c + v * (x - t) for x, (t, v, c) in zip(edges, last)]
+
+        def mean(w, width):
+            (k0, k1), (lo, hi) = wins[w], inside[w]
+            v0 = last[k0][1]  # the value held from the window's start: the first of those held
+            lo = v0 if lo is None or not lo < v0 else lo
+            hi = v0 if hi is None or not hi > v0 else hi
+            return _within((ints[k1] - ints[k0]) / width, lo, hi), lo, hi
+        means = [mean(w, span / BATCHES)[0] for w in range(BATCHES)]
+        m, lo, hi = mean(BATCHES, span)
+        return {"mean": m, "ci95": _half_width(means), "min": lo, "max": hi}
+
+
+# Samples a statistic holds in memory (8 bytes each, array('d')); past this many, its samples go to
+# an unnamed temporary file, CHUNK at a time, and the report reads them back in passes of CHUNK.
+# Far above what the tests and the recorded reports make (their largest statistic holds 200 000),
+# so those keep the in-memory path; either way every figure is exact (docs/reference/report.md).
+SWITCH = 1 << 20
+CHUNK = 1 << 16
+STEP = 128  # one sorted chunk's every STEP-th value brackets the order statistics (_select)
+
+
+class _Spill:
+    """The one unnamed temporary file the columns of a run spill into (one file, not one a column:
+    a program with hundreds of stage or pool members stays far below the open-file limit). It is
+    closed, and so deleted, when the last column holding it goes."""
+    __slots__ = ("f", "__weakref__")
+
+    def __init__(self):
+        self.f = tempfile.TemporaryFile(prefix="serq-samples-")
+
+    def __del__(self):
+        self.f.close()
+
+
+_spill_ref = None  # a weak reference to the file the columns now spill into
+
+
+def _spill() -> _Spill:
+    global _spill_ref
+    sp = _spill_ref() if _spill_ref is not None else None
+    if sp is None:
+        sp = _Spill()
+        _spill_ref = weakref.ref(sp)
+    return sp
+
+
+class Column:
+    """Numbers appended in order: the first SWITCH in memory, then on disk as they come, each flush
+    an extent (offset, count) of the shared spill file."""
+    __slots__ = ("buf", "code", "file", "extents", "on_disk")
+
+    def __init__(self, code: str = "d"):
+        self.buf = array(code)
+        self.code = code
+        self.file = None   # the _Spill, once spilled
+        self.extents = []
+        self.on_disk = 0
+
+    def __len__(self):
+        return self.on_disk + len(self.buf)
+
+    def flush(self):
+        """The buffer onto the file (taken on the first call), emptied in place."""
+        if self.file is None:
+            self.file = _spill()
+        if not self.buf:
+            return
+        f = self.file.f
+        f.seek(0, 2)
+        self.extents.append((f.tell(), len(self.buf)))
+        self.buf.tofile(f)
+        self.on_disk += len(self.buf)
+        del self.buf[:]
+
+    def chunks(self, start: int = 0):
+        """The numbers from index `start` on, as arrays of at most CHUNK."""
+        if self.file is not None:
+            f = self.file.f
+            f.flush()
+            size = self.buf.itemsize
+            first = 0  # the index of the extent's first number
+            for off, n in self.extents:
+                pos = max(start - first, 0)
+                while pos < n:
+                    k = min(CHUNK, n - pos)
+                    f.seek(off + pos * size)
+                    a = array(self.code)
+                    a.fromfile(f, k)
+                    yield a
+                    pos += k
+                first += n
+        i = max(0, start - self.on_disk)
+        while i < len(self.buf):
+            yield self.buf[i:i + CHUNK]
+            i += CHUNK
+
+
+class Spilled:
+    """A column's numbers from `start` on, once it has spilled: its length, and iteration chunk by
+    chunk (what `math.fsum`, `min`, `max`, `any` read with memory that does not grow)."""
+    __slots__ = ("col", "start")
+
+    def __init__(self, col: Column, start: int):
+        self.col = col
+        self.start = start
+
+    def __len__(self):
+        return len(self.col) - self.start
+
+    def __iter__(self):
+        for a in self.col.chunks(self.start):
+            yield from a
+
+    def chunks(self):
+        return self.col.chunks(self.start)
+
 
 class Series:
     """Samples in the order they were recorded (time never goes back), warm-up included; those
-    from `warm` on were recorded after the warm-up. `rows` keeps (time, session, turn) for --dump."""
-    __slots__ = ("v", "rows", "warm", "warmup")
+    from `warm` on were recorded after the warm-up. With rows, each sample's (time, session, turn)
+    beside it, for --dump. Each column holds 8 bytes a sample in memory up to SWITCH samples,
+    then spills to disk (Column)."""
+    __slots__ = ("col", "vb", "rcols", "warm", "warmup", "cap")
 
     def __init__(self, warmup: float, rows: bool = False):
-        self.v: list = []
-        self.rows = [] if rows else None
+        self.col = Column("d")
+        self.vb = self.col.buf           # the appends go here: the hot path
+        self.rcols = (Column("d"), Column("q"), Column("q")) if rows else None
         self.warm = None
         self.warmup = warmup
+        self.cap = SWITCH                # the buffer's length that flushes it
 
     def add(self, now: float, v: float, serial=None, turn=None):
         if self.warm is None and now >= self.warmup:
-            self.warm = len(self.v)
-        self.v.append(v)
-        if self.rows is not None:
-            self.rows.append((now, serial, turn))
+            self.warm = len(self.col)
+        b = self.vb
+        b.append(v)
+        rc = self.rcols
+        if rc is not None:
+            rc[0].buf.append(now)
+            rc[1].buf.append(serial)
+            rc[2].buf.append(turn)
+        if len(b) >= self.cap:
+            self._flush()
 
-    def after(self) -> list:
-        return self.v[self.warm:] if self.warm is not None else []
+    def _flush(self):
+        self.col.flush()
+        for c in self.rcols or ():
+            c.flush()
+        self.cap = CHUNK
 
-    def dump_rows(self):
+    @property
+    def v(self):
+        """Every sample, warm-up included: an array, or a Spilled view once on disk."""
+        return self.vb if self.col.file is None else Spilled(self.col, 0)
+
+    @property
+    def rows(self):
+        """(time, session, turn) of every sample, warm-up included (None without rows)."""
+        if self.rcols is None:
+            return None
+        return zip(*(Spilled(c, 0) for c in self.rcols))
+
+    def after(self):
         if self.warm is None:
             return []
-        return [(t, s, k, v) for (t, s, k), v in zip(self.rows[self.warm:], self.v[self.warm:])]
+        if self.col.file is None:
+            return self.vb[self.warm:]
+        return Spilled(self.col, self.warm)
+
+    def dump_rows(self):
+        """(time, session, turn, value) for each sample after the warm-up, in order."""
+        if self.warm is None:
+            return iter(())
+        return zip(*(Spilled(c, self.warm) for c in self.rcols), self.after())
+
+
+# ---------------------------------------------------------------- a spilled statistic's summary
+def _parts(xs) -> list:
+    """Floats whose exact sum is the exact sum of xs (math.fsum of them is math.fsum of xs): the
+    correctly rounded sum, then the rounded remainder, until nothing remains. A non-finite sum
+    is itself (an infinity or NaN decides the whole sum as it decides this one)."""
+    s = math.fsum(xs)
+    if not math.isfinite(s):
+        return [s]
+    out = [s]
+    rest = array("d", xs)
+    rest.append(-s)
+    r = math.fsum(rest)
+    while r != 0.0:
+        out.append(r)
+        rest.append(-r)
+        r = math.fsum(rest)
+    return out
+
+
+class _Acc:
+    """An exact running sum with the least and greatest value, of arrays fed one at a time; of equal
+    extremes (0.0 and -0.0), the first met, as min() and max() of the whole would give."""
+    __slots__ = ("parts", "lo", "hi")
+
+    def __init__(self):
+        self.parts = []
+        self.lo = math.inf
+        self.hi = -math.inf
+
+    def feed(self, a):
+        if not len(a):
+            return
+        self.parts += _parts(a)
+        if len(self.parts) > 64:
+            self.parts = _parts(self.parts)
+        lo, hi = min(a), max(a)
+        if lo < self.lo:
+            self.lo = lo
+        if hi > self.hi:
+            self.hi = hi
+
+    def mean(self, n):
+        return _within(math.fsum(self.parts) / n, self.lo, self.hi)
+
+
+def _ranks(n, qs):
+    """The ranks _pct reads for each q."""
+    out = set()
+    for q in qs:
+        pos = q * (n - 1)
+        lo = int(math.floor(pos))
+        out |= {lo, min(lo + 1, n - 1)}
+    return sorted(out)
+
+
+def _pct_at(at, n, q):
+    """_pct with the order statistics from `at` (rank -> value): the same arithmetic."""
+    if n == 1:
+        return at[0]
+    pos = q * (n - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, n - 1)
+    a, b = at[lo], at[hi]
+    if pos == lo or a == b:
+        return a
+    return a + (b - a) * (pos - lo)
+
+
+def _select(chunks, sample, n_chunks, ranks) -> dict:
+    """The exact order statistics at `ranks`, in one more pass over the chunks, from `sample`: the
+    sorted values at every STEP-th place of each sorted chunk. A value has, in a chunk, at most STEP
+    times as many values below it as the chunk's sample has, and at least that less STEP - 1; so
+    the sample brackets each rank between two values a and b, and the pass counts the values below
+    a and keeps those in [a, b] (about 2 n STEP / CHUNK of them): the rank is among those kept."""
+    sample.sort()
+    m = len(sample)
+    brackets = []
+    for r in ranks:
+        ka = r // STEP
+        kb = -(-(r + 1) // STEP) + n_chunks - 1
+        a = sample[ka] if ka < m else sample[-1]
+        b = sample[kb] if kb < m else math.inf
+        if ka >= m:
+            a = -math.inf  # cannot happen (ka <= r / STEP <= m); kept safe all the same
+        brackets.append((r, a, b, [0], []))
+    for ch in chunks():
+        srt = sorted(ch)
+        for _, a, b, below, kept in brackets:
+            i = bisect_left(srt, a)
+            below[0] += i
+            kept += srt[i:bisect_right(srt, b)]
+    out = {}
+    for r, _, _, below, kept in brackets:
+        kept.sort()
+        out[r] = kept[r - below[0]]
+    return out
+
+
+def _summary_spilled(sp: Spilled) -> dict:
+    """summary() of samples on disk, with memory that does not grow with them: the same figures,
+    from two passes of CHUNK samples. The mean and the batch means are exact sums correctly
+    rounded (math.fsum's), the percentiles exact order statistics (_select)."""
+    n = len(sp)
+    size = n // BATCHES
+    start = n - size * BATCHES
+    whole = _Acc()
+    batches = [_Acc() for _ in range(BATCHES)]
+    sample = []
+    n_chunks = 0
+    lo, hi = math.inf, -math.inf  # a sorted list's first and last: of equal ones, the first and last met
+    i = 0  # the index of the chunk's first sample
+    for ch in sp.chunks():
+        n_chunks += 1
+        whole.feed(ch)
+        srt = sorted(ch)
+        if srt[0] < lo:
+            lo = srt[0]
+        if srt[-1] >= hi:
+            hi = srt[-1]
+        j = 0
+        while j < len(ch):
+            g = i + j  # cut the chunk where batches begin and end
+            if g < start:
+                j = start - i
+                continue
+            b = (g - start) // size
+            end = min(len(ch), start + (b + 1) * size - i)
+            batches[b].feed(ch[j:end])
+            j = end
+        sample += srt[::STEP]
+        i += len(ch)
+    means = [acc.mean(size) for acc in batches]
+    at = _select(sp.chunks, sample, n_chunks, _ranks(n, (0.5, 0.9, 0.99)))
+    return {"count": n, "mean": _within(math.fsum(whole.parts) / n, lo, hi),
+            "ci95": _half_width(means) if size >= 2 else None,
+            "p50": _pct_at(at, n, 0.5), "p90": _pct_at(at, n, 0.9), "p99": _pct_at(at, n, 0.99),
+            "min": lo, "max": hi}
