@@ -412,6 +412,7 @@ class Iterations:
         if n != len(eng.reqs) or any(p.queue for p in eng.admitted):
             return end
         k = None
+        pool_ok: dict = {}
         crossings = []   # (the extra iteration whose start grows the hold a block, batch order, request)
         for j, r in enumerate(batch):
             a = r.alloc
@@ -422,7 +423,10 @@ class Iterations:
             # cannot grow it here, that need no growth
             m = _floor(r.left) - 2  # inf for an infinite output: the horizon or the next event bounds it
             pool = a.pool
-            if _grows_in_place(pool, a) and pool.name not in self.spill_specs:
+            ok = pool_ok.get(pool)
+            if ok is None:
+                ok = pool_ok[pool] = _pool_grows(pool) and pool.name not in self.spill_specs
+            if ok and a.blks is None and a.units % pool.block == 0 and a.pos == int(a.pos):
                 crossings.append((int(a.units - a.pos), j, r))  # iteration i serves position pos + i
             else:
                 room = _floor(a.units - a.pos) - 1
@@ -443,33 +447,38 @@ class Iterations:
         c = self.machine
         f = spec["cost"]
         extra = 0
+        v = eng.vars
+        head = crossings[0][0] if crossings else INF  # the next iteration that grows a hold
         while extra < k:
-            # the holds the next iteration grows, at its start, in batch order, each by a block the
-            # pool has room for without evicting (else the steady run ends here, and that iteration
-            # grows as one of its own)
             i = extra + 1
-            grown, fits = [], True
-            while crossings and crossings[0][0] == i:  # (checked once an iteration: a heap's head)
-                _, j, r = heapq.heappop(crossings)
-                pool = r.alloc.pool
-                u = used.get(pool, pool.used)
-                bl = pool.block
-                # _engine_grow's room_for as it would find the pool then (cached blocks never
-                # block: make_room evicts them then, in the pool's order, _grow_steady)
-                if not u + bl <= pool.cap + 1e-9:
-                    fits = False
+            grown = None
+            if i == head:
+                # the holds this iteration grows, at its start, in batch order, each by a block the
+                # pool has room for (else the steady run ends here, and that iteration grows as one
+                # of its own)
+                grown, fits = [], True
+                while crossings and crossings[0][0] == i:
+                    _, j, r = heapq.heappop(crossings)
+                    pool = r.alloc.pool
+                    u = used.get(pool, pool.used)
+                    bl = pool.block
+                    # _engine_grow's room_for as it would find the pool then (cached blocks never
+                    # block: make_room evicts them then, in the pool's order, _grow_steady)
+                    if not u + bl <= pool.cap + 1e-9:
+                        fits = False
+                        break
+                    used[pool] = u + bl
+                    grown.append(r)
+                    heapq.heappush(crossings, (i + int(bl), j, r))
+                if not fits:
                     break
-                used[pool] = u + bl
-                grown.append(r)
-                heapq.heappush(crossings, (i + int(bl), j, r))
-            if not fits:
-                break
+                head = crossings[0][0] if crossings else INF
             # the next iteration's batch reads one more KV token for each decode
             b["Kvb"] += n
-            eng.vars["Kvb"] += n
-            eng.vars["Attn"] += n  # each decode's attention reads one more token
+            v["Kvb"] += n
+            v["Attn"] += n  # each decode's attention reads one more token
             nc = f(c)
-            if not (nc > 0 and nc < INF) or end + nc >= nxt:
+            if not (0 < nc < INF) or end + nc >= nxt:
                 break
             if grown:
                 grows.extend([(end, r) for r in grown])  # at the start of iteration i, which is `end`
@@ -825,15 +834,14 @@ class Iterations:
                 st.update(status="witnessed", at=self.now)
 
 
-def _grows_in_place(pool, a) -> bool:
-    """A hold a fast-forward may grow block by block: on a plain pool (no content cache, no held
-    reservation) of whole blocks with nothing waiting on it, its allocation whole blocks and its
-    position a whole number (each growth is then one block, one block's tokens apart); the caller
-    also asks that the pool spill nothing it evicts (a spill is a job, which would start then)."""
+def _pool_grows(pool) -> bool:
+    """A pool on which a fast-forward may grow holds block by block: a plain pool (no content cache,
+    no held reservation) of whole blocks with nothing waiting on it. The caller also asks that it
+    spill nothing it evicts (a spill is a job, which would start then), and that the hold have
+    whole blocks and a whole position (each growth is then one block, a block's tokens apart)."""
     bl = pool.block
-    return (type(pool) is Pool and a.blks is None and not pool.reserve_held and bool(bl) and bl < INF
-            and bl == int(bl) and not pool.queue and not pool.growers and a.units % bl == 0
-            and a.pos == int(a.pos) and a.units < INF)
+    return (type(pool) is Pool and not pool.reserve_held and bool(bl) and bl < INF and bl == int(bl)
+            and not pool.queue and not pool.growers)
 
 
 def fmt(v):
