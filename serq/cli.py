@@ -168,7 +168,14 @@ def _run(args, prog, settings) -> int:
     try:
         if not args.quiet and sys.stderr.isatty():
             progress = _Progress(settings)
-        rep = api.run(prog, settings, progress, workload)
+        try:
+            rep = api.run(prog, settings, progress, workload)
+        except OSError as exc:
+            # a run touches the disk only to keep its samples past 2^20 a statistic
+            # (docs/reference/report.md): a full or unwritable temporary directory
+            import tempfile
+            raise _Failure(f"the run could not keep its samples in a temporary file in {tempfile.gettempdir()}: "
+                           f"{exc.strerror or exc}") from None
         if progress is not None:
             progress.close()
             progress = None

@@ -209,3 +209,21 @@ def test_columns_share_one_spill_file_closed_with_them(small):
     del series, ser
     gc.collect()
     assert f.closed
+
+
+def test_a_temporary_directory_that_takes_nothing_is_an_error_not_a_bug(small, monkeypatch, capsys):
+    """A run that must spill and cannot make its file (a full or read-only temporary directory)
+    ends with `serq: error:` naming the directory and the reason, exit 1: no traceback, no
+    'internal error', nothing on stderr from the half-made spill."""
+    from serq.cli import main
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(S.tempfile, "TemporaryFile", full)
+    rc = main(["run", os.path.join(ROOT, "examples", "single-turn", "mg1.sq"), "--arrivals", "6000", "--quiet"])
+    gc.collect()
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.startswith("serq: error: the run could not keep its samples in a temporary file in ")
+    assert err.rstrip().endswith("No space left on device")
+    assert "Traceback" not in err and "internal error" not in err and "Exception ignored" not in err

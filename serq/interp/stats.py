@@ -210,7 +210,9 @@ class _Spill:
         self.f = tempfile.TemporaryFile(prefix="serq-samples-")
 
     def __del__(self):
-        self.f.close()
+        f = getattr(self, "f", None)  # None when the file could not be made
+        if f is not None:
+            f.close()
 
 
 _spill_ref = None  # a weak reference to the file the columns now spill into
