@@ -113,35 +113,22 @@ class Pool:
         over = self.used + self.cached + need - self.cap
         if over <= 1e-9:
             return
-        if self.name not in self.sim._evict_keys:
-            # lru: the entries are in the pool's order already (Sim.evict_order), and an entry
-            # evicted whole leaves the list, so the scan reads them in place
-            ents = self.entries
-            i = 0
-            while over > 1e-9 and i < len(ents):
-                e = ents[i]
-                if not e.alive or (keep_owner is not None and e.owner is keep_owner):
-                    i += 1
-                    continue
-                take = e.units
-                if self.block and e.units > over:  # per block from the tail of the entry
-                    take = min(e.units, round_up(over, self.block))
-                self._evict(e, take)
-                over -= take
-                if i < len(ents) and ents[i] is e:
-                    i += 1
-            return
-        order = self.sim.evict_order(self)
-        for e in order:
-            if over <= 1e-9:
-                break
+        # lru: the entries are in the pool's order already (Sim.evict_order) and one evicted whole
+        # leaves the list, so the scan reads them in place; keyed: a sorted copy
+        ents = self.entries if self.name not in self.sim._evict_keys else self.sim.evict_order(self)
+        i = 0
+        while over > 1e-9 and i < len(ents):
+            e = ents[i]
             if not e.alive or (keep_owner is not None and e.owner is keep_owner):
+                i += 1
                 continue
             take = e.units
             if self.block and e.units > over:  # per block from the tail of the entry
                 take = min(e.units, round_up(over, self.block))
             self._evict(e, take)
             over -= take
+            if i < len(ents) and ents[i] is e:  # still there: evicted in part, or a sorted copy
+                i += 1
 
     def _evict(self, e: Entry, units: float):
         e.units -= units
