@@ -134,15 +134,20 @@ def test_steady_decoding_fast_forward_changes_nothing(path):
     """engine.py runs steady decoding iterations as one event, growing holds block by block (and
     evicting cached prefixes) at the instants the iterations would; run one by one, the report is
     the same."""
+    reports = [(json.dumps(rep, sort_keys=True), its, obs) for rep, its, obs in _fast_and_slow(path)]
+    assert reports[0] == reports[1]
+
+
+def _fast_and_slow(path):
+    """The run with the fast-forward and without: (report, the engine's iterations, observations)."""
     settings, _ = WORKLOADS[path]
-    reports = []
+    out = []
     for ff in (True, False):
         sim = Sim(load(path), Settings(**settings))
         sim.fast_forward = ff
         rep = sim.run()
-        reports.append((json.dumps(rep, sort_keys=True), sim.engines[0].iterations,
-                        {k: list(v.v) for k, v in sim.obs.items()}))
-    assert reports[0] == reports[1]
+        out.append((rep, sim.engines[0].iterations, {k: list(v.v) for k, v in sim.obs.items()}))
+    return out
 
 
 @pytest.mark.parametrize("path", ["multi-turn/vllm_chat.sq", "replay/vllm_replay.sq"])
@@ -150,14 +155,7 @@ def test_fast_forward_through_growth_and_eviction_changes_nothing_but_rounding(p
     """Where the fast-forward grows holds and evicts cached prefixes on the way, run one by one the
     report is the same but for an engine's utilisation in its last bits: each iteration run on its
     own adds one more piece to the busy time's integral, summed in another order."""
-    settings, _ = WORKLOADS[path]
-    reps = []
-    for ff in (True, False):
-        sim = Sim(load(path), Settings(**settings))
-        sim.fast_forward = ff
-        rep = sim.run()
-        reps.append((rep, sim.engines[0].iterations, {k: list(v.v) for k, v in sim.obs.items()}))
-    (a, ia, oa), (b, ib, ob) = reps
+    (a, ia, oa), (b, ib, ob) = _fast_and_slow(path)
     assert (ia, oa) == (ib, ob)
     for name, st in a["stages"].items():
         u, v = st.pop("utilisation"), b["stages"][name].pop("utilisation")

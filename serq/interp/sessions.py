@@ -290,31 +290,19 @@ class Ops:
         return (True, op)
 
     def _while(self, s):
-        g = self._guard(self.x.expr(s.cond), s.at)
-        body = self.block(s.body)
+        return self._repeat(self._guard(self.x.expr(s.cond), s.at), s.body)
+
+    def _loop(self, s):
+        return self._repeat(lambda c: True, s.body)
+
+    def _repeat(self, g, stmts):
+        """The body again while g holds, run in the loop's own frame (a blocked session keeps no
+        generator of a block between)."""
+        body = self.block(stmts)
         n = len(body)
 
         def op(sess):
             while g(sess.c):
-                i = 0  # by index: no list iterator kept while a statement blocks
-                while i < n:
-                    is_gen, f, at = body[i]
-                    i += 1
-                    sess.steps += 1
-                    if sess.steps > MAX_STEPS:
-                        raise _too_many(sess, at)
-                    if is_gen:
-                        yield from f(sess)
-                    else:
-                        f(sess)
-        return (True, op)
-
-    def _loop(self, s):
-        body = self.block(s.body)
-        n = len(body)
-
-        def op(sess):
-            while True:
                 i = 0  # by index: no list iterator kept while a statement blocks
                 while i < n:
                     is_gen, f, at = body[i]
