@@ -182,10 +182,14 @@ class Pool:
 
     # -- allocations
     def allocate(self, frame, units: float, reserve: float) -> Alloc:
+        self.used += units
+        return self._holder(frame, units, reserve)
+
+    def _holder(self, frame, units: float, reserve: float) -> Alloc:
+        """A new holder of `units` (already counted in used), with its reservation."""
         self.admit_seq += 1
         a = Alloc(frame, self, units, reserve, 0.0, self.admit_seq)
         self.allocs.append(a)
-        self.used += units
         if self.reserve_held:
             self.reserved_extra += max(0.0, reserve - units)
         self.admitted += 1
@@ -307,16 +311,10 @@ class ContentPool(Pool):
         fresh = units - len(hit) * b
         self.make_room(fresh)
         self.used += fresh
-        self.admit_seq += 1
-        a = Alloc(frame, self, units, reserve, 0.0, self.admit_seq)
+        a = self._holder(frame, units, reserve)
         a.blks = list(hit) + [Blk() for _ in range(int(round(fresh / b)))]
         a.stream = stream
         a.nhash = len(hit)
-        self.allocs.append(a)
-        if self.reserve_held:
-            self.reserved_extra += max(0.0, reserve - units)
-        self.admitted += 1
-        self._note()
         return a
 
     def grow_alloc(self, a: Alloc, d: float):
