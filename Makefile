@@ -21,7 +21,7 @@ DIFF_CASES   ?= 5000
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,experiments]'
 	touch $(STAMP)
 
 install: $(STAMP)
