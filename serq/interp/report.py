@@ -64,7 +64,7 @@ def build(sim) -> dict:
         "warmup": sim.warmup,
         "end": end,
         "sessions": {"arrived": sim.sessions_arrived, "completed": sim.sessions_completed,
-                     "rejected": sim.sessions_rejected, "stuck": len(sim.stuck), "live_at_end": len(sim.live)},
+                     "rejected": sim.sessions_rejected, "stuck": len(sim.stuck), "live_at_end": sim.live},
         "client": {k: summary(v.after()) for k, v in sim.client.items()},
         "observe": obs,
         "gauges": gauges,

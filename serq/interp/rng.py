@@ -93,12 +93,17 @@ def stream(seed, purpose: str, *ints: int) -> Stream:
     return Stream(h)
 
 
-def stream1(b: int, x: int) -> Stream:
-    """stream(seed, purpose, x) from the purpose's base b, without the general path."""
+def state1(b: int, x: int) -> int:
+    """The state of stream(seed, purpose, x), from the purpose's base b, without the general path."""
     z = (b ^ ((x + 1) * GOLDEN)) & MASK
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
-    return Stream(z ^ (z >> 31))
+    return z ^ (z >> 31)
+
+
+def stream1(b: int, x: int) -> Stream:
+    """stream(seed, purpose, x) from the purpose's base b."""
+    return Stream(state1(b, x))
 
 
 def stream2(b: int, x: int, y: int) -> Stream:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from serq.interp.pools import round_up
+from serq.interp.rng import Stream, stream1
 from serq.interp.stages import Job
 from serq.lang.lower.constants import fmt, whole
 from serq.link.rules import expr_nodes
@@ -15,6 +16,17 @@ NO_X: dict = {}  # shared and never written: a session's x until a moment needs 
 # `yield from ONCE` yields once, as a bare `yield` would; what is thrown in while it waits is raised
 # where it stands (an iterator without throw), so a blocking op may return it instead of a generator
 ONCE = (None,)
+
+
+class TurnRec:
+    """What the client sees of a turn: its start, its first token, its output tokens."""
+    __slots__ = ("start", "first", "ntok", "pf")
+
+    def __init__(self, start):
+        self.start = start
+        self.first = None
+        self.ntok = 0
+        self.pf = None  # the end of the last prefill before the first decode token
 
 
 class SessionEnd(Exception):
@@ -34,43 +46,56 @@ class Preempted(Exception):
         self.pos = pos
 
 
-class Session:
+class Session(Stream):
     # a session is its own evaluation context (a, rng, x and sess, as a Ctx has them)
-    # the hot fields in slots; the rare ones (a leg's parent, a trace, ...) default on the class and
-    # are written to the instance's __dict__ only when a session uses them
-    __slots__ = ("sim", "id", "cid", "serial", "a", "rng", "x", "gen", "epoch", "wait", "frames", "leases",
-                 "alive", "steps", "ready_at", "ready_n", "turn_idx", "stream", "turn_rec", "live_legs", "__dict__")
+    # the hot fields in slots; the rare ones (a leg's parent, a trace, the frames of its holds, the
+    # generator it waits in, ...) default on the class and are written to the instance's __dict__
+    # only when a session uses them: a million waiting sessions fit in memory (issue 12). `sim` is
+    # on the class too: each Sim makes its own subclass (Sim.Session). A session that draws is its
+    # own stream (Stream's state `s`), one object fewer.
+    __slots__ = ("id", "serial", "a", "rng", "pc", "epoch", "wait", "alive", "steps", "ready_at",
+                 "ready_n", "turn_idx", "turn_rec", "__dict__")
+    sim = None
     parent = None
     trace = None
     replay = None   # `serq run --workload`: the values its draws take, in order (a list, consumed)
     leg_no = 0
     stuck_pos = None
     fork_at = None
+    x = NO_X
+    sub = None      # the generator it runs in (a hold, an engine's run: Flat)
+    frames: list | tuple = ()  # a list from the first hold on
+    leases: list | tuple = ()
+    live_legs = 0
+    code = None     # its instructions (Flat): the program's, on Sim.Session; a leg's own
 
-    def __init__(self, sim, sid, serial, attrs, stream, parent=None):
-        self.sim = sim
+    def __init__(self, sid, serial, attrs, parent=None):
         self.id = sid
         self.serial = serial
         self.a = attrs
-        self.stream = stream
-        self.rng = stream
-        self.x = NO_X
+        self.rng = None
+        self.pc = 0
         self.epoch = 0
         self.wait = None
-        self.frames: list = []
-        self.leases: list = []
-        self.live_legs = 0
         self.alive = True
         self.steps = 0
         self.ready_at = -1.0
         self.ready_n = 0
         self.turn_idx = 0
         self.turn_rec = None
-        if parent is None:
-            self.cid = sid
-        else:  # a leg shares the request's cached prefix
-            self.cid = parent.cid
+        if parent is not None:
             self.parent = parent
+
+    def stream(self):
+        """The stream its statements draw from (between an init or turn block's): itself, when the
+        program's session statements draw (Sim.Session.draws), or a leg's own."""
+        return self if self.draws or self.parent is not None else None
+
+    @property
+    def cid(self):
+        """The session whose cached prefix it uses: a leg shares the request's."""
+        p = self.parent
+        return self.id if p is None else p.cid
 
     @property
     def c(self):
@@ -141,7 +166,7 @@ def run_block(sess, ops):
         is_gen, op, at = ops[0]
         sess.steps += 1
         if sess.steps > MAX_STEPS:
-            raise _too_many(sess, at)
+            raise too_many(sess, at)
         if is_gen:
             return op(sess)
         op(sess)
@@ -153,14 +178,14 @@ def _run_block(sess, ops):
     for is_gen, op, at in ops:
         sess.steps += 1
         if sess.steps > MAX_STEPS:
-            raise _too_many(sess, at)
+            raise too_many(sess, at)
         if is_gen:
             yield from op(sess)
         else:
             op(sess)
 
 
-def _too_many(sess, at):
+def too_many(sess, at):
     return sess.sim.run_error("R020", f"a session executed {MAX_STEPS:,} statements without blocking", at)
 
 
@@ -309,7 +334,7 @@ class Ops:
                     i += 1
                     sess.steps += 1
                     if sess.steps > MAX_STEPS:
-                        raise _too_many(sess, at)
+                        raise too_many(sess, at)
                     if is_gen:
                         yield from f(sess)
                     else:
@@ -330,7 +355,9 @@ class Ops:
             if sess.live_legs:
                 sess.wait = "join"
                 sess.fork_at = s.at
-                yield
+                sess.sim.joining[sess.id] = sess
+                return ONCE
+            return ()
         return (True, op)
 
     def _turn(self, s):
@@ -361,7 +388,7 @@ class Ops:
                 if work > 0:
                     st = t0(c)
                     sim.seq += 1
-                    job = Job(sess, work, (st,), sim.seq, sim.now)
+                    job = Job(sess, work, st.alone, sim.seq, sim.now)
                     sess.wait = job
                     st.submit(job)
                     return ONCE  # blocks once, with no generator frame kept while it waits
@@ -420,3 +447,122 @@ class Ops:
         def op(sess):
             return sim.hold(sess, spec)
         return (True, op)
+
+
+# A flat program is a list of (instruction, where): `where` is the statement's place when the
+# instruction is a statement's (counted toward MAX_STEPS), None for a jump or a turn's bookkeeping.
+# An instruction returns None (go on), an int (go there), BLOCK (the session waits and resumes at
+# the next instruction), or what a blocking op of Ops returns: ONCE (waits once), () (did not
+# wait) or a generator (a hold, an engine's run) that the session runs to its end first.
+BLOCK = object()
+
+
+class Flat:
+    """A session's top level as one flat list of instructions, run from an index (issue 12): the
+    statements outside any hold (init, the session block, each turn and the server's statements
+    it expands to, *Workload*) keep no generator frame while they wait, only the index. Control
+    flow becomes jumps; a hold, an engine's run, a multi-stage or growing run and a grow stay
+    generators (Ops), run to their end from the instruction that starts them. Statements count
+    toward MAX_STEPS as run_block counts them, so a session that never blocks fails where it did."""
+
+    def __init__(self, sim):
+        self.sim = sim
+        self.ops = {"session": Ops(sim), "server": Ops(sim, "server")}
+        sim.turn_set = self._turn_set()  # a turn inside a hold (Sim.turn) runs it too
+
+    def block(self, code: list, stmts, side: str):
+        for s in stmts:
+            self.stmt(code, s, side)
+
+    def stmt(self, code: list, s, side: str):
+        k = s.k
+        if k == "branch":
+            return self._branch(code, s, side)
+        if k in ("while", "loop"):
+            return self._repeat(code, s, side)
+        if k == "turn" and side == "session":
+            at = s.at
+            code.append((lambda sess: self.sim.turn_begin(sess, at), at))
+            return self.turn_rest(code)
+        ops = self.ops[side]
+        _, op = ops.stmt(s)
+        code.append((op, s.at))  # None, or what a blocking op returns: Sim._drain tells them apart
+
+    def _branch(self, code, s, side):
+        ops = self.ops[side]
+        g = ops._guard(ops.x.expr(s.cond), s.at)
+        i = len(code)
+        code.append(None)
+        self.block(code, s.then, side)
+        j = len(code)
+        if s.else_:
+            code.append(None)
+            self.block(code, s.else_, side)
+            end = len(code)
+            code[j] = (lambda sess: end, None)  # the then-block's end jumps over the else-block
+            j += 1
+        else_at = j
+
+        def br(sess):
+            return None if g(sess.c) else else_at
+        code[i] = (br, s.at)
+
+    def _repeat(self, code, s, side):
+        ops = self.ops[side]
+        g = ops._guard(ops.x.expr(s.cond), s.at) if s.k == "while" else None
+        i = len(code)
+        code.append(None)
+        self.block(code, s.body, side)
+        first = i + 1
+        end = len(code) + 1
+        if g is None:
+            code.append((lambda sess: first, None))
+
+            def enter(sess):
+                return None
+        else:
+            code.append((lambda sess: first if g(sess.c) else end, None))  # the guard again, not a statement
+
+            def enter(sess):
+                return None if g(sess.c) else end
+        code[i] = (enter, s.at)
+
+    def _turn_set(self):
+        """A turn's attributes (its trace row's, turn_no, the turn block's draws) and its record."""
+        sim = self.sim
+        trace = sim.trace is not None
+        ops = sim.turn_ops
+        one = ops[0][1] if len(ops) == 1 else None
+        draws, b_turn = sim.turn_draws, sim.b_turn
+
+        def turn_set(sess):
+            if trace:
+                sim.trace_row(sess)
+            t = sess.turn_idx
+            sess.a["turn_no"] = float(t)
+            if ops:
+                sess.rng = stream1(b_turn, (sess.serial << 32) | t) if draws else None
+                if one is not None:
+                    sess.steps += 1  # as run_sync counts it
+                    one(sess)
+                else:
+                    run_sync(sess, ops)
+                sess.rng = sess.stream()
+            sess.turn_rec = TurnRec(sim.now)
+        return turn_set
+
+    def turn_rest(self, code: list, last: bool = False):
+        """What follows a turn's start: the turn block, the server's statements, the answer (and,
+        `last`, the session's end: the one turn of a workload without a session block)."""
+        sim = self.sim
+        code.append((sim.turn_set, None))
+        self.block(code, sim.prog.server, "server")
+        if not last:
+            code.append((sim.turn_end, None))
+            return
+
+        def turn_end_last(sess):
+            sim.turn_end(sess)
+            sim._finish(sess, False)
+            return BLOCK  # ended: never resumed
+        code.append((turn_end_last, None))

@@ -10,9 +10,10 @@ from collections import deque
 from serq.interp.compile import Compiler, Ctx, RunError
 from serq.interp.engine import Iterations
 from serq.interp.pools import ContentPool, Pool, round_up
-from serq.interp.rng import LongStream, base, stream, stream1
-from serq.interp.sessions import HoldFrame, Ops, Preempted, Session, SessionEnd, run_block, run_sync
-from serq.interp.stages import PS, Fifo, FlowNet, FlowStage, Job
+from serq.interp.rng import LongStream, base, state1, stream, stream1
+from serq.interp.sessions import (BLOCK, MAX_STEPS, Flat, HoldFrame, Ops, Preempted, Session, SessionEnd, TurnRec,
+                                  run_block, run_sync, too_many)
+from serq.interp.stages import PS, Fifo, FlowNet, FlowStage, MachineJob
 from serq.interp.stats import Series, TimeAverage
 from serq.interp.trace import load_trace
 from serq.ir import model as I
@@ -28,17 +29,6 @@ STALL_PER = 100
 MAX_ARRIVALS = 10_000_000  # sessions a run takes: the report keeps each one's response (_bounded)
 
 
-class TurnRec:
-    """What the client sees of a turn: its start, its first token, its output tokens."""
-    __slots__ = ("start", "first", "ntok", "pf")
-
-    def __init__(self, start):
-        self.start = start
-        self.first = None
-        self.ntok = 0
-        self.pf = None  # the end of the last prefill before the first decode token
-
-
 class Sim(Iterations):
     def __init__(self, prog: I.Program, settings: I.Settings | None = None, workload: dict | None = None):
         self.prog = prog
@@ -52,6 +42,7 @@ class Sim(Iterations):
         self.now = 0.0
         self.heap: list = []
         self.seq = 0
+        self.event_seq = 0           # the sequence number of the event being handled
         self.ready: deque = deque()
         self.running = None
         self.cur_at = None
@@ -59,12 +50,15 @@ class Sim(Iterations):
         self.streams: dict = {}      # content streams: stream -> (parent, at) or None (docs/reference/content.md)
         self.sess_stream: dict = {}  # session id -> the stream its latest hold with a content named
         self.compiler = Compiler(self)
+        # sessions reach their Sim, and run the program's instructions (a leg has its own: fork)
+        self.Session = type("Session", (Session,), {"__slots__": (), "sim": self, "code": None, "draws": False})
         self.machine = Ctx({}, LongStream(self.seed, "machine"), {}, None)
         self.sessions_arrived = 0
         self.sessions_completed = 0
         self.sessions_rejected = 0
         self.stuck: set = set()
-        self.live: dict = {}
+        self.live = 0                # sessions arrived and not ended (legs apart)
+        self.joining: dict = {}      # session id -> a session waiting at a join (the end's R044)
         self.next_id = 0
         self.obs: dict[str, Series] = {}        # warm-up included (claims at end read all of it)
         self.client = {k: Series(self.warmup) for k in ("ttft", "tpot", "response")}
@@ -148,7 +142,7 @@ class Sim(Iterations):
         self.init_sync = not any(g for g, _, _ in self.init_ops)
         self.session_ops = ops.block(wl.session) if wl.session is not None else None
         self.server_ops = Ops(self, "server").block(prog.server)
-        self.session_draws = _draws(prog.server) or _draws(wl.session or [])
+        self.session_draws = self.Session.draws = _draws(prog.server) or _draws(wl.session or [])
         self.b_init, self.b_turn, self.b_session = (base(self.seed, p) for p in ("init", "turn", "session"))
         # the server's statements as one generator function (a single blocking op is called directly)
         sops = self.server_ops
@@ -163,6 +157,7 @@ class Sim(Iterations):
         self.claims_end = [(c, self.compiler.expr(c.e), self.compiler.expr(c.given) if c.given is not None else None)
                            for c in prog.claims if c.form == "end"]
         self.claims_given = [(c, self.compiler.expr(c.given)) for c in prog.claims if c.given is not None]
+        self.main_code = self.Session.code = self._main_code(wl)
         self.claim_state = {c.name: {"status": "not_evaluated", "at": None, "session": None} for c in prog.claims}
         self._compile_engines()
         self.claims_iter = {}  # engine member -> [(claim, closure)]
@@ -275,38 +270,76 @@ class Sim(Iterations):
         return v
 
     def _step(self, sess, value):
-        self.running = sess
-        sess.steps = 0
-        try:
-            if value is None:
-                sess.gen.send(None)
-            else:
-                sess.gen.throw(value)
-        except StopIteration:
-            pass
-        self.running = None
+        """Run one session now, until it blocks."""
+        self._drain(deque(((sess, sess.epoch, value),)))
+
+    def _drain(self, queue):
+        """Run each session of the queue (and those it makes ready, when it is self.ready) in order,
+        each until it blocks (Flat): the generator it waits in first, if any, then its instructions
+        from where it stopped. What is thrown in is raised where the session stands."""
+        pop = queue.popleft
+        while queue:
+            sess, epoch, value = pop()
+            if epoch != sess.epoch or not sess.alive:
+                continue
+            self.running = sess
+            sess.steps = 0
+            try:
+                sub = sess.sub
+                if sub is not None:
+                    try:
+                        if value is None:
+                            sub.send(None)
+                        else:
+                            sub.throw(value)
+                        continue  # still waiting in it
+                    except StopIteration:
+                        sess.sub = None
+                elif value is not None:
+                    raise value
+                code = sess.code
+                pc = sess.pc
+                while True:
+                    f, at = code[pc]
+                    if at is not None:  # a statement: counted as run_block counts it
+                        sess.steps += 1
+                        if sess.steps > MAX_STEPS:
+                            raise too_many(sess, at)
+                    r = f(sess)
+                    if r is None:
+                        pc += 1
+                    elif r is BLOCK:
+                        sess.pc = pc + 1
+                        break
+                    elif r.__class__ is int:
+                        pc = r
+                    elif r.__class__ is tuple:  # ONCE, or () (a run that did not block)
+                        pc += 1
+                        if r:
+                            sess.pc = pc
+                            break
+                    else:  # a generator: run until it waits, and go on from the next instruction after it
+                        pc += 1
+                        try:
+                            r.send(None)
+                        except StopIteration:
+                            continue
+                        sess.sub = r
+                        sess.pc = pc
+                        break
+            except SessionEnd as e:
+                if sess.sub is not None:
+                    sess.sub = None
+                self._ended(sess, e.refused)
+            finally:
+                self.running = None
 
     def settle(self):
         """Run every ready session in the order it became ready, then retry growers and admissions
         at every pool not served by a stage, until nothing changes."""
-        ready = self.ready
-        pop = ready.popleft
         while True:
-            while ready:
-                sess, epoch, value = pop()
-                if epoch != sess.epoch or not sess.alive:
-                    continue
-                # run the session until it blocks (_step, written in place: the hot path)
-                self.running = sess
-                sess.steps = 0
-                try:
-                    if value is None:
-                        sess.gen.send(None)
-                    else:
-                        sess.gen.throw(value)
-                except StopIteration:
-                    pass
-                self.running = None
+            if self.ready:
+                self._drain(self.ready)
             if not (self.pools and self._retry_pools()):
                 break
 
@@ -365,9 +398,13 @@ class Sim(Iterations):
             elif arr.k == "renewal":
                 self.gap_f = self.compiler.expr(arr.gap)
                 self.at(self._gap(), self._arrive_open)
-            elif arr.k in ("closed", "batch"):
-                for _ in range(arr.n):
-                    self.at(0.0, self._arrive_one)
+            elif arr.k in ("closed", "batch") and arr.n:
+                # the n arrivals at 0 take the sequence numbers n events scheduled at once would
+                # (before anything scheduled later), one event at a time: the same order, without
+                # n events held at once (a million sessions, issue 12)
+                self.start_seq, self.started = self.seq + 1, 0
+                self.seq += arr.n
+                heapq.heappush(self.heap, (0.0, self.start_seq, self._arrive_start, None))
         horizon = self.horizon if self.horizon != INF else None  # an infinite one ends nothing
         hz = horizon if horizon is not None else INF
         heap = self.heap
@@ -389,7 +426,7 @@ class Sim(Iterations):
                 self._gauges()
             if not heap or heap[0][0] > hz:
                 break
-            t, _, fn, arg = pop(heap)
+            t, self.event_seq, fn, arg = pop(heap)
             if t != now:
                 now = self.now = t
             else:  # the watchdog: a counter, kept only while the clock stands still
@@ -407,7 +444,8 @@ class Sim(Iterations):
                 last_t = t
         if not heap and self.live:
             # nothing will ever happen again: a session at a join whose legs wait on what it holds
-            for sess in self.live.values():
+            # (the first to arrive: ids grow with arrivals)
+            for sess in sorted(self.joining.values(), key=lambda s: s.id):
                 if sess.wait == "join":
                     raise self.run_error("R044", "the run ends with this session waiting at a join for legs that "
                                          "wait for what it holds (a hold-and-wait cycle; a finite lease breaks it)",
@@ -420,7 +458,7 @@ class Sim(Iterations):
             where = self.compiler.span(self.prog.workload.arrive.at)
             if not drained:  # without a horizon: nothing was left to happen, and sessions were
                 by = (f"by the horizon {fmt(horizon)}" if horizon is not None else
-                      f"({len(self.live)} still live when nothing was left to happen)")
+                      f"({self.live} still live when nothing was left to happen)")
                 raise RunError("R032", f"--arrivals {self.arrivals_n}: the sessions did not drain {by}", where)
             if self.end <= self.warmup:
                 raise RunError("R033", f"--arrivals {self.arrivals_n}: the run drained at {fmt(self.end)}, at or "
@@ -474,7 +512,7 @@ class Sim(Iterations):
             what, at = f"the leases on pool `{arg[0].pool.label}`", arg[0].pool.decl.at
         elif getattr(fn, "__name__", "") == "_iteration_end":
             what, at = f"engine `{arg.label}`'s iterations", arg.at
-        elif fn in (self._arrive_open, self._arrive_one):
+        elif fn in (self._arrive_open, self._arrive_start):
             what, at = "the arrivals", self.prog.workload.arrive.at
         raise self.run_error("R022", f"the clock has stood at {fmt(self.now)} for {n:,} events, scheduled by "
                              f"{what}, which do not advance it", at)
@@ -518,57 +556,75 @@ class Sim(Iterations):
         else:
             self.at(self._gap(), self._arrive_open)
 
+    def _arrive_start(self):
+        """The next of a closed or batch workload's sessions at 0 (_run)."""
+        self.started += 1
+        if self.started < self.prog.workload.arrive.n:
+            heapq.heappush(self.heap, (0.0, self.start_seq + self.started, self._arrive_start, None))
+        self._arrive_one()
+
     def _arrive_one(self):
         serial = self.sessions_arrived
         self.sessions_arrived += 1
         self.next_id += 1
         attrs = {"serial": float(serial), "turn_no": 0.0, "cached": 0.0, "computed": 0.0}  # turn_no 0: the first
-        sess = Session(self, self.next_id, serial, attrs,
-                       stream1(self.b_session, serial) if self.session_draws else None)
+        sess = self.Session(serial, serial, attrs)  # a session's id is its serial; a leg's is negative
+        if self.session_draws:
+            sess.s = state1(self.b_session, serial)
+            sess.rng = sess
         if self.trace is not None:
             n = len(self.trace)
             if self.prog.workload.trace.ordered:
                 sess.trace = [self.trace[serial % n], 0]
             else:
                 sess.trace = [self.trace[int(self.trace_rng.random() * n)], 0]
-        self.live[sess.id] = sess
-        sess.gen = self._session_main(sess)
+        self.live += 1
         self.wake(sess)
         return sess
 
-    def _session_main(self, sess):
-        refused = False
-        try:
-            if self.init_ops:
-                sess.rng = stream1(self.b_init, sess.serial) if self.init_draws else None
-                if self.init_sync:
-                    run_sync(sess, self.init_ops)
-                else:
-                    yield from run_block(sess, self.init_ops)
-                sess.rng = sess.stream
-            if self.claims_given:
-                self._given(sess)
-            if self.session_ops is not None:
-                yield from run_block(sess, self.session_ops)
-            elif self.trace is not None:
-                yield from self.turn(sess, None)
-            else:  # one turn, written in place (the common case: no generator between)
-                if self.turn_ops:
-                    sess.rng = stream1(self.b_turn, sess.serial << 32) if self.turn_draws else None
-                    run_sync(sess, self.turn_ops)
-                    sess.rng = sess.stream
-                start = self.now
-                rec = sess.turn_rec = TurnRec(start)
-                yield from self.server_gen(sess)
-                sess.turn_rec = None
-                sess.turn_idx = 1
-                if rec.ntok or rec.pf is not None:
-                    self._answered(rec, sess)
-                else:
-                    self.c_response.add(self.now, self.now - start)
-        except SessionEnd as e:
-            refused = e.refused
-        self._finish(sess, refused)
+    def _main_code(self, wl):
+        """A session's instructions (Flat): init, the given claims, then the session block, or one
+        turn (its trace row first, with a trace)."""
+        flat = Flat(self)
+        code: list = []
+        if self.init_ops:
+            code.append((self._init_begin, None))
+            if self.init_sync:
+                code.append((self._init_sync, None))
+            else:
+                flat.block(code, wl.init, "session")
+            code.append((self._init_end, None))
+        if self.claims_given:
+            code.append((self._given, None))
+        if wl.session is not None:
+            flat.block(code, wl.session, "session")
+        else:
+            if self.trace is not None:
+                code.append((lambda sess: self.turn_begin(sess, None), None))
+            flat.turn_rest(code, last=True)
+            return code
+        code.append((self._main_done, None))
+        return code
+
+    def _init_begin(self, sess):
+        sess.rng = stream1(self.b_init, sess.serial) if self.init_draws else None
+
+    def _init_sync(self, sess):
+        run_sync(sess, self.init_ops)
+
+    def _init_end(self, sess):
+        sess.rng = sess.stream()
+
+    def _main_done(self, sess):
+        self._finish(sess, False)
+        return BLOCK  # ended: never resumed
+
+    def _ended(self, sess, refused):
+        """`end;` or a refusal ended the session (or leg) where it stood."""
+        if sess.parent is not None:
+            self._leg_end(sess, refused)
+        else:
+            self._finish(sess, refused)
 
     def _given(self, sess):
         """given (e) is read for each session once its init block has run (*Claims*)."""
@@ -580,32 +636,41 @@ class Sim(Iterations):
                 st.update(status="out_of_scope", session=sess.serial, at=None)
 
     def turn(self, sess, at):
+        """A turn inside a hold's body (Ops): the flat instructions' steps, in one generator."""
+        if self.turn_begin(sess, at) is BLOCK:
+            yield
+        self.turn_set(sess)  # Flat.turn_rest's
+        yield from self.server_gen(sess)
+        self.turn_end(sess)
+
+    def turn_begin(self, sess, at):
+        """With a trace, the session's next row, and its think time first (BLOCK) when it has one."""
         tr = sess.trace
         if tr is not None:
             rows, i = tr
             if i >= len(rows):
                 raise self.run_error("R035", f"session {sess.serial} replays a trace session of {len(rows)} turn(s) "
                                      "and asks for another", at)
-            row = rows[i]
             tr[1] = i + 1
-            if row["think"] > 0:
-                self.at(self.now + row["think"], self.wake, sess)
+            think = rows[i]["think"]
+            if think > 0:
+                self.at(self.now + think, self.wake, sess)
                 sess.wait = "think"
-                yield
-            a = sess.a
-            a["new"], a["out"], a["think"], a["forced"] = row["new"], row["out"], row["think"], row["forced"]
-            a["stream"], a["parent"], a["common"] = row.get("stream", 0.0), row.get("parent", 0.0), row.get("common", 0.0)
-            a["more"] = 1.0 if i + 1 < len(rows) else 0.0
-        t = sess.turn_idx
-        sess.a["turn_no"] = float(t)
-        c = sess.c
-        if self.turn_ops:
-            c.rng = stream1(self.b_turn, (sess.serial << 32) | t) if self.turn_draws else None
-            run_sync(sess, self.turn_ops)
-            c.rng = sess.stream
-        rec = TurnRec(self.now)
-        sess.turn_rec = rec
-        yield from self.server_gen(sess)
+                return BLOCK
+        return None
+
+    def trace_row(self, sess):
+        """The attributes of the trace row turn_begin took."""
+        rows, i = sess.trace
+        row = rows[i - 1]
+        a = sess.a
+        a["new"], a["out"], a["think"], a["forced"] = row["new"], row["out"], row["think"], row["forced"]
+        a["stream"], a["parent"], a["common"] = row.get("stream", 0.0), row.get("parent", 0.0), row.get("common", 0.0)
+        a["more"] = 1.0 if i < len(rows) else 0.0
+
+    def turn_end(self, sess):
+        """The server's statements are done: the turn is answered."""
+        rec = sess.turn_rec
         sess.turn_rec = None
         sess.turn_idx += 1
         self._answered(rec, sess)
@@ -624,7 +689,7 @@ class Sim(Iterations):
         if sess.frames:
             for fr in reversed(list(sess.frames)):
                 self.release_frame(fr)
-            sess.frames.clear()
+            sess.frames = ()
         if sess.leases:
             for a in list(sess.leases):
                 self._end_lease(a)
@@ -637,7 +702,9 @@ class Sim(Iterations):
         if sess.live_legs and not refused:
             raise self.run_error("R040", "a session may not end while a leg it forked here runs: `join;` first",
                                  sess.fork_at)
-        self.live.pop(sess.id, None)
+        self.live -= 1
+        if self.joining:
+            self.joining.pop(sess.id, None)
         if self.sess_stream:
             self.sess_stream.pop(sess.id, None)
         if refused:
@@ -683,33 +750,34 @@ class Sim(Iterations):
     def fork(self, sess, body, at):
         sess.leg_no += 1
         self.next_id += 1
-        leg = Session(self, self.next_id, sess.serial, dict(sess.a), stream(self.seed, "leg", sess.serial, sess.leg_no),
-                      parent=sess)
+        leg = self.Session(-self.next_id, sess.serial, dict(sess.a), parent=sess)
+        leg.s = stream(self.seed, "leg", sess.serial, sess.leg_no).s  # its own stream
+        leg.rng = leg
         leg.turn_rec = sess.turn_rec
         leg.turn_idx = sess.turn_idx
         sess.live_legs += 1
-        leg.gen = self._leg_main(leg, body)
+        leg.code = [(lambda lg: run_block(lg, body), None), (self._leg_done, None)]
         self.wake(leg)
 
-    def _leg_main(self, leg, body):
-        refused = False
-        try:
-            yield from run_block(leg, body)
-        except SessionEnd as e:
-            refused = e.refused
+    def _leg_done(self, leg):
+        self._leg_end(leg, False)
+        return BLOCK  # ended: never resumed
+
+    def _leg_end(self, leg, refused):
         parent = leg.parent
         # what the leg leases passes to the session
         leases = list(leg.leases)
-        leg.leases.clear()
+        leg.leases = ()
         self._finish(leg, refused)
         for a in leases:
             a.frame.sess = parent
-            parent.leases.append(a)
+            _push(parent, "leases", a)
         parent.live_legs -= 1
         if refused and parent.alive:  # a refused leg ends its session
             self._kill(parent, refused=True)
         elif parent.wait == "join" and parent.live_legs == 0:
             parent.wait = None
+            self.joining.pop(parent.id, None)
             self.wake(parent)
 
     def _kill(self, sess, refused):
@@ -743,7 +811,7 @@ class Sim(Iterations):
             self._join(fr, head)
             sess.wait = fr
             yield
-            sess.frames.append(fr)
+            _push(sess, "frames", fr)
             try:
                 yield from run_block(sess, spec.body)
             except Preempted as p:
@@ -907,7 +975,7 @@ class Sim(Iterations):
             if spec.lease is not None and spec.lease[0] == i and not preempted:
                 dur = self.amount(spec.lease[1](sess.c), spec.at, "a lease's duration")
                 a.leased = True
-                sess.leases.append(a)
+                _push(sess, "leases", a)
                 if dur < INF:
                     a.lease_version += 1
                     self.at(self.now + dur, self._lease_expired, (a, a.lease_version))
@@ -994,8 +1062,7 @@ class Sim(Iterations):
 
         def arrived():
             tier.put_cache(owner, units + tier.cachedin(owner))
-        job = Job(None, work, [via], self.next_seq(), self.now)
-        job.done_cb = arrived
+        job = MachineJob(work, [via], self.next_seq(), self.now, arrived)
         via.submit(job)
 
     # ------------------------------------------------------------ growth and preemption
@@ -1107,3 +1174,12 @@ def _draws(stmts) -> bool:
         if any(x.k == "draw" for e in es for x in expr_nodes(e)):
             return True
     return False
+
+
+def _push(sess, field, x):
+    """Append to a session's frames or leases, the shared empty tuple until the first."""
+    lst = getattr(sess, field)
+    if lst:
+        lst.append(x)
+    else:
+        setattr(sess, field, [x])

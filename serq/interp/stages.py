@@ -13,7 +13,8 @@ INF = math.inf
 
 
 class Job:
-    __slots__ = ("sess", "work", "left", "stages", "seq", "tag", "rate", "start", "alive", "started", "done_cb")
+    __slots__ = ("sess", "work", "left", "stages", "seq", "tag", "rate", "alive", "started")
+    done_cb = None  # a machine job's (a spill's) continuation: MachineJob
 
     def __init__(self, sess, work, stages, seq, now):
         self.sess = sess
@@ -23,10 +24,8 @@ class Job:
         self.seq = seq
         self.tag = 0.0
         self.rate = 0.0
-        self.start = now
         self.started = False
         self.alive = True
-        self.done_cb = None   # a machine job's (a spill's) continuation
 
     def cancel(self):
         """A preemption takes the job off its stages."""
@@ -34,6 +33,15 @@ class Job:
             self.alive = False
             for st in self.stages:
                 st.remove(self)
+
+
+class MachineJob(Job):
+    """A job the machine runs for no session (a spill), and what follows when it is done."""
+    __slots__ = ("done_cb",)
+
+    def __init__(self, work, stages, seq, now, done_cb):
+        super().__init__(None, work, stages, seq, now)
+        self.done_cb = done_cb
 
 
 class Stage:
@@ -50,6 +58,7 @@ class Stage:
         self.busy_avg = TimeAverage(sim.warmup)
         self.n = 0
         self.completed_after_warmup = 0
+        self.alone = (self,)  # a one-stage job's stages, shared by every such job
 
     def _done(self, job):
         self.completed += 1
@@ -78,6 +87,7 @@ class Fifo(Stage):
         self.c = servers
         self.waiting = deque()
         self.serving = 0
+        self.finish = self._finish  # one bound method for every event it schedules (a million at once)
 
     def submit(self, job):
         self.n += 1
@@ -91,10 +101,10 @@ class Fifo(Stage):
         sim = self.sim
         self.serving += 1
         job.started = True
-        job.start = now = sim.now
+        now = sim.now
         job.tag = fin = now + job.work
         sim.seq += 1
-        heapq.heappush(sim.heap, (fin, sim.seq, self._finish, job))
+        heapq.heappush(sim.heap, (fin, sim.seq, self.finish, job))
 
     def _finish(self, job):
         if not job.alive:
@@ -155,8 +165,9 @@ class PS(Stage):
         self.v = 0.0                # virtual time: the work each present job has received
         self.last = 0.0
         self.rate = 0.0
-        self.version = 0
+        self.version = None         # the sequence number of the event that ends the head job
         self.ctx = sim.machine_ctx({"present": 0.0})
+        self.fire = self._fire  # one bound method for every event it schedules
 
     def _advance(self):
         now = self.sim.now
@@ -180,7 +191,9 @@ class PS(Stage):
         return phi / n
 
     def _schedule(self):
-        self.version += 1
+        # the event set last is the one that fires, named by its sequence number (no number of
+        # its own kept for each of a million pending events)
+        self.version = None
         self.rate = self._rate()
         self.busy_avg.set(self.sim.now, 1.0 if self.n else 0.0)
         while self.heap and not self.heap[0][2].alive:
@@ -188,7 +201,8 @@ class PS(Stage):
         if self.heap and self.rate > 0:
             tag = self.heap[0][0]
             dt = max(0.0, (tag - self.v) / self.rate)
-            self.sim.at(self.sim.now + dt, self._fire, self.version)
+            self.sim.at(self.sim.now + dt, self.fire)
+            self.version = self.sim.seq
 
     def submit(self, job):
         self._advance()
@@ -198,8 +212,8 @@ class PS(Stage):
         heapq.heappush(self.heap, (job.tag, job.seq, job))
         self._schedule()
 
-    def _fire(self, version):
-        if version != self.version:
+    def _fire(self):
+        if self.sim.event_seq != self.version:
             return
         self._advance()
         # the event was set for the head job's finish tag and nothing changed since: that job has
