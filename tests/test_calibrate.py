@@ -371,7 +371,8 @@ def test_a_scheduler_output_becomes_a_row():
             scheduled_cached_reqs=NS(req_ids=["c1", "c2"], num_computed_tokens=[300, 512], num_output_tokens=[5, 0]),
             num_scheduled_tokens={"n": 200, "c1": 1, "c2": 256})
     assert V.step_row(so, 0.02) == {"tokens": 457, "prefilled": 456, "decoding": 1, "kv_decode": 300,
-                                    "kv_prefill": 576, "time": 0.02}
+                                    "kv_prefill": 576, "attention": 200 * 264 + 1 * 301 + 256 * 768,
+                                    "time": 0.02}
 
 
 ORACLE = os.path.join(ROOT, "..", "shared", "oracle", "vllm")
@@ -391,11 +392,13 @@ def one_step(self):
     s = self.scheduler
     self.alloc_log.clear()
     out = s.schedule()
-    truth = {"tokens": 0, "prefilled": 0, "decoding": 0, "kv_decode": 0, "kv_prefill": 0, "time": 0.0}
+    truth = {"tokens": 0, "prefilled": 0, "decoding": 0, "kv_decode": 0, "kv_prefill": 0, "attention": 0,
+             "time": 0.0}
     for rid, n in out.num_scheduled_tokens.items():
         r = s.requests[rid]
         before = r.num_computed_tokens - n
         truth["tokens"] += n
+        truth["attention"] += n * r.num_computed_tokens
         if r.num_output_tokens > 0:
             truth["decoding"] += 1; truth["kv_decode"] += before
         else:
@@ -426,3 +429,23 @@ def test_step_row_reads_vllms_own_scheduler_output(tmp_path):
     got = json.loads(r.stdout.strip().splitlines()[-1])
     # both scenarios' steps, prefix hits and chunk continuations (kv_prefill > 0) among them
     assert got["steps"] > 100 and got["differ"] == 0 and got["kv_prefill"] > 0 and got["kv_decode"] > 0, got
+
+
+def test_an_input_that_only_selects_is_not_fitted(tmp_path, capsys):
+    """`sel == 0 ? …` makes the time a step function of sel: flat almost everywhere, nothing for
+    least squares to follow, so it is left out by default and refused by --fit."""
+    src = LINEAR.replace('let rate = args.number("rate", 1);',
+                         'let rate = args.number("rate", 1);\n  let sel = args.number("sel", 0);') \
+        .replace("execute (compute(batch.tokens));", "execute (sel == 0 ? compute(batch.tokens) : 3 * compute(batch.tokens));")
+    p = tmp_path / "sel.sq"
+    p.write_text(src)
+    rows = [{"tokens": float(t), "time": 2 * 3e-4 * t} for t in range(1, 40)]
+    write_csv(tmp_path / "m.csv", rows, ("tokens", "time"))
+    cost = C.cost_model(str(p), {}, None)
+    assert cost.reads == ["k", "sel"] and cost.fittable == ["k"] and cost.selectors == ["sel"]
+    assert main(["calibrate", str(p), "--measured", str(tmp_path / "m.csv"), "-o", str(tmp_path / "o.json")]) == 0
+    err = capsys.readouterr().err
+    assert "not fitted: sel" in err
+    assert json.loads((tmp_path / "o.json").read_text())["inputs"] == {"k": pytest.approx(3e-4)}
+    assert main(["calibrate", str(p), "--measured", str(tmp_path / "m.csv"), "--fit", "sel"]) == 2
+    assert "--fit sel: engine `llm`'s execute reads sel only in a condition" in capsys.readouterr().err

@@ -26,7 +26,7 @@ LOG_LINE = re.compile(
     r"iteration elapsed time: (?P<ms>[0-9.]+) ms(?P<dummy> \(dummy\))?")
 
 LOG_COLUMNS = ["iteration", "tokens", "prefilled", "decoding", "time"]
-STEP_COLUMNS = ["tokens", "prefilled", "decoding", "kv_decode", "kv_prefill", "time"]
+STEP_COLUMNS = ["tokens", "prefilled", "decoding", "kv_decode", "kv_prefill", "attention", "time"]
 
 
 def log_rows(lines):
@@ -44,13 +44,15 @@ def log_rows(lines):
 
 
 def step_row(so, elapsed: float) -> dict:
-    """The columns of one step from its SchedulerOutput `so` and its measured time in seconds.
+    """The columns of one step from its SchedulerOutput `so` and its measured time in seconds
+    (docs/reference/engine.md *Values*: kv_… are the positions before the step's tokens,
+    attention is Σ tokens × (position + tokens)).
     num_computed_tokens is read before the step adds its own (scheduler.py:1646-1665 builds the
     output, 1858 advances the requests), so it is the KV each request reads: for a new request,
     its prefix-cache hit. A request is decoding when it has an output token already (the log's
     rule, vllm/v1/utils.py:835-870)."""
     tokens = so.num_scheduled_tokens           # req_id -> tokens this step
-    row = {"tokens": 0, "prefilled": 0, "decoding": 0, "kv_decode": 0, "kv_prefill": 0}
+    row = {"tokens": 0, "prefilled": 0, "decoding": 0, "kv_decode": 0, "kv_prefill": 0, "attention": 0}
     computed, outputs = {}, {}
     for r in so.scheduled_new_reqs:
         computed[r.req_id], outputs[r.req_id] = r.num_computed_tokens, 0
@@ -59,6 +61,7 @@ def step_row(so, elapsed: float) -> dict:
         computed[rid], outputs[rid] = nc, no
     for rid, n in tokens.items():
         row["tokens"] += n
+        row["attention"] += n * (computed.get(rid, 0) + n)
         if outputs.get(rid, 0) > 0:
             row["decoding"] += 1
             row["kv_decode"] += computed.get(rid, 0)

@@ -53,17 +53,23 @@ class Cost:
         self.lets = lets                 # [(let, ("input", arg) | ("derived", expr) | ("const", v))]
         self.inputs = inputs             # every input of the program: arg -> value it links with
         self.blocks = blocks             # pool -> block size, for blocksize(P)
-        deps: dict[str, frozenset] = {}
+        deps: dict[str, frozenset] = {}     # let -> the inputs its value depends on
+        smooth: dict[str, frozenset] = {}   # of them, those it changes with continuously somewhere
         for name, (kind, x) in lets:
             if kind == "input":
-                deps[name] = frozenset([x])
+                deps[name] = smooth[name] = frozenset([x])
             elif kind == "derived":
                 deps[name] = frozenset().union(*(deps.get(r, frozenset()) for r in _let_refs(x)))
+                smooth[name] = _smooth(x, smooth)
             else:
-                deps[name] = frozenset()
-        self.deps = deps
+                deps[name] = smooth[name] = frozenset()
         used = frozenset().union(*(deps.get(r, frozenset()) for r in _let_refs(expr)))
+        fit = _smooth(expr, smooth)
         self.reads = [a for a in inputs if a in used]  # declaration order
+        # an input read only in a condition, a comparison or a floor selects a piece of the cost:
+        # the time is a step function of it, flat almost everywhere, which least squares cannot fit
+        self.fittable = [a for a in self.reads if a in fit]
+        self.selectors = [a for a in self.reads if a not in fit]
 
     def env(self, values: dict[str, float]) -> dict[str, float]:
         """Every let's value with these inputs; a let computed from inputs is folded again."""
@@ -102,6 +108,30 @@ class Cost:
         with np.errstate(all="ignore"):
             v = _vec(self.expr, env, cols, self.blocks, KV_READ in cols)
         return np.broadcast_to(np.asarray(v, dtype=float), (n,))
+
+
+_STEP_OPS = {"==", "!=", "<", "<=", ">", ">=", "&&", "||"}
+_STEP_FNS = {"floor", "ceil", "round", "reusable"}
+
+
+def _smooth(e, smooth) -> frozenset:
+    """The inputs e varies with continuously somewhere: through every operand but a condition's
+    test, a comparison's or logical operator's operands, `!` and the rounding functions' arguments."""
+    from serq.lang import ast as A
+    if isinstance(e, A.Ref):
+        return smooth.get(e.head, frozenset()) if e.simple else frozenset()
+    if isinstance(e, A.Cond):
+        return _smooth(e.a, smooth) | _smooth(e.b, smooth)
+    if isinstance(e, A.Binary):
+        return frozenset() if e.op in _STEP_OPS else _smooth(e.l, smooth) | _smooth(e.r, smooth)
+    if isinstance(e, A.Unary):
+        return frozenset() if e.op == "!" else _smooth(e.e, smooth)
+    if isinstance(e, A.Call):
+        if e.fn.head in _STEP_FNS or e.fn.head == "blocksize":
+            return frozenset()
+        args = e.args[-1:] if e.fn.head == "cost" else e.args
+        return frozenset().union(*(_smooth(a, smooth) for a in args))
+    return frozenset()
 
 
 def _children(e):
@@ -586,11 +616,13 @@ def command(args) -> int:
     inst = parse_instance(args.instance) if args.instance else {}
     supplied, _ = settings_from(args, inst)
     cost = cost_model(args.file, supplied, args.engine)
-    if not cost.reads:
+    if not cost.fittable:
         from serq.diagnostics import SerqError
-        raise SerqError("M005", f"engine `{cost.engine}`'s execute reads no input: there is nothing to fit "
-                        "(declare its coefficients with args.number)", cost.span)
-    names = list(dict.fromkeys(args.fit)) or list(cost.reads)
+        sel = f": {', '.join(cost.selectors)} only select{'s' if len(cost.selectors) == 1 else ''} a piece of " \
+            "it (read in a condition, a comparison or a rounding)" if cost.selectors else ""
+        raise SerqError("M005", f"engine `{cost.engine}`'s execute reads no input it could fit{sel}; there is "
+                        "nothing to fit (declare its coefficients with args.number)", cost.span)
+    names = list(dict.fromkeys(args.fit)) or list(cost.fittable)
     for x in names:
         if x not in cost.inputs:
             have = ", ".join(cost.inputs) or "none"
@@ -598,6 +630,13 @@ def command(args) -> int:
         if x not in cost.reads:
             raise UsageError(f"--fit {x}: engine `{cost.engine}`'s execute does not read the input {x} "
                              f"(it reads {', '.join(cost.reads)})")
+        if x in cost.selectors:
+            raise UsageError(f"--fit {x}: engine `{cost.engine}`'s execute reads {x} only in a condition, a "
+                             "comparison or a rounding, where the time is a step function of it, flat almost "
+                             "everywhere: least squares cannot fit it (try its values with --set)")
+    if not args.fit and cost.selectors:
+        _say(f"{args.file}: not fitted: {', '.join(cost.selectors)}, which execute reads only in a condition, "
+             "a comparison or a rounding (it selects a piece of the cost)")
     bounds = {x: (0.0, math.inf) for x in names}
     for b in args.bound:
         n, lohi = _bound(b, names)
