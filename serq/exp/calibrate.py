@@ -245,6 +245,8 @@ def _numpy_fns():
 
 
 class _Fns(dict):
+    """The functions, filled on first use: numpy is imported by the command, not with the CLI."""
+
     def __missing__(self, k):
         self.update(_numpy_fns())
         return self[k]
@@ -641,7 +643,7 @@ def command(args) -> int:
     for b in args.bound:
         n, lohi = _bound(b, names)
         bounds[n] = lohi
-    cols, t, _lines = read_measured(args.measured, cost)
+    cols, t, _ = read_measured(args.measured, cost)
     held = held_back(len(t), holdout, seed)
     n_fit = len(t) - sum(held)
     if n_fit <= len(names):
@@ -655,7 +657,9 @@ def command(args) -> int:
     out = args.output or os.path.splitext(args.measured)[0] + ".instance.json"
     inst_out = dict(inst)
     given = dict(inst.get("inputs") or {})
-    given.update(supplied)
+    for x, v in supplied.items():  # an instance's own numbers as it wrote them (4096, not 4096.0)
+        if given.get(x) != v:
+            given[x] = v
     given.update({x: float(v) for x, v in zip(names, f.value)})
     inst_out["inputs"] = given
     try:
