@@ -449,3 +449,50 @@ def test_an_input_that_only_selects_is_not_fitted(tmp_path, capsys):
     assert json.loads((tmp_path / "o.json").read_text())["inputs"] == {"k": pytest.approx(3e-4)}
     assert main(["calibrate", str(p), "--measured", str(tmp_path / "m.csv"), "--fit", "sel"]) == 2
     assert "--fit sel: engine `llm`'s execute reads sel only in a condition" in capsys.readouterr().err
+
+
+def test_the_cli_imports_neither_numpy_nor_scipy():
+    """serq check stays fast: the calibrate module is imported with the parser, its deps are not."""
+    import subprocess
+    code = ("import sys; from serq.cli import main; main(['check', %r]); "
+            "print(sorted(m for m in ('numpy', 'scipy') if m in sys.modules))" % VLLM)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_without_scipy_it_says_what_to_install(tmp_path, capsys, monkeypatch):
+    write_csv(tmp_path / "it.csv", vllm_rows(20, 1))
+    monkeypatch.setitem(sys.modules, "scipy.optimize", None)   # an import of it fails
+    assert main(["calibrate", VLLM, "--measured", str(tmp_path / "it.csv")]) == 2
+    assert "pip install 'serq[experiments]'" in capsys.readouterr().err
+
+
+def test_from_vllms_log_to_a_fit(tmp_path, capsys):
+    """Log lines in vLLM's format (loggers.py:199-214), through tools/vllm_iterations.py, fitted."""
+    import subprocess
+    fmt = ("INFO 12-01 03:00:00 [loggers.py:199] %sIteration(%d): %d context requests, %d context tokens, "
+           "%d generation requests, %d generation tokens, iteration elapsed time: %.2f ms%s, %s KV cache usage: "
+           "%.1f%%%s")
+    rng = random.Random(21)
+    true = {"k": 6e-5, "d": 2e-4, "c0": 0.004}
+    lines = []
+    for i in range(400):
+        ctx, gen = rng.choice([0, rng.randint(16, 2048)]), rng.randint(1, 200)
+        t = true["c0"] + true["k"] * ctx + true["d"] * gen + rng.gauss(0, 3e-4)
+        lines.append(fmt % ("", i, 1 if ctx else 0, ctx, gen, gen, t * 1000, "", "GPU", 10.0, ""))
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join(lines) + "\n")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tools", "vllm_iterations.py"), str(log)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "it.csv").write_text(r.stdout)
+    src = LINEAR.replace('let rate = args.number("rate", 1);',
+                         'let rate = args.number("rate", 1);\n  let d = args.number("d", 0.0001);\n'
+                         '  let c0 = args.number("c0", 0.001);') \
+        .replace("execute (compute(batch.tokens));", "execute (c0 + k * batch.prefilled + d * batch.decoding);")
+    p = tmp_path / "log.sq"
+    p.write_text(src)
+    f = fit_file(str(p), str(tmp_path / "it.csv"))
+    assert f.names == ["k", "d", "c0"]
+    for x, v, se in zip(f.names, f.value, f.se):
+        assert abs(v - true[x]) <= 3 * se, (x, v, se)
