@@ -106,7 +106,12 @@ def _parser() -> argparse.ArgumentParser:
     ir.add_argument("--arrivals")
     ir.add_argument("--schema", action="store_true", help="print the IR's JSON Schema instead")
     inputs(ir)
-    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v, "claims": cl, "draw": d}
+    ca = sub.add_parser("calibrate", help="fit the inputs an engine's execute reads to measured iteration times")
+    from serq.exp import calibrate as _calibrate   # cheap: the module imports its heavy deps lazily
+    _calibrate.arguments(ca)
+    inputs(ca)
+    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v, "claims": cl, "draw": d,
+                  "calibrate": ca}
     return p
 
 
@@ -412,6 +417,9 @@ def _main(argv: list[str]) -> int:
             raise UsageError("a program file is required")
         if args.cmd == "verify":
             _bound(args)
+        if args.cmd == "calibrate":
+            from serq.exp import calibrate
+            return calibrate.command(args)
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "run":
             return _run(args, prog, settings)
