@@ -106,7 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     ir.add_argument("--arrivals")
     ir.add_argument("--schema", action="store_true", help="print the IR's JSON Schema instead")
     inputs(ir)
-    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v, "claims": cl, "draw": d}
+    sw = sub.add_parser("sweep", help="run the program over a grid of inputs times K seeds; tables of the runs")
+    from serq.exp import sweep as _sweep   # cheap: the module imports its heavy deps lazily
+    _sweep.arguments(sw)
+    inputs(sw)
+    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v, "claims": cl, "draw": d, "sweep": sw}
     return p
 
 
@@ -412,6 +416,9 @@ def _main(argv: list[str]) -> int:
             raise UsageError("a program file is required")
         if args.cmd == "verify":
             _bound(args)
+        if args.cmd == "sweep":
+            from serq.exp import sweep
+            return sweep.command(args)
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "run":
             return _run(args, prog, settings)
