@@ -28,8 +28,10 @@ RETRIES = 2  # a task whose worker process died is run again this many times, th
 DEFAULT_SEEDS = 5
 # report keys that are not columns: seed is one already, horizon and warm-up are in sweep.json
 _NOT_COLUMNS = ("seed", "horizon", "warmup", "notes")
-# the tables' own columns (runs.csv's leading ones and top-level report keys, summary.csv's)
-_TAKEN = ("point", "seed", "status", "error", "end", "growing_at_end", "stat", "n", "mean", "ci95", "lo", "hi")
+# runs.csv's own columns: an input of one of these names would overwrite it in a row. (summary.csv's
+# stat, n, mean, ci95, lo, hi may repeat an input's name, mg1.sq's `mean`: its header then has the
+# name twice, the input's first, as sweep.json's grid places it)
+_TAKEN = ("point", "seed", "status", "error", "end", "growing_at_end")
 _EXTRA = "pip install 'serq[experiments]'"
 
 
