@@ -271,3 +271,31 @@ def test_a_worker_that_always_dies_is_reported_failed(jobs1, tmp_path, monkeypat
     good = [json.loads(x) for x in (jobs1 / "runs.jsonl").read_text().splitlines()]
     assert rows[1]["status"] == "failed" and "worker process died 3 times" in rows[1]["error"]
     assert rows[:1] + rows[2:] == good[:1] + good[2:]  # every other run as without the deaths
+
+
+def test_a_cluster_address_that_takes_no_connection_is_refused_at_once(tmp_path, capsys):
+    t0 = time.monotonic()
+    code = cli.main(["sweep", MG1, "--arrivals", "100", "--seeds", "1", "--cluster", "127.0.0.1:1",
+                     "--out", str(tmp_path / "o")])
+    assert code == 2 and "--cluster 127.0.0.1:1: nothing answers there" in capsys.readouterr().err
+    assert time.monotonic() - t0 < 30 and os.listdir(tmp_path) == []
+
+
+def test_a_ray_node_without_the_trace_gets_a_copy(tmp_path):
+    """A Ray task gets the trace's bytes with the IR: on a node where the driver's path does not hold
+    them the run reads a copy, and reports what it reports on the driver."""
+    from serq import api
+    from serq.ir import model as I
+    replay = os.path.join(ROOT, "examples", "replay", "vllm_replay.sq")
+    ir = sweep._link(api, replay, {"rate": 1.0}, I.Settings(horizon=60))
+    prog = I.Program.model_validate_json(ir)
+    data = open(prog.workload.trace.file, "rb").read()
+    away = str(tmp_path / "elsewhere" / "trace.csv")  # the driver's path, missing on this "node"
+    moved = prog.model_copy(update={"workload": prog.workload.model_copy(
+        update={"trace": prog.workload.trace.model_copy(update={"file": away})})}).model_dump_json()
+    settings = {"horizon": 60.0, "warmup": 0.0, "arrivals": None}
+    here = sweep._ray_task(moved, settings, 1, {away: data})
+    assert here["status"] == "ok" and here["values"]["sessions.arrived"] > 10
+    assert here == sweep.run_one(ir, settings, 1)
+    copy = sweep._COPIES[away]
+    assert copy != away and open(copy, "rb").read() == data

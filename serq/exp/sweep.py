@@ -8,7 +8,6 @@ a worker gets the linked IR as JSON and the settings, and never reads the source
 are imported inside the command only: `serq check` does not pay for them."""
 from __future__ import annotations
 
-import csv
 import hashlib
 import io
 import itertools
@@ -330,6 +329,8 @@ def _pool_round(ctx, width, irs, batch, settings, results, bar):
 def _on_ray(address, jobs, irs, tasks, settings, bar) -> dict:
     """Each run a Ray task (retried by Ray when its worker dies), results as they finish."""
     import logging
+    if address != "local":
+        _reachable(address)  # before Ray's import, which takes seconds
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report sent anywhere
     try:
         import ray
@@ -365,6 +366,21 @@ def _on_ray(address, jobs, irs, tasks, settings, bar) -> dict:
         return results
     finally:
         ray.shutdown()
+
+
+def _reachable(address: str):
+    """A cluster's address that takes no connection is refused at once: ray.init would wait on it
+    for many minutes, deaf to Ctrl-C. ('auto' and an address without a port are left to Ray.)"""
+    import socket
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, colon, port = hostport.rpartition(":")
+    if not colon or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as exc:
+        raise UsageError(f"--cluster {address}: nothing answers there ({exc.strerror or exc}); "
+                         "`ray start --head` on the head node prints its address") from None
 
 
 def _traces(irs) -> dict:
@@ -463,6 +479,7 @@ def _json(v):
 
 
 def _csv(columns, rows) -> str:
+    import csv
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(columns)
@@ -481,6 +498,7 @@ def _summary(rows, columns, names, t_ppf) -> str:
     stats = columns[columns.index("error") + 1:]
     # a column is a statistic when every value it has is a number (claim statuses are not)
     stats = [c for c in stats if all(_number(r[c]) for r in rows if r.get(c) is not None)]
+    import csv
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["point", *names, "stat", "n", "mean", "ci95", "lo", "hi"])
@@ -585,7 +603,7 @@ class _Bar:
     def __init__(self, total: int, quiet: bool):
         err = sys.stderr
         self.mode = None if quiet or err is None else ("tty" if err.isatty() else "lines")
-        self.total, self.done, self.shown, self.last = total, 0, False, 0.0
+        self.total, self.done, self.shown, self.last, self.width = total, 0, False, 0.0, 0
         self.restart()
 
     def restart(self):
@@ -595,7 +613,7 @@ class _Bar:
 
     def say(self, text: str):
         if self.mode is not None:
-            self._write(("\r" + " " * 79 + "\r" if self.shown else "") + f"serq sweep: {text}\n")
+            self._write(("\r" + " " * self.width + "\r" if self.shown else "") + f"serq sweep: {text}\n")
             self.shown = False
 
     def tick(self):
@@ -614,7 +632,9 @@ class _Bar:
                 return
             self.last = t
             frac = self.done / self.total if self.total else 1.0
-            self._write(f"\r[{'#' * int(frac * 30):<30}] {self.done}/{self.total} runs  {when}")
+            line = f"[{'#' * int(frac * 30):<30}] {self.done}/{self.total} runs  {when}"
+            self.width = max(self.width, len(line))  # a shorter line covers all of the last one
+            self._write("\r" + line.ljust(self.width))
             self.shown = True
         else:
             step = self.done * 10 // self.total if self.total else 10
@@ -624,7 +644,8 @@ class _Bar:
 
     def close(self):
         if self.mode == "tty" and self.shown:
-            self._write("\r" + " " * 79 + "\r")
+            self._write("\r" + " " * self.width + "\r")
+            self.shown = False
 
     def _write(self, text):
         try:
