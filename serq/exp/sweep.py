@@ -338,14 +338,23 @@ def _on_ray(address, jobs, irs, tasks, settings, bar) -> dict:
         raise UsageError(f"--cluster needs Ray: {_EXTRA}") from None
     bar.say("starting a local Ray instance" if address == "local" else f"connecting to the Ray cluster at {address}")
     quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
+    import signal
+    # Ctrl-C inside ray.init leaves the processes it had started running, which ray.shutdown does
+    # not find: it is held until the instance is up, then stops it whole
+    held: list = []
+    old = signal.signal(signal.SIGINT, lambda *_: held.append(1))
     try:
-        if address == "local":
-            ray.init(num_cpus=jobs or os.cpu_count() or 1, **quiet)
-        else:
-            ray.init(address=address, **quiet)
-    except (ConnectionError, ValueError, RuntimeError) as exc:
-        raise UsageError(f"--cluster {address}: cannot connect: {exc}") from None
-    try:
+        try:
+            if address == "local":
+                ray.init(num_cpus=jobs or os.cpu_count() or 1, **quiet)
+            else:
+                ray.init(address=address, **quiet)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise UsageError(f"--cluster {address}: cannot connect: {exc}") from None
+        finally:
+            signal.signal(signal.SIGINT, old)
+        if held:
+            raise KeyboardInterrupt
         task = ray.remote(max_retries=RETRIES, num_cpus=1)(_ray_task)
         traces = ray.put(_traces(irs))
         refs = [ray.put(ir) for ir in irs]
