@@ -332,6 +332,10 @@ def _on_ray(address, jobs, irs, tasks, settings, bar) -> dict:
     if address != "local":
         _reachable(address)  # before Ray's import, which takes seconds
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report sent anywhere
+    if address == "local":
+        # one node: its servers on the loopback address, not the address Ray would find for other
+        # nodes to reach (read when Ray is imported; despite its name it applies on Linux too)
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
         import ray
     except ImportError:
