@@ -354,7 +354,11 @@ def _on_ray(address, jobs, irs, tasks, settings, bar) -> dict:
             else:
                 ray.init(address=address, **quiet)
         except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise UsageError(f"--cluster {address}: cannot connect: {exc}") from None
+            hint = ""
+            if address != "local" and not os.environ.get("RAY_AUTH_MODE"):
+                hint = ("; a cluster with token authentication (Ray's default) needs RAY_AUTH_MODE=token and "
+                        "its token (RAY_AUTH_TOKEN, or ~/.ray/auth_token) here")
+            raise UsageError(f"--cluster {address}: cannot connect: {exc}{hint}") from None
         finally:
             signal.signal(signal.SIGINT, old)
         if held:
