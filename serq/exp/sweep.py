@@ -190,7 +190,7 @@ def _version() -> str:
 
 # ------------------------------------------------------------------ one run (in a worker)
 
-_PARSED: dict[str, object] = {}  # a worker's programs, parsed once: IR JSON -> Program
+_PARSED: dict[str, object] = {}  # a worker's latest program: IR JSON -> Program (the runs come point by point)
 
 
 def run_one(ir_json: str, settings: dict, seed: int) -> dict:
@@ -202,6 +202,7 @@ def run_one(ir_json: str, settings: dict, seed: int) -> dict:
     try:
         prog = _PARSED.get(ir_json)
         if prog is None:
+            _PARSED.clear()
             prog = _PARSED[ir_json] = I.Program.model_validate_json(ir_json)
         rep = api.run(prog, I.Settings(seed=seed, **{k: v for k, v in settings.items() if v is not None}))
     except SerqError as exc:
