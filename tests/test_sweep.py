@@ -323,3 +323,11 @@ def test_on_a_terminal_the_progress_is_a_bar_redrawn_in_place(tmp_path):
     text = err.decode()
     assert "\r[" in text and "] 4/4 runs  0:0" in text and "\n" not in text  # no line of its own
     assert text.endswith("\r")  # the bar is cleared: the shell's prompt starts on a clean line
+
+
+@pytest.mark.parametrize("module, extra", [("scipy.stats", []), ("ray", ["--cluster", "local"])])
+def test_a_missing_experiments_extra_is_a_usage_error(module, extra, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, module, None)  # `import` of it now fails as if not installed
+    code = cli.main(["sweep", MG1, "--arrivals", "100", "--seeds", "1", "--out", str(tmp_path / "o"), *extra])
+    assert code == 2 and "pip install 'serq[experiments]'" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []

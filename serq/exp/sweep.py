@@ -67,11 +67,11 @@ def command(args) -> int:
         raise UsageError(f"{args.file} is an IR, its inputs resolved already: --grid and inputs need the program")
     out = _Out(args.out if args.out is not None else f"sweep-{_stem(args.file)}")
     try:
-        t_ppf = _t_quantile()  # scipy missing: refused before anything runs
         names = [n for n, _ in grid]
         points = [dict(zip(names, vs)) for vs in itertools.product(*(vs for _, vs in grid))]
         settings = {"horizon": base.horizon, "warmup": base.warmup, "arrivals": base.arrivals}
         irs = [_link(api, args.file, {**fixed, **pt}, base) for pt in points]
+        t_ppf = _t_quantile()  # scipy missing: refused before anything runs
         tasks = [(p, s) for p in range(len(points)) for s in seeds]
         bar = _Bar(len(tasks), args.quiet)
         try:
