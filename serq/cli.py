@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import math
 import os
@@ -51,7 +52,21 @@ def _binding(text: str) -> tuple[str, float]:
     return name, _number(val.strip(), f"input {name}")
 
 
-def _parser() -> argparse.ArgumentParser:
+# the experiments' commands (serq/exp, docs/tutorial.md): name -> (help, whether it takes inputs). A
+# module adds its command's options and runs it; it is imported when its command runs only, so
+# that the others (`serq check`, README *Speed*) do not pay for importing it
+EXPERIMENTS = {
+    "sweep": ("run the program over a grid of inputs times K seeds; tables of the runs", True),
+    "calibrate": ("fit the inputs an engine's execute reads to measured iteration times", True),
+}
+
+
+def _command(argv: list[str]) -> str | None:
+    """The command named on the line: the first argument that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
+def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog="serq", description="serQ: a serving deployment as a program")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -106,12 +121,14 @@ def _parser() -> argparse.ArgumentParser:
     ir.add_argument("--arrivals")
     ir.add_argument("--schema", action="store_true", help="print the IR's JSON Schema instead")
     inputs(ir)
-    ca = sub.add_parser("calibrate", help="fit the inputs an engine's execute reads to measured iteration times")
-    from serq.exp import calibrate as _calibrate   # cheap: the module imports its heavy deps lazily
-    _calibrate.arguments(ca)
-    inputs(ca)
-    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v, "claims": cl, "draw": d,
-                  "calibrate": ca}
+    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v, "claims": cl, "draw": d}
+    for name, (text, takes_inputs) in EXPERIMENTS.items():
+        sp = sub.add_parser(name, help=text)
+        if name == cmd:  # its options come from its module, imported for its own command only
+            importlib.import_module(f"serq.exp.{name}").arguments(sp)
+            if takes_inputs:
+                inputs(sp)
+        p.commands[name] = sp
     return p
 
 
@@ -400,7 +417,7 @@ def _guarded(argv: list[str] | None) -> int:
 def _main(argv: list[str]) -> int:
     head, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     try:
-        p = _parser()
+        p = _parser(_command(head))
         args, extra = p.parse_known_args(head)
         if extra:
             stray = any("=" in x and not x.startswith("-") for x in extra)
@@ -417,9 +434,8 @@ def _main(argv: list[str]) -> int:
             raise UsageError("a program file is required")
         if args.cmd == "verify":
             _bound(args)
-        if args.cmd == "calibrate":
-            from serq.exp import calibrate
-            return calibrate.command(args)
+        if args.cmd in EXPERIMENTS:
+            return importlib.import_module(f"serq.exp.{args.cmd}").command(args)
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "run":
             return _run(args, prog, settings)
