@@ -169,7 +169,7 @@ def _run(args, prog, settings) -> int:
         if not args.quiet and sys.stderr.isatty():
             progress = _Progress(settings)
         try:
-            rep = api.run(prog, settings, progress, workload)
+            rep = api.run(prog, settings, progress, workload, record=staged is not None)
         except OSError as exc:
             # a run touches the disk only to keep its samples past 2^20 a statistic
             # (docs/reference/report.md): a full or unwritable temporary directory
