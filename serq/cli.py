@@ -106,7 +106,10 @@ def _parser() -> argparse.ArgumentParser:
     ir.add_argument("--arrivals")
     ir.add_argument("--schema", action="store_true", help="print the IR's JSON Schema instead")
     inputs(ir)
-    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v, "claims": cl, "draw": d}
+    pl = sub.add_parser("plot", help="a report, a --dump directory or a sweep as a PNG or SVG figure")
+    from serq.exp import plot as _plot   # cheap: the module imports its heavy deps lazily
+    _plot.arguments(pl)
+    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v, "claims": cl, "draw": d, "plot": pl}
     return p
 
 
@@ -412,6 +415,9 @@ def _main(argv: list[str]) -> int:
             raise UsageError("a program file is required")
         if args.cmd == "verify":
             _bound(args)
+        if args.cmd == "plot":
+            from serq.exp import plot
+            return plot.command(args)
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "run":
             return _run(args, prog, settings)

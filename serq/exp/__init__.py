@@ -1,0 +1,1 @@
+"""Experiments: sweeps, plots and calibration (issue 13)."""
