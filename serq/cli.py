@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed")
     r.add_argument("--arrivals")
     r.add_argument("--json", action="store_true", help="the report as one JSON object")
-    r.add_argument("--dump", metavar="DIR", help="write the observations and gauge/NAME.csv")
+    r.add_argument("--dump", metavar="DIR", help="write the samples and series behind the report (serq plot DIR)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--workload", metavar="W.json", help="replace the arrivals and draws with a workload's "
                    "(one `serq verify` wrote)")

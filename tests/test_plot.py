@@ -144,7 +144,12 @@ def _twice(capsys, src, out, *more):
     assert err == f"{src}: plotted {out}\n"
     first = Path(out).read_bytes()
     rc, _, err = cli(capsys, "plot", str(src), "-o", str(out), *more)
-    assert rc == 0 and Path(out).read_bytes() == first
+    again = Path(out).read_bytes()
+    assert rc == 0, err
+    if again != first:
+        at = next(i for i, (a, b) in enumerate(zip(first, again)) if a != b)
+        pytest.fail(f"{out}: not the same bytes twice, from byte {at}: {first[at - 200:at + 60]!r} "
+                    f"then {again[at - 200:at + 60]!r}")
     return first
 
 

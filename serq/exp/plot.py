@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import os
+import re
 
 from serq.lang.lower.inputs import UsageError
 
@@ -15,6 +16,7 @@ CLIENT = (("ttft", "time to first token"), ("tpot", "time per output token"), ("
 SWEEP_Y = ("client.ttft.p99", "client.tpot.p99", "client.response.mean")
 MAX_SERIES = 800   # change points drawn as they are; more are binned (a line and a band per bin)
 BINS = 400
+FAMILY = 4          # members of a family drawn in its panel
 MAX_PANELS = 8      # time-series panels of a dump; the rest are named in the figure's footnote
 
 
@@ -113,8 +115,19 @@ def _pyplot():
 
 def _save(plt, fig, out: str, fmt: str):
     # no date and no matplotlib version: the same input gives the same bytes
-    meta = {"Date": None, "Creator": None} if fmt == "svg" else {"Software": None}
-    fig.savefig(out, format=fmt, metadata=meta)
+    if fmt == "png":
+        fig.savefig(out, format="png", metadata={"Software": None})
+        return
+    import io
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    # a clip path's or marker's id hashes its bounds' floats to the last bit, which a layout may
+    # round differently from one drawing to the next: numbered in order of appearance instead
+    ids: dict = {}
+    text = re.sub(r"\b([pm])([0-9a-f]{10})\b", lambda m: ids.setdefault(m.group(0), f"{m.group(1)}{len(ids)}"),
+                  buf.getvalue())
+    with open(out, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
 
 
 def _read_json(path: str, what: str):
@@ -362,6 +375,9 @@ def _cdf(ax, k, title, vals):
     if len(finite) and _log_worthy(list(finite)):
         ax.set_xscale("log")
         _plain_log(ax.xaxis)
+    else:
+        from matplotlib.ticker import MaxNLocator
+        ax.xaxis.set_major_locator(MaxNLocator(5))
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("seconds")
     ax.set_ylabel("fraction of samples ≤ x")
@@ -371,53 +387,85 @@ def _cdf(ax, k, title, vals):
 def _time_panels(src: str, meta: dict) -> list[dict]:
     """What the dump holds over time, in the order an engineer reads it: the pools' use, the
     engines' running and waiting requests, the other stages', then the program's gauges (one
-    that repeats a pool's series is named, not drawn again)."""
+    that repeats a pool's series is not drawn again). A family's members share a panel."""
     panels = []
     caps = meta.get("pools") or {}
-    engines = set(meta.get("engines") or [])
+    engines = list(meta.get("engines") or [])
     pool_series = {}
     pdir = os.path.join(src, "pool")
-    for name in _names(pdir):
-        t, used, queued = _columns(os.path.join(pdir, name + ".csv"), ["time", "used", "queued"])
-        pool_series[name] = (t, used)
-        cap = caps.get(name)
-        lines = [("used", t, used, "C0", "-")]
-        if any(queued):
-            lines.append(("queued (requests)", t, queued, "C1", "-"))
-        panels.append({"title": f"pool {name}: used" + (f" (cap {_num(cap)})" if cap else ""), "lines": lines,
-                       "ylabel": "units", "cap": cap})
+    for base, names in _families(_names(pdir, list(caps))):
+        lines = []
+        for i, name in enumerate(names[:FAMILY]):
+            t, used, queued = _columns(os.path.join(pdir, name + ".csv"), ["time", "used", "queued"])
+            pool_series[name] = (t, used)
+            tag = name[len(base):] + " " if len(names) > 1 else ""
+            lines.append((f"{tag}used", t, used, f"C{i}", "-"))
+            if any(queued):
+                lines.append((f"{tag}queued" if tag else "queued (requests)", t, queued, f"C{i}" if tag else "C1",
+                              "--" if tag else "-"))
+        cap = {caps.get(n) for n in names}
+        cap = cap.pop() if len(cap) == 1 else None
+        each = " each" if len(names) > 1 else ""
+        panels.append({"title": f"pool {_span(base, names)}: used" + (f" (cap {_num(cap)}{each})" if cap else ""),
+                       "lines": lines, "ylabel": "units", "cap": cap})
     sdir = os.path.join(src, "stage")
     others = []
-    for name in _names(sdir):
-        t, run, wait = _columns(os.path.join(sdir, name + ".csv"), ["time", "running", "waiting"])
-        if name in engines:
-            panels.append({"title": f"engine {name}: requests", "ylabel": "requests",
-                           "lines": [("running (running.count)", t, run, "C2", "-"),
-                                     ("waiting (waiting.count)", t, wait, "C3", "-")]})
-        else:
-            others.append((name, t, run, wait))
+    for base, names in _families(_names(sdir, engines)):
+        if names[0] not in engines:
+            others += names
+            continue
+        lines = []
+        for i, name in enumerate(names[:FAMILY]):
+            t, run, wait = _columns(os.path.join(sdir, name + ".csv"), ["time", "running", "waiting"])
+            tag = name[len(base):] + " " if len(names) > 1 else ""
+            lines += [(f"{tag}running" + ("" if tag else " (running.count)"), t, run, f"C{2 + 2 * i}", "-"),
+                      (f"{tag}waiting" + ("" if tag else " (waiting.count)"), t, wait,
+                       f"C{2 + 2 * i}" if tag else "C3", "--" if tag else "-")]
+        panels.append({"title": f"engine {_span(base, names)}: requests", "ylabel": "requests", "lines": lines})
     if others:
         lines = []
-        for i, (name, t, run, wait) in enumerate(others[:5]):
+        for i, name in enumerate(others[:FAMILY]):
+            t, run, wait = _columns(os.path.join(sdir, name + ".csv"), ["time", "running", "waiting"])
             lines.append((f"{name} in service", t, run, f"C{(i + 4) % 10}", "-"))
             if any(wait):
                 lines.append((f"{name} queued", t, wait, f"C{(i + 4) % 10}", "--"))
-        more = f" (5 of {len(others)})" if len(others) > 5 else ""
+        more = f" ({FAMILY} of {len(others)})" if len(others) > FAMILY else ""
         panels.append({"title": f"stages: jobs{more}", "ylabel": "jobs", "lines": lines})
     gdir = os.path.join(src, "gauge")
-    for name in _names(gdir):
+    for name in _names(gdir, []):
         t, v = _columns(os.path.join(gdir, name + ".csv"), ["time", "value"])
-        same = [p for p, s in pool_series.items() if s == (t, v)]
-        if same:
+        if any(s == (t, v) for s in pool_series.values()):
             continue  # the pool's own panel shows it
         panels.append({"title": f"gauge {name}", "ylabel": "value", "lines": [(name, t, v, "C5", "-")]})
     return panels
 
 
-def _names(d: str) -> list[str]:
+def _names(d: str, order: list) -> list[str]:
+    """The series in d, in `order` (the program's), the rest by name, members by index."""
     if not os.path.isdir(d):
         return []
-    return sorted(n[:-4] for n in os.listdir(d) if n.endswith(".csv"))
+    have = {n[:-4] for n in os.listdir(d) if n.endswith(".csv")}
+    first = [n for n in order if n in have]
+    return first + sorted(have - set(first), key=_member)
+
+
+def _member(label: str):
+    m = re.fullmatch(r"(.*)\[(\d+)\]", label)
+    return (m.group(1), int(m.group(2))) if m else (label, -1)
+
+
+def _families(names: list[str]) -> list[tuple[str, list[str]]]:
+    out: dict = {}
+    for n in names:
+        out.setdefault(_member(n)[0], []).append(n)
+    return [(b, sorted(ms, key=_member)) for b, ms in out.items()]
+
+
+def _span(base: str, names: list[str]) -> str:
+    if len(names) == 1:
+        return names[0]
+    more = f", {FAMILY} of {len(names)} shown" if len(names) > FAMILY else ""
+    return f"{base}[{_member(names[0])[1]}..{_member(names[-1])[1]}{more}]"
 
 
 def _time_panel(ax, panel: dict, end: float, warm: float):
@@ -435,8 +483,14 @@ def _time_panel(ax, panel: dict, end: float, warm: float):
     ax.set_ylim(bottom=0)
     ax.set_xlabel("time (s)")
     ax.set_ylabel(panel["ylabel"])
-    ax.set_title(panel["title"])
-    ax.legend(loc="upper right", frameon=True, framealpha=0.85, ncol=2 if len(panel["lines"]) > 2 else 1)
+    # the legend between the title and the axes, where it hides no line
+    n = len(ax.get_legend_handles_labels()[0])
+    ncol = min(n, 4)
+    rows = -(-n // ncol) if n else 0
+    ax.set_title(panel["title"], pad=4 + 14 * rows)
+    if n:
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol, frameon=False,
+                  handlelength=1.8, columnspacing=1.2, borderaxespad=0.2)
 
 
 def _draw_series(ax, t, v, end, label, color, ls) -> float:
@@ -519,11 +573,18 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
     axes = fig.subplots(nrow, ncol, squeeze=False)
     xs_all = [_grid_value(v) for v in grid[x]]
     handles = {}
+    clipped = []
     for i, y in enumerate(ys):
         ax = axes[i // ncol][i % ncol]
         series = data.get(y, {})
-        allv = []
-        for j, (key, pts) in enumerate(sorted(series.items(), key=lambda kv: tuple(_sortable(k) for k in kv[0]))):
+        ordered = sorted(series.items(), key=lambda kv: tuple(_sortable(k) for k in kv[0]))
+        means = [p[1] for _, pts in ordered for p in pts]
+        # latencies against load span decades near saturation: a log axis when the means are
+        # positive and span more than 20 times; a band's lower end below it (a t interval over
+        # few seeds can reach below zero) is cut at the axis, and said so
+        log = bool(means) and min(means) > 0 and max(means) / min(means) > 20
+        floor = min(means) / 3 if log else 0.0 if means and min(means) >= 0 else None
+        for j, (key, pts) in enumerate(ordered):
             pts.sort()
             px = [p[0] for p in pts]
             color = f"C{j % 10}"
@@ -531,12 +592,15 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
             (h,) = ax.plot(px, [p[1] for p in pts], "o-", color=color, ms=4, lw=1.5, label=label)
             band = [(p[0], p[2], p[3]) for p in pts if p[2] is not None and p[3] is not None]
             if band:
-                ax.fill_between([b[0] for b in band], [b[1] for b in band], [b[2] for b in band],
-                                color=color, alpha=0.18, lw=0)
+                lo = [b[1] for b in band]
+                if floor is not None and any(v < floor for v in lo):
+                    lo = [max(v, floor) for v in lo]
+                    clipped.append(y)
+                ax.fill_between([b[0] for b in band], lo, [b[2] for b in band], color=color, alpha=0.18, lw=0)
             handles.setdefault(label, h)
-            allv += [p[1] for p in pts] + [b[1] for b in band] + [b[2] for b in band]
-        if _log_worthy([v for v in allv if v and v > 0]) and all(v > 0 for v in allv):
+        if log:
             ax.set_yscale("log")
+            ax.set_ylim(bottom=floor)
             _plain_log(ax.yaxis)
         if all(isinstance(v, float) for v in xs_all) and _log_worthy(xs_all) and len(xs_all) > 2:
             ax.set_xscale("log")
@@ -549,8 +613,8 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
     for k in range(len(ys), nrow * ncol):
         axes[k // ncol][k % ncol].set_visible(False)
     if handles:
-        fig.legend(list(handles.values()), list(handles), loc="outside lower center",
-                   ncol=min(len(handles), 4), frameon=False)
+        fig.legend(list(handles.values()), list(handles), loc="outside right center",
+                   ncol=1, frameon=False, title=", ".join(rest) or None)
     seeds = meta.get("seeds") or []
     prog = os.path.basename(str(meta.get("program") or src))
     settings = meta.get("settings") or {}
@@ -567,6 +631,9 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
                               for k, v in fixed_in.items()))
     fig.suptitle(f"{prog}: sweep over {x} ({'; '.join(bits)})\n"
                  "lines: mean across seeds; bands: its 95% interval across seeds (Student t)", fontsize=11)
+    if clipped:
+        _footnote(fig, f"The bands of {', '.join(dict.fromkeys(clipped))} are cut at zero, or on a log axis at a "
+                  "third of the least mean: an interval over few seeds can reach below zero, which the statistic cannot.")
     return fig
 
 
