@@ -106,10 +106,15 @@ def _parser() -> argparse.ArgumentParser:
     ir.add_argument("--arrivals")
     ir.add_argument("--schema", action="store_true", help="print the IR's JSON Schema instead")
     inputs(ir)
+    sw = sub.add_parser("sweep", help="run the program over a grid of inputs times K seeds; tables of the runs")
+    from serq.exp import sweep as _sweep   # cheap: the module imports its heavy deps lazily
+    _sweep.arguments(sw)
+    inputs(sw)
     pl = sub.add_parser("plot", help="a report, a --dump directory or a sweep as a PNG or SVG figure")
     from serq.exp import plot as _plot   # cheap: the module imports its heavy deps lazily
     _plot.arguments(pl)
-    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v, "claims": cl, "draw": d, "plot": pl}
+    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v, "claims": cl, "draw": d, "sweep": sw,
+                  "plot": pl}
     return p
 
 
@@ -415,6 +420,9 @@ def _main(argv: list[str]) -> int:
             raise UsageError("a program file is required")
         if args.cmd == "verify":
             _bound(args)
+        if args.cmd == "sweep":
+            from serq.exp import sweep
+            return sweep.command(args)
         if args.cmd == "plot":
             from serq.exp import plot
             return plot.command(args)

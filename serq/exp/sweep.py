@@ -1,0 +1,692 @@
+"""`serq sweep` (issue 13; docs/reference/cli.md, *serq sweep*): a program over a grid of its
+inputs times K seeds, on the local cores or a Ray cluster. One row per run (runs.csv,
+runs.jsonl), a summary per grid point (summary.csv) and what was swept (sweep.json), the same
+bytes whatever the parallelism.
+
+Every grid point is linked here first, so a program error is a diagnostic before any run starts;
+a worker gets the linked IR as JSON and the settings, and never reads the source. scipy and Ray
+are imported inside the command only: `serq check` does not pay for them."""
+from __future__ import annotations
+
+import hashlib
+import io
+import itertools
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+from serq.diagnostics import SerqError
+from serq.lang.lower.inputs import UsageError
+
+FILES = ("runs.csv", "runs.jsonl", "summary.csv", "sweep.json")
+RETRIES = 2  # a task whose worker process died is run again this many times, then reported failed
+DEFAULT_SEEDS = 5
+# report keys that are not columns: seed is one already, horizon and warm-up are in sweep.json
+_NOT_COLUMNS = ("seed", "horizon", "warmup", "notes")
+# runs.csv's own columns: an input of one of these names would overwrite it in a row. (summary.csv's
+# stat, n, mean, ci95, lo, hi may repeat an input's name, mg1.sq's `mean`: its header then has the
+# name twice, the input's first, as sweep.json's grid places it)
+_TAKEN = ("point", "seed", "status", "error", "end", "growing_at_end")
+_EXTRA = "pip install 'serq[experiments]'"
+
+
+def arguments(sp) -> None:
+    sp.add_argument("file")
+    sp.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
+                    help="an args.number input and its values (repeatable: the grid is their product)")
+    sp.add_argument("--seeds", default=str(DEFAULT_SEEDS), metavar="K",
+                    help=f"replications: seeds S..S+K-1 at each point (default {DEFAULT_SEEDS})")
+    sp.add_argument("--seed", metavar="S", help="the first seed (default 1)")
+    sp.add_argument("--horizon", metavar="T")
+    sp.add_argument("--warmup", metavar="W")
+    sp.add_argument("--arrivals", metavar="N")
+    sp.add_argument("--jobs", metavar="N", help="worker processes (default: the number of cores; 1: in this process)")
+    sp.add_argument("--cluster", metavar="ADDRESS",
+                    help="run the tasks on a Ray cluster (ray.init(address=ADDRESS)); 'local' starts one here")
+    sp.add_argument("--out", metavar="DIR", help="the output directory (default: sweep-STEM)")
+    sp.add_argument("--quiet", action="store_true", help="no progress")
+
+
+# ------------------------------------------------------------------ the command
+
+def command(args) -> int:
+    from serq import api
+    from serq.cli import settings_from  # the flags read as `serq run` reads them
+
+    inst = api.parse_instance(args.instance) if args.instance else {}
+    fixed, base = settings_from(args, inst)
+    k = _count(args.seeds, "--seeds")
+    seeds = list(range(base.seed, base.seed + k))
+    jobs = _count(args.jobs, "--jobs") if args.jobs is not None else (os.cpu_count() or 1)
+    grid = _grid(args.grid, fixed)
+    if args.file.endswith(".json") and (grid or fixed):
+        raise UsageError(f"{args.file} is an IR, its inputs resolved already: --grid and inputs need the program")
+    out = _Out(args.out if args.out is not None else f"sweep-{_stem(args.file)}")
+    try:
+        t_ppf = _t_quantile()  # scipy missing: refused before anything runs
+        names = [n for n, _ in grid]
+        points = [dict(zip(names, vs)) for vs in itertools.product(*(vs for _, vs in grid))]
+        settings = {"horizon": base.horizon, "warmup": base.warmup, "arrivals": base.arrivals}
+        irs = [_link(api, args.file, {**fixed, **pt}, base) for pt in points]
+        tasks = [(p, s) for p in range(len(points)) for s in seeds]
+        bar = _Bar(len(tasks), args.quiet)
+        try:
+            if args.cluster is not None:
+                results = _on_ray(args.cluster, args.jobs and jobs, irs, tasks, settings, bar)
+            elif jobs == 1:
+                results = _in_process(irs, tasks, settings, bar)
+            else:
+                results = _on_pool(jobs, irs, tasks, settings, bar)
+        finally:
+            bar.close()
+        rows, columns = _rows(points, names, tasks, results)
+        failed = sum(r["status"] != "ok" for r in rows)
+        meta = {"program": args.file, "grid": {n: [_plain(v) for v in vs] for n, vs in grid}, "seeds": seeds,
+                "settings": {k2: _plain(v) for k2, v in settings.items()},
+                "inputs": {n: _plain(v) for n, v in sorted(fixed.items())},
+                "runs": len(rows), "failed": failed, "columns": columns, "serq": _version()}
+        try:
+            out.write({"runs.csv": _csv(columns, rows),
+                       "runs.jsonl": "".join(json.dumps({c: _json(r.get(c)) for c in columns}, allow_nan=False) + "\n"
+                                             for r in rows),
+                       "summary.csv": _summary(rows, columns, names, t_ppf),
+                       "sweep.json": json.dumps(_json(meta), indent=1, allow_nan=False) + "\n"})
+        except OSError as exc:
+            from serq.cli import _Failure  # exit 1, as for `serq run`'s output
+            raise _Failure(f"cannot write the sweep to {out.path}: {exc.strerror or exc}") from None
+    finally:
+        out.discard()
+    _tell_failures(rows, names)
+    _print(f"{len(rows)} runs, {failed} failed: {out.path} ({', '.join(FILES)})")
+    return 1 if failed else 0
+
+
+def _count(text, what) -> int:
+    try:
+        v = float(text)
+    except ValueError:
+        raise UsageError(f"{what} is a positive integer, not {text!r}") from None
+    if not (v >= 1 and v < math.inf and v == int(v)):
+        raise UsageError(f"{what} is a positive integer, not {text}")
+    return int(v)
+
+
+def _grid(specs: list[str], fixed: dict) -> list[tuple[str, list[float]]]:
+    """Each `--grid NAME=V1,V2,...` in order; whether NAME is an input the linker says (a usage error)."""
+    grid = []
+    for spec in specs:
+        name, eq, vals = spec.partition("=")
+        name = name.strip()
+        if not eq or not name:
+            raise UsageError(f"--grid is NAME=V1,V2,..., not {spec!r}")
+        if any(name == n for n, _ in grid):
+            raise UsageError(f"--grid {name} is given twice")
+        if name in _TAKEN:
+            raise UsageError(f"--grid {name}: the tables have a column `{name}` already; "
+                             "sweep an input of another name")
+        if name in fixed:
+            raise UsageError(f"input {name} is both swept (--grid) and fixed (--set, --instance or after --)")
+        items = [x.strip() for x in vals.split(",")]
+        if not vals.strip() or any(not x for x in items):
+            raise UsageError(f"--grid {name}: an empty value in {vals!r} (values are numbers separated by commas)")
+        values = []
+        for x in items:
+            try:
+                v = float(x)
+            except ValueError:
+                raise UsageError(f"--grid {name}: {x!r} is not a number") from None
+            if math.isnan(v):
+                raise UsageError(f"--grid {name}: NaN is not a value")
+            if v in values:
+                raise UsageError(f"--grid {name}: the value {x} is listed twice")
+            values.append(v)
+        grid.append((name, values))
+    return grid
+
+
+def _link(api, path, inputs, base):
+    """One grid point linked (a program error: its diagnostic, exit 1) and checked to be runnable as
+    `serq run` checks it (an unbounded run: a usage error), before any run starts. A trace is named
+    by its absolute path, so a worker in another directory finds it."""
+    from serq.interp.sim import Sim
+    prog = api.load(path, inputs, base)
+    tr = prog.workload.trace
+    if tr is not None:
+        prog = prog.model_copy(update={"workload": prog.workload.model_copy(
+            update={"trace": tr.model_copy(update={"file": os.path.abspath(tr.file)})})})
+    Sim(prog, base)._bounded(prog.workload.arrive)  # Sim reads the trace: a malformed one is its diagnostic
+    return prog.model_dump_json()
+
+
+def _t_quantile():
+    try:
+        from scipy.stats import t
+    except ImportError:
+        raise UsageError(f"serq sweep needs scipy for its intervals: {_EXTRA}") from None
+    cache: dict[int, float] = {}
+
+    def ppf(df: int) -> float:
+        if df not in cache:
+            cache[df] = float(t.ppf(0.975, df))
+        return cache[df]
+    return ppf
+
+
+def _stem(path: str) -> str:
+    return os.path.splitext(os.path.basename(path.rstrip("/")))[0] or "program"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("serq")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+# ------------------------------------------------------------------ one run (in a worker)
+
+_PARSED: dict[str, object] = {}  # a worker's programs, parsed once: IR JSON -> Program
+
+
+def run_one(ir_json: str, settings: dict, seed: int) -> dict:
+    """One run: {"status": "ok", "values": {column: number}} or {"status": "failed", "error": why}.
+    A program's run-time error is deterministic: a failed run, never retried."""
+    from serq import api
+    from serq.interp.report import finite
+    from serq.ir import model as I
+    try:
+        prog = _PARSED.get(ir_json)
+        if prog is None:
+            prog = _PARSED[ir_json] = I.Program.model_validate_json(ir_json)
+        rep = api.run(prog, I.Settings(seed=seed, **{k: v for k, v in settings.items() if v is not None}))
+    except SerqError as exc:
+        return {"status": "failed", "error": f"{exc.span}: error[{exc.code}]: {exc.message}"}
+    except UsageError as exc:
+        return {"status": "failed", "error": str(exc)}
+    except OSError as exc:  # the samples past 2^20 a statistic go to a temporary file
+        return {"status": "failed", "error": f"the run could not keep its samples in a temporary file in "
+                f"{tempfile.gettempdir()}: {exc.strerror or exc}"}
+    except MemoryError:
+        return {"status": "failed", "error": "out of memory"}
+    except Exception as exc:  # a bug in serQ: this run's row says so, the other runs go on
+        return {"status": "failed", "error": f"internal error: {type(exc).__name__}: {exc} (a bug in serQ)"}
+    rep.pop("_sim", None)
+    return {"status": "ok", "values": flatten(finite(rep))}
+
+
+def flatten(rep: dict) -> dict:
+    """The report's numbers (and claim statuses) as dotted columns, in the report's key order."""
+    out: dict = {}
+
+    def walk(v, path):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                walk(x, f"{path}.{k}")
+        else:
+            out[path] = v
+    for k, v in rep.items():
+        if k not in _NOT_COLUMNS:
+            walk(v, k)
+    return out
+
+
+# ------------------------------------------------------------------ where the runs go
+
+def _failed(error: str) -> dict:
+    return {"status": "failed", "error": error}
+
+
+def _in_process(irs, tasks, settings, bar) -> dict:
+    results = {}
+    for p, s in tasks:
+        results[(p, s)] = run_one(irs[p], settings, s)
+        bar.tick()
+    return results
+
+
+_POOL: dict = {}  # a pool worker's programs and the queue it reports each task's start on
+
+
+def _pool_init(irs, started):
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it ends the workers
+    _POOL["irs"], _POOL["started"] = irs, started
+
+
+def _pool_task(p, settings, seed):
+    _POOL["started"].put((p, seed))
+    return run_one(_POOL["irs"][p], settings, seed)
+
+
+def _on_pool(jobs, irs, tasks, settings, bar) -> dict:
+    """The tasks on `jobs` worker processes, results as they finish. A worker that dies breaks the
+    pool: the tasks it had started are charged a try and run again one at a time (so a death is
+    charged to the task that caused it), up to RETRIES more times; the others are resubmitted."""
+    import multiprocessing as mp
+    # fork: a worker starts with serQ imported and the programs in memory (Linux; elsewhere the default)
+    ctx = mp.get_context("fork") if sys.platform.startswith("linux") else mp.get_context()
+    results: dict = {}
+    tries: dict = {}
+    todo, alone = list(tasks), []
+    while todo or alone:
+        if alone:
+            batch, width = [alone.pop(0)], 1
+        else:
+            batch, todo, width = todo, [], jobs
+        unfinished, started = _pool_round(ctx, min(width, len(batch)), irs, batch, settings, results, bar)
+        suspects = [t for t in unfinished if t in started] or unfinished
+        for t in unfinished:
+            if t not in suspects:
+                todo.append(t)
+                continue
+            tries[t] = tries.get(t, 0) + 1
+            if tries[t] > RETRIES:
+                results[t] = _failed(f"its worker process died {tries[t]} times (killed, or out of memory)")
+                bar.tick()
+            else:
+                alone.append(t)
+    return results
+
+
+def _pool_round(ctx, width, irs, batch, settings, results, bar):
+    """One pool over `batch`; the tasks left unfinished when it broke, and those it had started."""
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+    started_q = ctx.SimpleQueue()
+    pool = ProcessPoolExecutor(max_workers=width, mp_context=ctx, initializer=_pool_init,
+                               initargs=(irs, started_q))
+    clean = False
+    try:
+        futs = {pool.submit(_pool_task, p, settings, s): (p, s) for p, s in batch}
+        for f in as_completed(futs):
+            try:
+                res = f.result()
+            except BrokenProcessPool:
+                break
+            results[futs[f]] = res
+            bar.tick()
+        for f, t in futs.items():  # finished before the pool broke, not yet seen
+            if t not in results and f.done() and not f.cancelled() and f.exception() is None:
+                results[t] = f.result()
+                bar.tick()
+        clean = True
+    finally:
+        if not clean:  # interrupted: the workers are ended, not waited for
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                proc.terminate()
+        pool.shutdown(wait=clean, cancel_futures=True)
+    started = set()
+    while not started_q.empty():
+        started.add(started_q.get())
+    return [t for t in batch if t not in results], started
+
+
+def _on_ray(address, jobs, irs, tasks, settings, bar) -> dict:
+    """Each run a Ray task (retried by Ray when its worker dies), results as they finish."""
+    import logging
+    if address != "local":
+        _reachable(address)  # before Ray's import, which takes seconds
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report sent anywhere
+    if address == "local":
+        # one node: its servers on the loopback address, not the address Ray would find for other
+        # nodes to reach (read when Ray is imported; despite its name it applies on Linux too)
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(f"--cluster needs Ray: {_EXTRA}") from None
+    bar.say("starting a local Ray instance" if address == "local" else f"connecting to the Ray cluster at {address}")
+    quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
+    import signal
+    # Ctrl-C inside ray.init leaves the processes it had started running, which ray.shutdown does
+    # not find: it is held until the instance is up, then stops it whole
+    held: list = []
+    old = signal.signal(signal.SIGINT, lambda *_: held.append(1))
+    try:
+        try:
+            if address == "local":
+                ray.init(num_cpus=jobs or os.cpu_count() or 1, **quiet)
+            else:
+                ray.init(address=address, **quiet)
+        except (ConnectionError, ValueError, RuntimeError) as exc:
+            raise UsageError(f"--cluster {address}: cannot connect: {exc}") from None
+        finally:
+            signal.signal(signal.SIGINT, old)
+        if held:
+            raise KeyboardInterrupt
+        task = ray.remote(max_retries=RETRIES, num_cpus=1)(_ray_task)
+        traces = ray.put(_traces(irs))
+        refs = [ray.put(ir) for ir in irs]
+        pending = {task.remote(refs[p], settings, s, traces): (p, s) for p, s in tasks}
+        bar.restart()
+        results = {}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for r in ready:
+                t = pending.pop(r)
+                try:
+                    results[t] = ray.get(r)
+                except ray.exceptions.RayError as exc:  # its worker died RETRIES + 1 times, or Ray failed
+                    why = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    results[t] = _failed(f"the Ray task failed after {RETRIES} retries: {type(exc).__name__}"
+                                         + (f": {why}" if why else ""))
+                bar.tick()
+        return results
+    finally:
+        ray.shutdown()
+
+
+def _reachable(address: str):
+    """A cluster's address that takes no connection is refused at once: ray.init would wait on it
+    for many minutes, deaf to Ctrl-C. ('auto' and an address without a port are left to Ray.)"""
+    import socket
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, colon, port = hostport.rpartition(":")
+    if not colon or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=5).close()
+    except OSError as exc:
+        raise UsageError(f"--cluster {address}: nothing answers there ({exc.strerror or exc}); "
+                         "`ray start --head` on the head node prints its address") from None
+
+
+def _traces(irs) -> dict:
+    """The trace files the programs read, path -> bytes: a Ray node need not have them."""
+    from serq.ir import model as I
+    out = {}
+    for ir in irs:
+        tr = I.Program.model_validate_json(ir).workload.trace
+        if tr is not None and tr.file not in out:
+            with open(tr.file, "rb") as fh:
+                out[tr.file] = fh.read()
+    return out
+
+
+_COPIES: dict[str, str] = {}  # a Ray worker's trace copies: path on the driver -> path here
+
+
+def _ray_task(ir_json, settings, seed, traces):
+    if traces:
+        from serq.ir import model as I
+        prog = I.Program.model_validate_json(ir_json)
+        tr = prog.workload.trace
+        if tr is not None:
+            here = _trace_here(tr.file, traces[tr.file])
+            if here != tr.file:
+                ir_json = prog.model_copy(update={"workload": prog.workload.model_copy(
+                    update={"trace": tr.model_copy(update={"file": here})})}).model_dump_json()
+    return run_one(ir_json, settings, seed)
+
+
+def _trace_here(path: str, data: bytes) -> str:
+    """The driver's path when this node holds the same bytes there, else a copy in a temporary file."""
+    if path not in _COPIES:
+        try:
+            with open(path, "rb") as fh:
+                same = fh.read() == data
+        except OSError:
+            same = False
+        if same:
+            _COPIES[path] = path
+        else:
+            d = tempfile.mkdtemp(prefix="serq-trace-")
+            copy = os.path.join(d, hashlib.sha256(data).hexdigest()[:16] + "-" + os.path.basename(path))
+            with open(copy, "wb") as fh:
+                fh.write(data)
+            _COPIES[path] = copy
+    return _COPIES[path]
+
+
+# ------------------------------------------------------------------ the tables
+
+def _rows(points, names, tasks, results):
+    """The rows sorted by (point, seed), and the columns: the leading ones, then the union of the
+    runs' columns in first-seen order (the order of the sorted rows: the same whatever ran first)."""
+    rows = []
+    columns = ["point", *names, "seed", "status", "error"]
+    seen = set(columns)
+    for p, s in sorted(tasks):
+        res = results[(p, s)]
+        row = {"point": p, **{n: _plain(points[p][n]) for n in names}, "seed": s, "status": res["status"],
+               "error": res.get("error")}
+        for c, v in res.get("values", {}).items():
+            row[c] = v
+            if c not in seen:
+                seen.add(c)
+                columns.append(c)
+        rows.append(row)
+    return rows, columns
+
+
+def _plain(v):
+    """An input's value as written: a whole number as an integer."""
+    if isinstance(v, float) and math.isfinite(v) and v == int(v) and abs(v) < 2 ** 53:
+        return int(v)
+    return v
+
+
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)  # the shortest text that reads back as the same float
+    return str(v)
+
+
+def _json(v):
+    if isinstance(v, dict):
+        return {k: _json(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_json(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):  # an input of inf: written as the IR writes it
+        return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+    return v
+
+
+def _csv(columns, rows) -> str:
+    import csv
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(columns)
+    for r in rows:
+        w.writerow([_cell(r.get(c)) for c in columns])
+    return buf.getvalue()
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _summary(rows, columns, names, t_ppf) -> str:
+    """Long form: per grid point and numeric column, the mean across seeds and the Student-t 95%
+    half-width of its interval (empty below two values)."""
+    stats = columns[columns.index("error") + 1:]
+    # a column is a statistic when every value it has is a number (claim statuses are not)
+    stats = [c for c in stats if all(_number(r[c]) for r in rows if r.get(c) is not None)]
+    import csv
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["point", *names, "stat", "n", "mean", "ci95", "lo", "hi"])
+    for p, group in itertools.groupby(rows, key=lambda r: r["point"]):
+        group = list(group)
+        lead = [p, *(_cell(group[0][n]) for n in names)]
+        for c in stats:
+            xs = [float(r[c]) for r in group if r.get(c) is not None]
+            n = len(xs)
+            mean = ci = lo = hi = None
+            if n:
+                mean = math.fsum(xs) / n
+                if n >= 2:
+                    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+                    ci = t_ppf(n - 1) * sd / math.sqrt(n)
+                    lo, hi = mean - ci, mean + ci
+            w.writerow([*lead, c, n, _cell(mean), _cell(ci), _cell(lo), _cell(hi)])
+    return buf.getvalue()
+
+
+class _Out:
+    """The output directory, checked before any run: a path that is not a directory, or a directory
+    holding anything but a previous sweep's files, is refused (a usage error), so that a mistyped
+    --out cannot delete files. The tables are written into a staging directory beside it and
+    renamed into place, so a sweep that fails or is interrupted leaves what was there before."""
+
+    def __init__(self, path: str):
+        self.path = path
+        if not path:
+            raise UsageError("--out needs a directory name")
+        target = os.path.realpath(path)
+        self.target, parent = target, os.path.dirname(target)
+        if os.path.lexists(target):
+            if not os.path.isdir(target):
+                raise UsageError(f"--out {path}: it exists and is not a directory")
+            cwd = os.path.realpath(os.getcwd())
+            if cwd == target or cwd.startswith(target.rstrip(os.sep) + os.sep) or target == parent:
+                raise UsageError(f"--out {path}: it is the current directory or holds it; name a new one")
+            try:
+                extra = [e.name for e in os.scandir(target)
+                         if not (e.name in FILES and e.is_file(follow_symlinks=False))]
+            except OSError as exc:
+                raise UsageError(f"--out {path}: cannot read the directory: {exc.strerror or exc}") from None
+            if extra:
+                raise UsageError(f"--out {path}: the directory holds files a sweep does not write ({extra[0]}); "
+                                 "remove it or name another")
+        self.made, self.done = None, False  # the topmost parent made for it: removed with it
+        anc = parent
+        while not os.path.lexists(anc):
+            self.made, anc = anc, os.path.dirname(anc)
+        if not os.path.isdir(anc):
+            raise UsageError(f"--out {path}: {anc} is not a directory")
+        try:
+            os.makedirs(parent, exist_ok=True)
+            self.stage = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".serq-tmp", dir=parent)
+            mask = os.umask(0)
+            os.umask(mask)
+            os.chmod(self.stage, 0o777 & ~mask)  # a directory as mkdir makes it, not mkdtemp's private one
+        except OSError as exc:
+            self.discard()
+            raise UsageError(f"--out {path}: cannot write in {parent}: {exc.strerror or exc}") from None
+
+    def write(self, files: dict[str, str]):
+        for name, text in files.items():
+            with open(os.path.join(self.stage, name), "w", encoding="utf-8", newline="") as fh:
+                fh.write(text)
+        if os.path.lexists(self.target):  # the previous sweep moved aside, removed once replaced
+            old = tempfile.mkdtemp(prefix=f".{os.path.basename(self.target)}.", suffix=".serq-old",
+                                   dir=os.path.dirname(self.target))
+            os.rename(self.target, os.path.join(old, "sweep"))
+            try:
+                os.rename(self.stage, self.target)
+            except OSError:
+                os.rename(os.path.join(old, "sweep"), self.target)
+                os.rmdir(old)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(self.stage, self.target)
+        self.done = True
+
+    def discard(self):
+        if self.done:
+            return
+        if getattr(self, "stage", None):
+            shutil.rmtree(self.stage, ignore_errors=True)
+        d = os.path.dirname(self.target)
+        while self.made is not None and d.startswith(self.made):
+            try:
+                os.rmdir(d)
+            except OSError:  # something else was put there meanwhile: kept
+                return
+            d = os.path.dirname(d)
+
+
+# ------------------------------------------------------------------ what the user sees
+
+class _Bar:
+    """Runs done, elapsed and time left on stderr: a bar redrawn in place on a terminal (the style of
+    `serq run`'s), a plain line at each tenth of the runs otherwise (a log), nothing with --quiet."""
+
+    def __init__(self, total: int, quiet: bool):
+        err = sys.stderr
+        self.mode = None if quiet or err is None else ("tty" if err.isatty() else "lines")
+        self.total, self.done, self.shown, self.last, self.width = total, 0, False, 0.0, 0
+        self.restart()
+
+    def restart(self):
+        self.t0 = time.monotonic()
+        self.step = 0
+        self._draw(force=True)
+
+    def say(self, text: str):
+        if self.mode is not None:
+            self._write(("\r" + " " * self.width + "\r" if self.shown else "") + f"serq sweep: {text}\n")
+            self.shown = False
+
+    def tick(self):
+        self.done += 1
+        self._draw(force=self.done == self.total)
+
+    def _draw(self, force=False):
+        if self.mode is None:
+            return
+        t = time.monotonic()
+        el = t - self.t0
+        left = el / self.done * (self.total - self.done) if self.done else None
+        when = f"{_clock(el)} elapsed" + (f", {_clock(left)} left" if left is not None else "")
+        if self.mode == "tty":
+            if not force and t - self.last < 0.2:
+                return
+            self.last = t
+            frac = self.done / self.total if self.total else 1.0
+            line = f"[{'#' * int(frac * 30):<30}] {self.done}/{self.total} runs  {when}"
+            self.width = max(self.width, len(line))  # a shorter line covers all of the last one
+            self._write("\r" + line.ljust(self.width))
+            self.shown = True
+        else:
+            step = self.done * 10 // self.total if self.total else 10
+            if self.done and step > self.step:
+                self.step = step
+                self._write(f"serq sweep: {self.done}/{self.total} runs, {when}\n")
+
+    def close(self):
+        if self.mode == "tty" and self.shown:
+            self._write("\r" + " " * self.width + "\r")
+            self.shown = False
+
+    def _write(self, text):
+        try:
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            self.mode = None
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+
+
+def _tell_failures(rows, names, most=10):
+    bad = [r for r in rows if r["status"] != "ok"]
+    for r in bad[:most]:
+        at = ", ".join(f"{n}={_cell(r[n])}" for n in names)
+        _say(f"serq sweep: point {r['point']}{f' ({at})' if at else ''}, seed {r['seed']} failed: {r['error']}")
+    if len(bad) > most:
+        _say(f"serq sweep: and {len(bad) - most} more failed runs (runs.csv, its error column)")
+
+
+def _say(text):
+    from serq.cli import _say as say
+    say(text)
+
+
+def _print(text):
+    from serq.cli import _out
+    _out(text)
