@@ -297,3 +297,39 @@ def test_serq_starts_without_matplotlib():
     code = "import sys, serq.cli; serq.cli._parser(); print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------ the tutorial
+
+
+def _shell_blocks(text: str) -> list[str]:
+    return re.findall(r"^```shell\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def test_the_tutorial_runs_as_written(tmp_path):
+    """docs/tutorial.md's shell blocks, in order, in a fresh directory holding the program and a
+    .venv/bin/serq that is this serq: each succeeds and the plots it shows appear (~35 s of CPU,
+    most of it the sweep on every core)."""
+    text = (ROOT / "docs" / "tutorial.md").read_text()
+    blocks = _shell_blocks(text)
+    assert len(blocks) >= 5 and any("serq sweep" in b for b in blocks) and any("serq plot" in b for b in blocks)
+    (tmp_path / "examples" / "multi-turn").mkdir(parents=True)
+    shutil.copy(VLLM, tmp_path / "examples" / "multi-turn" / "vllm.sq")
+    bin_ = tmp_path / ".venv" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "serq").write_text(f"#!/bin/sh\nexec {sys.executable} -m serq.cli \"$@\"\n")
+    (bin_ / "serq").chmod(0o755)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for block in blocks:
+        proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=tmp_path, capture_output=True,
+                              text=True, env=env)
+        assert proc.returncode == 0, (block, proc.stderr)
+    for png in ("run-rate2.png", "sweep-chunk.png"):
+        _png_ok(tmp_path / png)
+    # the images the page shows are those commands' plots, committed
+    for img in re.findall(r"\]\((img/[^)]+\.png)\)", text):
+        _png_ok(ROOT / "docs" / img)
+    # the page's printed figures are this run's: the sweep's summary has them
+    rows = list(csv.DictReader(open(tmp_path / "sweep-chunk" / "summary.csv")))
+    tpot = {(r["rate"], r["chunk_cap"]): float(r["mean"]) for r in rows if r["stat"] == "client.tpot.p99"}
+    assert f"{tpot[('2', '256')] * 1000:.1f} ms with 256 against {tpot[('2', '2048')] * 1000:.1f} ms" in text

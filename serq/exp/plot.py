@@ -602,9 +602,13 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
             ax.set_yscale("log")
             ax.set_ylim(bottom=floor)
             _plain_log(ax.yaxis)
-        if all(isinstance(v, float) for v in xs_all) and _log_worthy(xs_all) and len(xs_all) > 2:
+        numeric = all(isinstance(v, float) for v in xs_all)
+        if numeric and _log_worthy(xs_all) and len(xs_all) > 2:
             ax.set_xscale("log")
             _plain_log(ax.xaxis)
+        if numeric and len(xs_all) <= 8:  # a few grid values: the ticks are the points swept
+            ax.set_xticks(xs_all, [f"{v:g}" for v in xs_all])
+            ax.xaxis.set_minor_locator(plt.NullLocator())
         ax.set_xlabel(x)
         ax.set_ylabel(_unit_label(y))
         ax.set_title(y)
