@@ -299,3 +299,35 @@ def test_a_ray_node_without_the_trace_gets_a_copy(tmp_path):
     assert here == sweep.run_one(ir, settings, 1)
     copy = sweep._COPIES[away]
     assert copy != away and open(copy, "rb").read() == data
+
+
+def test_on_a_terminal_the_progress_is_a_bar_redrawn_in_place(tmp_path):
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.Popen([sys.executable, "-m", "serq.cli", "sweep", MG1, "--grid", "lambda=0.5,0.8", "--seeds", "2",
+                          "--arrivals", "200", "--jobs", "1", "--out", str(tmp_path / "o")],
+                         stdout=subprocess.PIPE, stderr=slave, cwd=ROOT)
+    os.close(slave)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:  # the other end closed
+            break
+        if not chunk:
+            break
+        err += chunk
+    out = p.communicate()[0].decode()
+    os.close(master)
+    assert p.returncode == 0 and out.startswith("4 runs, 0 failed")
+    text = err.decode()
+    assert "\r[" in text and "] 4/4 runs  0:0" in text and "\n" not in text  # no line of its own
+    assert text.endswith("\r")  # the bar is cleared: the shell's prompt starts on a clean line
+
+
+@pytest.mark.parametrize("module, extra", [("scipy.stats", []), ("ray", ["--cluster", "local"])])
+def test_a_missing_experiments_extra_is_a_usage_error(module, extra, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, module, None)  # `import` of it now fails as if not installed
+    code = cli.main(["sweep", MG1, "--arrivals", "100", "--seeds", "1", "--out", str(tmp_path / "o"), *extra])
+    assert code == 2 and "pip install 'serq[experiments]'" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []

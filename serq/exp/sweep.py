@@ -67,11 +67,11 @@ def command(args) -> int:
         raise UsageError(f"{args.file} is an IR, its inputs resolved already: --grid and inputs need the program")
     out = _Out(args.out if args.out is not None else f"sweep-{_stem(args.file)}")
     try:
-        t_ppf = _t_quantile()  # scipy missing: refused before anything runs
         names = [n for n, _ in grid]
         points = [dict(zip(names, vs)) for vs in itertools.product(*(vs for _, vs in grid))]
         settings = {"horizon": base.horizon, "warmup": base.warmup, "arrivals": base.arrivals}
         irs = [_link(api, args.file, {**fixed, **pt}, base) for pt in points]
+        t_ppf = _t_quantile()  # scipy missing: refused before anything runs
         tasks = [(p, s) for p in range(len(points)) for s in seeds]
         bar = _Bar(len(tasks), args.quiet)
         try:
@@ -190,7 +190,7 @@ def _version() -> str:
 
 # ------------------------------------------------------------------ one run (in a worker)
 
-_PARSED: dict[str, object] = {}  # a worker's programs, parsed once: IR JSON -> Program
+_PARSED: dict[str, object] = {}  # a worker's latest program: IR JSON -> Program (the runs come point by point)
 
 
 def run_one(ir_json: str, settings: dict, seed: int) -> dict:
@@ -202,6 +202,7 @@ def run_one(ir_json: str, settings: dict, seed: int) -> dict:
     try:
         prog = _PARSED.get(ir_json)
         if prog is None:
+            _PARSED.clear()
             prog = _PARSED[ir_json] = I.Program.model_validate_json(ir_json)
         rep = api.run(prog, I.Settings(seed=seed, **{k: v for k, v in settings.items() if v is not None}))
     except SerqError as exc:
@@ -354,7 +355,11 @@ def _on_ray(address, jobs, irs, tasks, settings, bar) -> dict:
             else:
                 ray.init(address=address, **quiet)
         except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise UsageError(f"--cluster {address}: cannot connect: {exc}") from None
+            hint = ""
+            if address != "local" and not os.environ.get("RAY_AUTH_MODE"):
+                hint = ("; a cluster with token authentication (Ray's default) needs RAY_AUTH_MODE=token and "
+                        "its token (RAY_AUTH_TOKEN, or ~/.ray/auth_token) here")
+            raise UsageError(f"--cluster {address}: cannot connect: {exc}{hint}") from None
         finally:
             signal.signal(signal.SIGINT, old)
         if held:
