@@ -340,7 +340,7 @@ def _dump_figure(plt, src: str):
     gs = fig.add_gridspec(1 + trows, 6, height_ratios=[1.2] + [1] * trows)
     for i, (k, title, vals) in enumerate(client[:ncol]):
         ax = fig.add_subplot(gs[0, 2 * i:2 * i + 2])
-        _cdf(ax, k, title, vals)
+        _cdf(ax, k, title, vals, "after the warm-up" if warm > 0 else "all")
     for j, panel in enumerate(shown):
         ax = fig.add_subplot(gs[1 + j // 2, 3 * (j % 2):3 * (j % 2) + 3])
         _time_panel(ax, panel, end, warm)
@@ -360,7 +360,7 @@ def _dump_figure(plt, src: str):
     return fig
 
 
-def _cdf(ax, k, title, vals):
+def _cdf(ax, k, title, vals, which: str):
     import numpy as np
     xs = np.sort(np.asarray(vals, dtype=float))
     n = len(xs)
@@ -370,8 +370,9 @@ def _cdf(ax, k, title, vals):
     for q, ls in ((0.5, "--"), (0.99, ":")):
         v = float(np.quantile(xs, q))  # linear between closest ranks, as the report's
         ax.axvline(v, color="C3", ls=ls, lw=1)
-        ax.annotate(f"p{int(q * 100)} {_secs(v)}", (v, q), xytext=(4, -10 if q > 0.9 else 4),
-                    textcoords="offset points", fontsize=8.5, color="C3")
+        ax.annotate(f"p{int(q * 100)} {_secs(v)}", (v, q), xytext=(4, -10 if q > 0.9 else -14),
+                    textcoords="offset points", fontsize=8.5, color="C3",
+                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85})
     if len(finite) and _log_worthy(list(finite)):
         ax.set_xscale("log")
         _plain_log(ax.xaxis)
@@ -381,7 +382,7 @@ def _cdf(ax, k, title, vals):
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("seconds")
     ax.set_ylabel("fraction of samples ≤ x")
-    ax.set_title(f"{title} ({k}): CDF\nn = {n:,}, mean {_secs(float(np.mean(xs)))}")
+    ax.set_title(f"{title} ({k}): CDF\n{n:,} samples ({which}), mean {_secs(float(np.mean(xs)))}")
 
 
 def _time_panels(src: str, meta: dict) -> list[dict]:
