@@ -17,15 +17,21 @@ from serq.link.program import link_kernel
 __all__ = ["load", "load_text", "load_ir", "parse_instance", "run", "claims_lean", "SerqError", "UsageError"]
 
 
-def run(program: I.Program, settings: I.Settings | None = None, progress=None, workload: dict | None = None) -> dict:
+def run(program: I.Program, settings: I.Settings | None = None, progress=None, workload: dict | None = None,
+        record: bool = False) -> dict:
     """Simulate the program; the report as the catalogue's JSON object (a dict). `workload` (a
-    workload file's object, `serq run --workload`) replaces the program's arrivals and draws."""
-    return _deep(program.files[0] if program.files else "<ir>", lambda: _run(program, settings, progress, workload))
+    workload file's object, `serq run --workload`) replaces the program's arrivals and draws;
+    `record` keeps the engines' and stages' queues over time for `--dump` (serq/interp/dump.py)."""
+    return _deep(program.files[0] if program.files else "<ir>",
+                 lambda: _run(program, settings, progress, workload, record))
 
 
-def _run(program, settings, progress, workload=None):
+def _run(program, settings, progress, workload=None, record=False):
     from serq.interp.sim import Sim
     sim = Sim(program, settings, workload)
+    if record:
+        from serq.interp.dump import Recorder
+        sim.recorder = Recorder(sim)
     rep = sim.run(progress)
     rep["_sim"] = sim
     return rep

@@ -57,6 +57,7 @@ def _binding(text: str) -> tuple[str, float]:
 # that the others (`serq check`, README *Speed*) do not pay for importing it
 EXPERIMENTS = {
     "sweep": ("run the program over a grid of inputs times K seeds; tables of the runs", True),
+    "plot": ("a report, a --dump directory or a sweep as a PNG or SVG figure", False),
     "calibrate": ("fit the inputs an engine's execute reads to measured iteration times", True),
 }
 
@@ -85,7 +86,7 @@ def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--seed")
     r.add_argument("--arrivals")
     r.add_argument("--json", action="store_true", help="the report as one JSON object")
-    r.add_argument("--dump", metavar="DIR", help="write the observations and gauge/NAME.csv")
+    r.add_argument("--dump", metavar="DIR", help="write the samples and series behind the report (serq plot DIR)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--workload", metavar="W.json", help="replace the arrivals and draws with a workload's "
                    "(one `serq verify` wrote)")
@@ -191,7 +192,7 @@ def _run(args, prog, settings) -> int:
         if not args.quiet and sys.stderr.isatty():
             progress = _Progress(settings)
         try:
-            rep = api.run(prog, settings, progress, workload)
+            rep = api.run(prog, settings, progress, workload, record=staged is not None)
         except OSError as exc:
             # a run touches the disk only to keep its samples past 2^20 a statistic
             # (docs/reference/report.md): a full or unwritable temporary directory

@@ -8,28 +8,130 @@ from __future__ import annotations
 
 import csv
 import fnmatch
+import json
+import math
 import os
 import shutil
 import tempfile
+from array import array
 
 from serq.lang.lower.inputs import UsageError
 
-# the names a dump writes, in DIR and in DIR/gauge: what makes a directory a previous dump
-TOP = ("observe_*.csv", "client_*.csv")
-GAUGES = "gauge"
+# the names a dump writes, in DIR and in its subdirectories: what makes a directory a previous dump
+TOP = ("observe_*.csv", "client_*.csv", "dump.json")
+GAUGES, POOLS, STAGES = "gauge", "pool", "stage"
+SUBDIRS = (GAUGES, POOLS, STAGES)
+
+
+class Recorder:
+    """The change points of what a pool's or stage's time average does not keep: each stage's
+    running and waiting requests, each pool's queue. Read where the gauges are, at the end of every
+    instant (sim._gauges), and only under --dump; a point is kept when a value changes."""
+
+    def __init__(self, sim):
+        self.stages = [(st, _reader(sim, st)) for st in sim.stages]
+        self.pools = list(sim.pools)
+        # per stage (running, waiting), per pool (queued,): times and values, from 0
+        self.series = [(array("d", [0.0]), [array("d", [0.0]) for _ in range(k)])
+                       for k in [2] * len(self.stages) + [1] * len(self.pools)]
+
+    def __call__(self, now: float):
+        i = 0
+        for _, read in self.stages:
+            self._note(i, now, read())
+            i += 1
+        for m in self.pools:
+            self._note(i, now, (float(len(m.queue)),))
+            i += 1
+
+    def _note(self, i, now, vals):
+        ts, cols = self.series[i]
+        if all(c[-1] == v for c, v in zip(cols, vals)):
+            return
+        if ts[-1] == now:  # read twice at one instant (the last read at the end): the later holds
+            for c, v in zip(cols, vals):
+                c[-1] = v
+        else:
+            ts.append(now)
+            for c, v in zip(cols, vals):
+                c.append(v)
+
+    def stage_rows(self, k, end):
+        ts, (run, wait) = self.series[k]
+        return ((t, r, w) for t, r, w in zip(ts, run, wait) if t <= end)
+
+    def pool_rows(self, k, end):
+        """time, used, queued: the pool's used change points (its time average's, the report's
+        mean_used) merged with its queue's, each value held until its next change."""
+        ts, (q,) = self.series[len(self.stages) + k]
+        used = self.pools[k].used_avg.points
+        out = []
+        u = qv = 0.0
+        a = iter(used)
+        b = iter(zip(ts, q))
+        na, nb = next(a, None), next(b, None)
+        while na is not None or nb is not None:
+            t = min(x[0] for x in (na, nb) if x is not None)
+            if t > end:
+                break
+            if na is not None and na[0] == t:
+                u = na[1]
+                na = next(a, None)
+            if nb is not None and nb[0] == t:
+                qv = nb[1]
+                nb = next(b, None)
+            out.append((t, u, qv))
+        return out
+
+
+def _reader(sim, st):
+    """(running, waiting) of a stage now: an engine's running.count and waiting.count (the
+    language's), a fifo's jobs in service and in its queue, a ps stage's jobs (all in service)."""
+    from serq.interp.engine import Engine
+    from serq.interp.stages import Fifo
+    if isinstance(st, Engine):
+        return lambda: (sim._running(st)[0], float(sum(len(p.queue) for p in st.admitted)))
+    if isinstance(st, Fifo):
+        return lambda: (float(st.serving), float(st.n - st.serving))
+    return lambda: (float(st.n), 0.0)
+
+
+def _finite(v):
+    return v if not isinstance(v, float) or math.isfinite(v) else None
 
 
 def write(sim, rep: dict, directory: str):
-    """Each observation's samples, the client's, and every gauge's change points, into directory."""
+    """Each observation's samples, the client's, every gauge's change points, the pools' and
+    stages' (when recorded), and dump.json: the run's settings, which a plot reads."""
     os.makedirs(os.path.join(directory, GAUGES), exist_ok=True)
     for name, ser in sim.obs.items():
         _csv(os.path.join(directory, f"observe_{name}.csv"), ["time", "session", "turn", "value"], ser.dump_rows())
     for name, ser in sim.client.items():
         if ser.v:
             _csv(os.path.join(directory, f"client_{name}.csv"), ["value"], ([v] for v in ser.after()))
+    end = rep["end"]
     for name, _, avg in sim.gauges:
         _csv(os.path.join(directory, GAUGES, f"{name}.csv"), ["time", "value"],
-             (p for p in avg.points if p[0] <= rep["end"]))
+             (p for p in avg.points if p[0] <= end))
+    rec = sim.recorder
+    if rec is not None:
+        if rec.pools:
+            os.makedirs(os.path.join(directory, POOLS), exist_ok=True)
+        for k, m in enumerate(rec.pools):
+            _csv(os.path.join(directory, POOLS, f"{m.label}.csv"), ["time", "used", "queued"], rec.pool_rows(k, end))
+        if rec.stages:
+            os.makedirs(os.path.join(directory, STAGES), exist_ok=True)
+        for k, (st, _) in enumerate(rec.stages):
+            _csv(os.path.join(directory, STAGES, f"{st.label}.csv"), ["time", "running", "waiting"],
+                 rec.stage_rows(k, end))
+    prog = sim.prog
+    meta = {"program": prog.files[0] if prog.files else None, "seed": sim.seed,
+            "horizon": _finite(sim.horizon), "warmup": sim.warmup, "end": _finite(end),
+            "inputs": {k: _finite(v) for k, v in prog.settings.inputs.items()},
+            "pools": {m.label: _finite(m.cap) for m in sim.pools},
+            "engines": [e.label for e in getattr(sim, "engines", [])]}
+    with open(os.path.join(directory, "dump.json"), "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(json.dumps(meta, indent=1, allow_nan=False) + "\n")
 
 
 def _csv(path, header, rows):
@@ -42,7 +144,7 @@ def _csv(path, header, rows):
 def is_dump(directory: str) -> bool:
     """True when directory holds nothing but what a dump writes (an empty directory included)."""
     for entry in os.scandir(directory):
-        if entry.is_dir(follow_symlinks=False) and entry.name == GAUGES:
+        if entry.is_dir(follow_symlinks=False) and entry.name in SUBDIRS:
             if not all(e.is_file(follow_symlinks=False) and e.name.endswith(".csv") for e in os.scandir(entry.path)):
                 return False
         elif not (entry.is_file(follow_symlinks=False) and any(fnmatch.fnmatch(entry.name, p) for p in TOP)):

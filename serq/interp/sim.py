@@ -151,6 +151,7 @@ class Sim(Iterations):
         else:
             self.server_gen = lambda sess: run_block(sess, sops)
         self.gauges = [(g.name, self.compiler.expr(g.e), TimeAverage(self.warmup)) for g in prog.gauges]
+        self.recorder = None  # `--dump`: read with the gauges at each instant's end (dump.Recorder)
         self.trace = load_trace(wl.trace.file) if wl.trace is not None else None
         self.trace_rng = LongStream(self.seed, "trace")
         self.trace_next = 0
@@ -410,7 +411,7 @@ class Sim(Iterations):
         heap = self.heap
         ready = self.ready
         pools = bool(self.pools)
-        gauges = bool(self.gauges)
+        gauges = bool(self.gauges) or self.recorder is not None
         pop = heapq.heappop
         last_t = 0.0
         now = self.now
@@ -728,6 +729,8 @@ class Sim(Iterations):
             v = f(c)
             if v != avg.v:
                 avg.set(now, v)
+        if self.recorder is not None:
+            self.recorder(now)
 
     def _claims_at_end(self):
         for lst in self.claims_iter.values():

@@ -1,0 +1,684 @@
+"""`serq plot INPUT` (docs/reference/cli.md, *serq plot*): a report JSON, a `--dump` directory or a
+sweep directory drawn as one PNG or SVG figure through matplotlib, imported here, lazily, so that
+`serq` starts without it. The same input gives the same bytes (no date, no version, a fixed salt)."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+
+from serq.lang.lower.inputs import UsageError
+
+FORMATS = ("png", "svg")
+CLIENT = (("ttft", "time to first token"), ("tpot", "time per output token"), ("response", "response time"))
+SWEEP_Y = ("client.ttft.p99", "client.tpot.p99", "client.response.mean")
+MAX_SERIES = 800   # change points drawn as they are; more are binned (a line and a band per bin)
+BINS = 400
+FAMILY = 4          # members of a family drawn in its panel
+MAX_PANELS = 8      # time-series panels of a dump; the rest are named in the figure's footnote
+
+
+def arguments(sp) -> None:
+    sp.add_argument("file", metavar="INPUT",
+                    help="a report (serq run --json > r.json), a --dump directory or a sweep directory")
+    sp.add_argument("-o", "--output", metavar="OUT",
+                    help="the figure, .png or .svg (default: beside INPUT, INPUT's name with the format's suffix)")
+    sp.add_argument("--format", choices=FORMATS, help="png (default) or svg, when OUT does not say")
+    sp.add_argument("--x", metavar="NAME", help="a sweep's input along the x axis (default: the first grid input)")
+    sp.add_argument("--y", action="append", metavar="STAT",
+                    help=f"a sweep's statistic, repeatable (default: {', '.join(SWEEP_Y)})")
+    sp.add_argument("--by", metavar="NAME", help="a sweep's input drawn as one line per value "
+                    "(default: the other grid inputs)")
+
+
+def command(args) -> int:
+    src = args.file.rstrip(os.sep) or args.file
+    kind = _kind(src)
+    if kind != "sweep":
+        for opt in ("x", "y", "by"):
+            if getattr(args, opt):
+                raise UsageError(f"--{opt} applies to a sweep directory; {src} is a {kind}")
+    out, fmt = _output(src, args.output, args.format)
+    plt = _pyplot()
+    if kind == "report":
+        fig = _report_figure(plt, _read_report(src), src)
+    elif kind == "dump":
+        fig = _dump_figure(plt, src)
+    else:
+        fig = _sweep_figure(plt, src, args.x, args.y, args.by)
+    try:
+        _save(plt, fig, out, fmt)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+    _say(f"{args.file}: plotted {out}")
+    return 0
+
+
+def _say(text):
+    import sys
+    if sys.stderr is not None:
+        print(text, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------ input, output
+
+
+def _kind(src: str) -> str:
+    if not os.path.exists(src):
+        raise UsageError(f"{src}: no such file or directory")
+    if os.path.isdir(src):
+        if os.path.isfile(os.path.join(src, "sweep.json")):
+            return "sweep"
+        if os.path.isfile(os.path.join(src, "dump.json")):
+            return "dump"
+        if any(n.startswith("client_") and n.endswith(".csv") for n in os.listdir(src)):
+            raise UsageError(f"{src}: a dump without dump.json (written before serq plot existed); "
+                             "run serq run --dump again")
+        raise UsageError(f"{src}: neither a sweep directory (sweep.json) nor a dump directory (dump.json)")
+    return "report"
+
+
+def _output(src: str, output: str | None, fmt: str | None) -> tuple[str, str]:
+    if output:
+        suffix = os.path.splitext(output)[1].lower().lstrip(".")
+        if suffix not in FORMATS:
+            raise UsageError(f"-o {output}: the figure's name ends in .png or .svg")
+        if fmt and fmt != suffix:
+            raise UsageError(f"-o {output} is {suffix.upper()}, --format says {fmt}")
+        return output, suffix
+    fmt = fmt or "png"
+    base = src if os.path.isdir(src) else os.path.splitext(src)[0]
+    return f"{base}.{fmt}", fmt
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        raise UsageError("serq plot needs matplotlib: pip install 'serq[experiments]'") from None
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+    plt.rcdefaults()
+    plt.rcParams.update({
+        "font.size": 10, "axes.titlesize": 10.5, "axes.labelsize": 10, "legend.fontsize": 8.5,
+        "xtick.labelsize": 9, "ytick.labelsize": 9, "axes.grid": True, "grid.alpha": 0.3,
+        "grid.linewidth": 0.6, "axes.spines.top": False, "axes.spines.right": False,
+        "figure.dpi": 100, "savefig.dpi": 130, "svg.hashsalt": "serq-plot", "svg.fonttype": "path",
+        "path.simplify": True, "figure.constrained_layout.use": True,
+    })
+    return plt
+
+
+def _save(plt, fig, out: str, fmt: str):
+    # no date and no matplotlib version: the same input gives the same bytes
+    if fmt == "png":
+        fig.savefig(out, format="png", metadata={"Software": None})
+        return
+    import io
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    # a clip path's or marker's id hashes its bounds' floats to the last bit, which a layout may
+    # round differently from one drawing to the next: numbered in order of appearance instead
+    ids: dict = {}
+    text = re.sub(r"\b([pm])([0-9a-f]{10})\b", lambda m: ids.setdefault(m.group(0), f"{m.group(1)}{len(ids)}"),
+                  buf.getvalue())
+    with open(out, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(text)
+
+
+def _read_json(path: str, what: str):
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not {what} ({exc})") from None
+
+
+def _read_report(src: str) -> dict:
+    rep = _read_json(src, "a report (JSON)")
+    if not isinstance(rep, dict) or not isinstance(rep.get("client"), dict) or "end" not in rep:
+        raise UsageError(f"{src}: not a report of serq run --json")
+    return rep
+
+
+def _read_csv(path: str) -> tuple[list[str], list[list[str]]]:
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.reader(fh))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read it: {exc.strerror or exc}") from None
+    except (csv.Error, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: not a CSV file ({exc})") from None
+    if not rows:
+        raise UsageError(f"{path}: empty, not even a header")
+    return rows[0], rows[1:]
+
+
+def _columns(path: str, want: list[str]) -> list[list[float]]:
+    """The named columns of a dump's CSV file as floats."""
+    head, rows = _read_csv(path)
+    try:
+        idx = [head.index(w) for w in want]
+        return [[float(r[i]) for r in rows] for i in idx]
+    except (ValueError, IndexError):
+        raise UsageError(f"{path}: expected the columns {', '.join(want)}, with numbers") from None
+
+
+# ------------------------------------------------------------------ shared pieces
+
+
+def _num(v: float) -> str:
+    """A figure for a label: 4 significant digits, thousands separated."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return str(v)
+    if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e7):
+        return f"{v:.3g}"
+    if abs(v) >= 1000:
+        return f"{v:,.0f}"
+    return f"{v:.4g}"
+
+
+def _secs(v: float) -> str:
+    """A time with a unit an engineer reads at a glance."""
+    if v is None or not math.isfinite(v):
+        return str(v)
+    if abs(v) < 1:
+        return f"{v * 1000:.3g} ms"
+    return f"{v:.4g} s"
+
+
+def _log_worthy(vals) -> bool:
+    """A log axis when the values are positive and span more than two decades."""
+    vals = [v for v in vals if v is not None and math.isfinite(v)]
+    return bool(vals) and min(vals) > 0 and max(vals) / min(vals) > 100
+
+
+def _plain_log(axis):
+    """A log axis with plain numbers (0.01, 0.1, 1, 10) rather than powers of ten."""
+    from matplotlib.ticker import FuncFormatter
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def _footnote(fig, text: str):
+    """A note under the axes, which the layout keeps clear of them (two lines at most)."""
+    import textwrap
+    width = int(fig.get_figwidth() * 15)  # characters of 8 pt a line
+    lines = textwrap.wrap(text, width)
+    h = (0.16 * len(lines) + 0.08) / fig.get_figheight()
+    fig.get_layout_engine().set(rect=(0, h, 1, 1 - h))
+    fig.text(0.006, 0.006, "\n".join(lines), fontsize=8, color="0.35", ha="left", va="bottom")
+
+
+# ------------------------------------------------------------------ a report
+
+
+def _report_figure(plt, rep: dict, src: str):
+    client = [(k, title, rep["client"].get(k)) for k, title in CLIENT]
+    client = [(k, t, s) for k, t, s in client if s and s.get("count")]
+    pools = rep.get("pools") or {}
+    stages = rep.get("stages") or {}
+    ncol = max(3, len(client))
+    rows = 1 + bool(pools or stages)
+    fig = plt.figure(figsize=(4.2 * ncol, 3.4 * rows + 0.6))
+    gs = fig.add_gridspec(rows, ncol * 2)
+    for i, (k, title, st) in enumerate(client):
+        ax = fig.add_subplot(gs[0, 2 * i:2 * i + 2])
+        qs = [("min", 0.0), ("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0)]
+        pts = [(st[q], y, q) for q, y in qs if st.get(q) is not None]
+        xs = [p[0] for p in pts]
+        ax.plot(xs, [p[1] for p in pts], ls=":", color="0.6", lw=1)
+        ax.plot(xs, [p[1] for p in pts], "o", color="C0", ms=6, zorder=3)
+        for x, y, q in pts:
+            right = q != "p99"  # p99 and max sit one above the other: p99's label on the left
+            ax.annotate(f"{q} {_secs(x)}", (x, y), xytext=(6 if right else -6, -3), textcoords="offset points",
+                        ha="left" if right else "right", va="top" if q != "min" else "bottom", fontsize=8.5)
+        if _log_worthy(xs):
+            ax.set_xscale("log")
+            _plain_log(ax.xaxis)
+        ax.set_ylim(-0.05, 1.08)
+        ax.set_yticks([0, 0.5, 0.9, 0.99])
+        ax.set_yticklabels(["0", "0.5", "0.9", "0.99"])
+        ax.set_xlabel("seconds")
+        ax.set_ylabel("fraction of samples ≤ x")
+        mean = st.get("mean")
+        ci = st.get("ci95")
+        ax.set_title(f"{title} ({k})\nn = {st['count']:,}, mean {_secs(mean)}"
+                     + (f" ± {_secs(ci)}" if ci is not None else ""))
+        ax.margins(x=0.25)
+    if pools or stages:
+        half = ncol
+        if pools:
+            ax = fig.add_subplot(gs[1, :half] if stages else gs[1, :])
+            _pool_bars(ax, pools)
+        if stages:
+            ax = fig.add_subplot(gs[1, half:] if pools else gs[1, :])
+            _stage_bars(ax, stages)
+    prog = os.path.basename(src)
+    hz = rep.get("horizon")
+    fig.suptitle(f"{prog}: seed {rep.get('seed')}, warm-up {_num(rep.get('warmup') or 0)} s, end {_num(rep['end'] or 0)} s"
+                 + (f" (horizon {_num(hz)} s)" if hz is not None else ""), fontsize=11.5)
+    _footnote(fig, "Points are the report's quantiles (min, p50, p90, p99, max) of the samples after the warm-up, "
+              "joined by dotted lines: not a full CDF (serq run --dump DIR; serq plot DIR draws that).")
+    return fig
+
+
+def _pool_bars(ax, pools: dict):
+    names = list(pools)
+    capped = [n for n in names if pools[n].get("cap")]
+    uncapped = [n for n in names if not pools[n].get("cap")]
+    y = list(range(len(capped)))
+    mean = [100 * (pools[n]["mean_used"] or 0) / pools[n]["cap"] for n in capped]
+    top = [100 * (pools[n]["max_used"] or 0) / pools[n]["cap"] for n in capped]
+    ax.barh([v + 0.18 for v in y], top, height=0.36, color="C1", alpha=0.55, label="max used")
+    ax.barh([v - 0.18 for v in y], mean, height=0.36, color="C0", label="mean used (time average)")
+    for v, n, m, t in zip(y, capped, mean, top):
+        p = pools[n]
+        ax.text(max(m, 0) + 1, v - 0.18, f"{_num(p['mean_used'] or 0)} of {_num(p['cap'])}", va="center", fontsize=8)
+        extra = [f"{k} {p[k]:,}" for k in ("rejected", "evicted", "preempted") if p.get(k)]
+        ax.text(max(t, 0) + 1, v + 0.18, f"{_num(p['max_used'] or 0)}" + (f"  ({', '.join(extra)})" if extra else ""),
+                va="center", fontsize=8)
+    ax.set_yticks(y)
+    ax.set_yticklabels([f"pool {n}" for n in capped])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 135)
+    ax.set_xticks([0, 25, 50, 75, 100])
+    ax.set_xlabel("% of the pool's cap")
+    ax.grid(axis="y", visible=False)
+    title = "pools: units used"
+    if uncapped:
+        title += "\nno cap: " + ", ".join(f"{n} (mean {_num(pools[n]['mean_used'] or 0)}, "
+                                          f"max {_num(pools[n]['max_used'] or 0)})" for n in uncapped)
+    ax.set_title(title)
+    if capped:
+        ax.legend(loc="lower right", frameon=False)
+
+
+def _stage_bars(ax, stages: dict):
+    names = list(stages)
+    util = [100 * (stages[n]["utilisation"] or 0) for n in names]
+    y = list(range(len(names)))
+    ax.barh(y, util, height=0.5, color="C2")
+    for v, n, u in zip(y, names, util):
+        ax.text(u + 1, v, f"{u:.1f}%  ({stages[n]['completed']:,} completed)", va="center", fontsize=8)
+    ax.set_yticks(y)
+    ax.set_yticklabels([f"stage {n}" for n in names])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 135)
+    ax.set_xticks([0, 25, 50, 75, 100])
+    ax.set_xlabel("% of the time busy, after the warm-up")
+    ax.grid(axis="y", visible=False)
+    ax.set_title("stages: utilisation")
+
+
+# ------------------------------------------------------------------ a dump
+
+
+def _dump_figure(plt, src: str):
+    meta = _read_json(os.path.join(src, "dump.json"), "a dump's dump.json")
+    if not isinstance(meta, dict) or "end" not in meta or "warmup" not in meta:
+        raise UsageError(f"{src}/dump.json: not a dump's dump.json")
+    end = meta["end"]
+    warm = meta["warmup"] or 0.0
+    client = []
+    for k, title in CLIENT:
+        path = os.path.join(src, f"client_{k}.csv")
+        if os.path.isfile(path):
+            (vals,) = _columns(path, ["value"])
+            if vals:
+                client.append((k, title, vals))
+    panels = _time_panels(src, meta)
+    shown, hidden = panels[:MAX_PANELS], panels[MAX_PANELS:]
+    ncol = 3
+    trows = (len(shown) + 1) // 2
+    fig = plt.figure(figsize=(13, 3.3 + 2.7 * trows + 0.5))
+    gs = fig.add_gridspec(1 + trows, 6, height_ratios=[1.2] + [1] * trows)
+    for i, (k, title, vals) in enumerate(client[:ncol]):
+        ax = fig.add_subplot(gs[0, 2 * i:2 * i + 2])
+        _cdf(ax, k, title, vals, "after the warm-up" if warm > 0 else "all")
+    for j, panel in enumerate(shown):
+        ax = fig.add_subplot(gs[1 + j // 2, 3 * (j % 2):3 * (j % 2) + 3])
+        _time_panel(ax, panel, end, warm)
+    prog = os.path.basename(meta.get("program") or src)
+    inputs = meta.get("inputs") or {}
+    head = f"{prog}: seed {meta.get('seed')}, warm-up {_num(warm)} s, end {_num(end)} s"
+    if inputs:
+        head += "\n" + ", ".join(f"{k} = {_num(v)}" for k, v in inputs.items())
+    fig.suptitle(head, fontsize=11.5)
+    note = (f"CDFs: the samples taken after the warm-up (t ≥ {_num(warm)} s), as the report's statistics. "
+            "Time series: every change, the warm-up shaded" if warm > 0 else
+            "CDFs: every sample (no warm-up). Time series: every change")
+    note += f"; past {MAX_SERIES:,} changes, a line per 1/{BINS} of the run (its time average) and a band (its range)."
+    if hidden:
+        note += " Not shown: " + ", ".join(p["title"] for p in hidden) + "."
+    _footnote(fig, note)
+    return fig
+
+
+def _cdf(ax, k, title, vals, which: str):
+    import numpy as np
+    xs = np.sort(np.asarray(vals, dtype=float))
+    n = len(xs)
+    ys = np.arange(1, n + 1) / n
+    finite = xs[np.isfinite(xs)]
+    ax.step(xs, ys, where="post", color="C0", lw=1.4)
+    for q, ls in ((0.5, "--"), (0.99, ":")):
+        v = float(np.quantile(xs, q))  # linear between closest ranks, as the report's
+        ax.axvline(v, color="C3", ls=ls, lw=1)
+        ax.annotate(f"p{int(q * 100)} {_secs(v)}", (v, q), xytext=(4, -10 if q > 0.9 else -14),
+                    textcoords="offset points", fontsize=8.5, color="C3",
+                    bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none", "alpha": 0.85})
+    if len(finite) and _log_worthy(list(finite)):
+        ax.set_xscale("log")
+        _plain_log(ax.xaxis)
+    else:
+        from matplotlib.ticker import MaxNLocator
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("fraction of samples ≤ x")
+    ax.set_title(f"{title} ({k}): CDF\n{n:,} samples ({which}), mean {_secs(float(np.mean(xs)))}")
+
+
+def _time_panels(src: str, meta: dict) -> list[dict]:
+    """What the dump holds over time, in the order an engineer reads it: the pools' use, the
+    engines' running and waiting requests, the other stages', then the program's gauges (one
+    that repeats a pool's series is not drawn again). A family's members share a panel."""
+    panels = []
+    caps = meta.get("pools") or {}
+    engines = list(meta.get("engines") or [])
+    pool_series = {}
+    pdir = os.path.join(src, "pool")
+    for base, names in _families(_names(pdir, list(caps))):
+        lines = []
+        for i, name in enumerate(names[:FAMILY]):
+            t, used, queued = _columns(os.path.join(pdir, name + ".csv"), ["time", "used", "queued"])
+            pool_series[name] = (t, used)
+            tag = name[len(base):] + " " if len(names) > 1 else ""
+            lines.append((f"{tag}used", t, used, f"C{i}", "-"))
+            if any(queued):
+                lines.append((f"{tag}queued" if tag else "queued (requests)", t, queued, f"C{i}" if tag else "C1",
+                              "--" if tag else "-"))
+        cap = {caps.get(n) for n in names}
+        cap = cap.pop() if len(cap) == 1 else None
+        each = " each" if len(names) > 1 else ""
+        panels.append({"title": f"pool {_span(base, names)}: used" + (f" (cap {_num(cap)}{each})" if cap else ""),
+                       "lines": lines, "ylabel": "units", "cap": cap})
+    sdir = os.path.join(src, "stage")
+    others = []
+    for base, names in _families(_names(sdir, engines)):
+        if names[0] not in engines:
+            others += names
+            continue
+        lines = []
+        for i, name in enumerate(names[:FAMILY]):
+            t, run, wait = _columns(os.path.join(sdir, name + ".csv"), ["time", "running", "waiting"])
+            tag = name[len(base):] + " " if len(names) > 1 else ""
+            lines += [(f"{tag}running" + ("" if tag else " (running.count)"), t, run, f"C{2 + 2 * i}", "-"),
+                      (f"{tag}waiting" + ("" if tag else " (waiting.count)"), t, wait,
+                       f"C{2 + 2 * i}" if tag else "C3", "--" if tag else "-")]
+        panels.append({"title": f"engine {_span(base, names)}: requests", "ylabel": "requests", "lines": lines})
+    if others:
+        lines = []
+        for i, name in enumerate(others[:FAMILY]):
+            t, run, wait = _columns(os.path.join(sdir, name + ".csv"), ["time", "running", "waiting"])
+            lines.append((f"{name} in service", t, run, f"C{(i + 4) % 10}", "-"))
+            if any(wait):
+                lines.append((f"{name} queued", t, wait, f"C{(i + 4) % 10}", "--"))
+        more = f" ({FAMILY} of {len(others)})" if len(others) > FAMILY else ""
+        panels.append({"title": f"stages: jobs{more}", "ylabel": "jobs", "lines": lines})
+    gdir = os.path.join(src, "gauge")
+    for name in _names(gdir, []):
+        t, v = _columns(os.path.join(gdir, name + ".csv"), ["time", "value"])
+        if any(s == (t, v) for s in pool_series.values()):
+            continue  # the pool's own panel shows it
+        panels.append({"title": f"gauge {name}", "ylabel": "value", "lines": [(name, t, v, "C5", "-")]})
+    return panels
+
+
+def _names(d: str, order: list) -> list[str]:
+    """The series in d, in `order` (the program's), the rest by name, members by index."""
+    if not os.path.isdir(d):
+        return []
+    have = {n[:-4] for n in os.listdir(d) if n.endswith(".csv")}
+    first = [n for n in order if n in have]
+    return first + sorted(have - set(first), key=_member)
+
+
+def _member(label: str):
+    m = re.fullmatch(r"(.*)\[(\d+)\]", label)
+    return (m.group(1), int(m.group(2))) if m else (label, -1)
+
+
+def _families(names: list[str]) -> list[tuple[str, list[str]]]:
+    out: dict = {}
+    for n in names:
+        out.setdefault(_member(n)[0], []).append(n)
+    return [(b, sorted(ms, key=_member)) for b, ms in out.items()]
+
+
+def _span(base: str, names: list[str]) -> str:
+    if len(names) == 1:
+        return names[0]
+    more = f", {FAMILY} of {len(names)} shown" if len(names) > FAMILY else ""
+    return f"{base}[{_member(names[0])[1]}..{_member(names[-1])[1]}{more}]"
+
+
+def _time_panel(ax, panel: dict, end: float, warm: float):
+    top = 0.0
+    for label, t, v, color, ls in panel["lines"]:
+        top = max(top, _draw_series(ax, t, v, end, label, color, ls))
+    cap = panel.get("cap")
+    if cap and top > 0 and cap <= 1.5 * top:  # a cap far above what was used would flatten the line
+        ax.axhline(cap, color="0.3", ls="--", lw=1, label="cap")
+    if warm > 0:
+        ax.axvspan(0, warm, color="0.5", alpha=0.15, lw=0)
+        ax.text(warm, 1.0, " warm-up", transform=ax.get_xaxis_transform(), fontsize=8, color="0.3",
+                ha="right" if warm > 0.8 * end else "left", va="top")
+    ax.set_xlim(0, end)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel(panel["ylabel"])
+    # the legend between the title and the axes, where it hides no line
+    n = len(ax.get_legend_handles_labels()[0])
+    ncol = min(n, 4)
+    rows = -(-n // ncol) if n else 0
+    ax.set_title(panel["title"], pad=4 + 14 * rows)
+    if n:
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=ncol, frameon=False,
+                  handlelength=1.8, columnspacing=1.2, borderaxespad=0.2)
+
+
+def _draw_series(ax, t, v, end, label, color, ls) -> float:
+    """A piecewise-constant series up to end: its steps, or, past MAX_SERIES changes, per bin its
+    time average (a line) and the least and greatest value it held (a band). The greatest value."""
+    import numpy as np
+    ts = np.asarray(t, dtype=float)
+    vs = np.asarray(v, dtype=float)
+    if not len(ts):
+        return 0.0
+    if len(ts) <= MAX_SERIES:
+        ax.step(np.append(ts, end), np.append(vs, vs[-1]), where="post", color=color, ls=ls, lw=1.1, label=label)
+        return float(np.nanmax(vs))
+    edges = np.linspace(0.0, end, BINS + 1)
+    dt = np.diff(np.append(ts, end))
+    cum = np.concatenate([[0.0], np.cumsum(vs * dt)])
+
+    def integral(x):
+        i = np.searchsorted(ts, x, side="right") - 1
+        return cum[i] + vs[i] * (x - ts[i])
+    mean = np.diff(integral(edges)) / np.diff(edges)
+    first = np.searchsorted(ts, edges[:-1], side="right") - 1   # the value held at a bin's start
+    last = np.maximum(np.searchsorted(ts, edges[1:], side="left"), first + 1)
+    lo = np.array([vs[a:b].min() for a, b in zip(first, last)])
+    hi = np.array([vs[a:b].max() for a, b in zip(first, last)])
+    ax.stairs(hi, edges, baseline=lo, fill=True, color=color, alpha=0.18, lw=0)
+    ax.stairs(mean, edges, color=color, ls=ls, lw=1.1, label=label)
+    return float(hi.max())
+
+
+# ------------------------------------------------------------------ a sweep
+
+
+def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None):
+    meta = _read_json(os.path.join(src, "sweep.json"), "a sweep's sweep.json")
+    grid = meta.get("grid") if isinstance(meta, dict) else None
+    if not isinstance(grid, dict) or not grid:
+        raise UsageError(f"{src}/sweep.json: not a sweep's sweep.json (no grid)")
+    names = list(grid)
+    x = x or names[0]
+    if x not in grid:
+        raise UsageError(f"--x {x}: not a grid input of this sweep ({', '.join(names)})")
+    if by is not None and by not in grid:
+        raise UsageError(f"--by {by}: not a grid input of this sweep ({', '.join(names)})")
+    if by == x:
+        raise UsageError(f"--by {by} is the x axis already")
+    # one line per value of the other grid inputs (--by's first): never averaged over one of them
+    rest = ([by] if by else []) + [n for n in names if n not in (x, by)]
+    head, rows = _read_csv(os.path.join(src, "summary.csv"))
+    need = ["point", "stat", "n", "mean", "ci95", "lo", "hi"] + names
+    missing = [c for c in need if c not in head]
+    if missing:
+        raise UsageError(f"{src}/summary.csv: no column {', '.join(missing)}")
+    col = {c: head.index(c) for c in head}
+    stats = list(dict.fromkeys(r[col["stat"]] for r in rows))
+    if ys:
+        for y in ys:
+            if y not in stats:
+                near = [s for s in stats if y.split(".")[-1] in s and y.split(".")[0] in s][:6] or \
+                    [s for s in stats if s.startswith("client.")][:6]
+                raise UsageError(f"--y {y}: not a statistic of this sweep's summary.csv (such as {', '.join(near)})")
+    else:
+        ys = [y for y in SWEEP_Y if y in stats] or stats[:1]
+    if not ys:
+        raise UsageError(f"{src}/summary.csv: no statistic to plot")
+    data = {}
+    for r in rows:
+        stat = r[col["stat"]]
+        if stat not in ys:
+            continue
+        key = tuple(_grid_value(r[col[n]]) for n in rest)
+        mean = _float(r[col["mean"]])
+        if mean is None:
+            continue
+        lo, hi = _float(r[col["lo"]]), _float(r[col["hi"]])
+        data.setdefault(stat, {}).setdefault(key, []).append((_grid_value(r[col[x]]), mean, lo, hi))
+    ncol = min(3, len(ys))
+    nrow = -(-len(ys) // ncol)
+    fig = plt.figure(figsize=(4.6 * ncol + 0.4, 3.7 * nrow + 1.0))
+    axes = fig.subplots(nrow, ncol, squeeze=False)
+    xs_all = [_grid_value(v) for v in grid[x]]
+    handles = {}
+    clipped = []
+    for i, y in enumerate(ys):
+        ax = axes[i // ncol][i % ncol]
+        series = data.get(y, {})
+        ordered = sorted(series.items(), key=lambda kv: tuple(_sortable(k) for k in kv[0]))
+        means = [p[1] for _, pts in ordered for p in pts]
+        # latencies against load span decades near saturation: a log axis when the means are
+        # positive and span more than 20 times; a band's lower end below it (a t interval over
+        # few seeds can reach below zero) is cut at the axis, and said so
+        log = bool(means) and min(means) > 0 and max(means) / min(means) > 20
+        floor = min(means) / 3 if log else 0.0 if means and min(means) >= 0 else None
+        for j, (key, pts) in enumerate(ordered):
+            pts.sort()
+            px = [p[0] for p in pts]
+            color = f"C{j % 10}"
+            label = ", ".join(f"{n} = {v:g}" if isinstance(v, float) else f"{n} = {v}" for n, v in zip(rest, key)) or y
+            (h,) = ax.plot(px, [p[1] for p in pts], "o-", color=color, ms=4, lw=1.5, label=label)
+            band = [(p[0], p[2], p[3]) for p in pts if p[2] is not None and p[3] is not None]
+            if band:
+                lo = [b[1] for b in band]
+                if floor is not None and any(v < floor for v in lo):
+                    lo = [max(v, floor) for v in lo]
+                    clipped.append(y)
+                ax.fill_between([b[0] for b in band], lo, [b[2] for b in band], color=color, alpha=0.18, lw=0)
+            handles.setdefault(label, h)
+        if log:
+            ax.set_yscale("log")
+            ax.set_ylim(bottom=floor)
+            _plain_log(ax.yaxis)
+        numeric = all(isinstance(v, float) for v in xs_all)
+        if numeric and _log_worthy(xs_all) and len(xs_all) > 2:
+            ax.set_xscale("log")
+            _plain_log(ax.xaxis)
+        if numeric and len(xs_all) <= 8:  # a few grid values: the ticks are the points swept
+            ax.set_xticks(xs_all, [f"{v:g}" for v in xs_all])
+            ax.xaxis.set_minor_locator(plt.NullLocator())
+        ax.set_xlabel(x)
+        ax.set_ylabel(_unit_label(y))
+        ax.set_title(y)
+        if not series:
+            ax.text(0.5, 0.5, "no run has this statistic", transform=ax.transAxes, ha="center", color="0.4")
+    for k in range(len(ys), nrow * ncol):
+        axes[k // ncol][k % ncol].set_visible(False)
+    if handles:
+        fig.legend(list(handles.values()), list(handles), loc="outside right center",
+                   ncol=1, frameon=False, title=", ".join(rest) or None)
+    seeds = meta.get("seeds") or []
+    prog = os.path.basename(str(meta.get("program") or src))
+    settings = meta.get("settings") or {}
+    bits = [f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''} a point"]
+    if settings.get("horizon") is not None:
+        bits.append(f"horizon {_num(settings['horizon'])} s")
+    if settings.get("warmup"):
+        bits.append(f"warm-up {_num(settings['warmup'])} s")
+    if meta.get("failed"):
+        bits.append(f"{meta['failed']} of {meta.get('runs')} runs failed")
+    fixed_in = meta.get("inputs") or {}
+    if fixed_in:
+        bits.append(", ".join(f"{k} = {v:g}" if isinstance(v, (int, float)) else f"{k} = {v}"
+                              for k, v in fixed_in.items()))
+    fig.suptitle(f"{prog}: sweep over {x} ({'; '.join(bits)})\n"
+                 "lines: mean across seeds; bands: its 95% interval across seeds (Student t)", fontsize=11)
+    if clipped:
+        _footnote(fig, f"The bands of {', '.join(dict.fromkeys(clipped))} are cut at zero, or on a log axis at a "
+                  "third of the least mean: an interval over few seeds can reach below zero, which the statistic cannot.")
+    return fig
+
+
+def _unit_label(stat: str) -> str:
+    parts = stat.split(".")
+    last = parts[-1]
+    if parts[0] == "client" and len(parts) == 3:
+        if last == "count":
+            return "samples"
+        return f"{parts[1]} {last} (s)"
+    if parts[0] == "pools" and len(parts) == 3:
+        return f"pool {parts[1]}: {last.replace('_', ' ')}" + (" (units)" if "used" in last or last == "cap" else "")
+    if parts[0] == "stages" and last == "utilisation":
+        return f"{parts[1]}: fraction of time busy"
+    if parts[0] == "sessions":
+        return f"sessions {last.replace('_', ' ')}"
+    if parts[0] == "end":
+        return "end (s)"
+    return stat
+
+
+def _float(text: str):
+    if text is None or text == "":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _grid_value(text):
+    """A grid value as a number where it is one (summary.csv holds text)."""
+    if isinstance(text, (int, float)):
+        return float(text)
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return text
+
+
+def _sortable(v):
+    return (0, v, "") if isinstance(v, float) else (1, 0.0, str(v))

@@ -1,0 +1,335 @@
+"""serq plot (issue 13, docs/reference/cli.md *serq plot*) and what --dump writes for it: each input
+kind gives a valid PNG and SVG, the same bytes twice; the dump's series against a run worked out by
+hand; usage errors; and docs/tutorial.md's commands, run as written."""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from test_cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+VLLM = ROOT / "examples" / "multi-turn" / "vllm.sq"
+SVG = "{http://www.w3.org/2000/svg}"
+
+pytest.importorskip("matplotlib")  # the experiments extra, which make install installs
+
+# two holders of 2 units fit a cap of 5, the third waits; one fifo server, 10 s a job:
+#   t 0: p used 4, queued 1; s 1 in service, 1 waiting
+#   t 10: the first ends, the third is admitted: used 4, queued 0 (s: 1 and 1, unchanged)
+#   t 20: the second ends: used 2; s 1 in service, none waiting
+#   t 30: the third ends: used 0, s empty; the run drains at 30
+TINY = """fn main() {
+  pool p { cap 5; }
+  stage s : fifo;
+  workload { arrive batch(3); }
+  server { hold p (cost(p, 2)) { run s (cost(s, 10)); } }
+}
+"""
+
+
+def _rows(path):
+    with open(path, newline="") as fh:
+        return list(csv.reader(fh))
+
+
+def test_dump_writes_the_series_a_run_worked_out_by_hand(capsys, tmp_path):
+    prog = tmp_path / "tiny.sq"
+    prog.write_text(TINY)
+    d = tmp_path / "d"
+    rc, out, err = cli(capsys, "run", str(prog), "--json", "--dump", str(d))
+    assert rc == 0, err
+    rep = json.loads(out)
+    assert sorted(os.listdir(d)) == ["client_response.csv", "dump.json", "gauge", "pool", "stage"]
+    pool = _rows(d / "pool" / "p.csv")
+    assert pool[0] == ["time", "used", "queued"]
+    series = [tuple(map(float, r)) for r in pool[1:]]
+    assert series == [(0, 4, 1), (10, 4, 0), (20, 2, 0), (30, 0, 0)]
+    assert _rows(d / "stage" / "s.csv") == [["time", "running", "waiting"], ["0.0", "1.0", "1.0"],
+                                            ["20.0", "1.0", "0.0"], ["30.0", "0.0", "0.0"]]
+    meta = json.loads((d / "dump.json").read_text())
+    assert meta == {"program": str(prog), "seed": 1, "horizon": None, "warmup": 0.0, "end": 30.0, "inputs": {},
+                    "pools": {"p": 5.0}, "engines": []}
+    # the report's figures from the series: max and the time average over [warmup, end]
+    p = rep["pools"]["p"]
+    assert p["max_used"] == max(u for _, u, _ in series)
+    area = sum(u * (t1 - t0) for (t0, u, _), (t1, _, _) in zip(series, series[1:]))
+    assert p["mean_used"] == pytest.approx(area / rep["end"]) == pytest.approx(100 / 30)
+
+
+def test_dump_series_agree_with_the_report_of_a_real_engine(capsys, tmp_path):
+    d = tmp_path / "d"
+    rc, out, err = cli(capsys, "run", str(VLLM), "--json", "--horizon", "300", "--warmup", "50", "--dump", str(d))
+    assert rc == 0, err
+    rep = json.loads(out)
+    meta = json.loads((d / "dump.json").read_text())
+    assert (meta["seed"], meta["horizon"], meta["warmup"], meta["end"]) == (1, 300.0, 50.0, rep["end"])
+    assert meta["engines"] == ["vllm"] and meta["inputs"]["chunk_cap"] == 512
+    for name, p in rep["pools"].items():
+        rows = [tuple(map(float, r)) for r in _rows(d / "pool" / f"{name}.csv")[1:]]
+        times = [r[0] for r in rows]
+        assert times == sorted(times) and times[-1] <= rep["end"]
+        # max_used is over the whole run; mean_used the time average from the warm-up to the end
+        assert max(r[1] for r in rows) == p["max_used"]
+        nxt = times[1:] + [rep["end"]]
+        area = math.fsum(u * max(0.0, min(t1, rep["end"]) - max(t0, 50.0)) for (t0, u, _), t1 in zip(rows, nxt))
+        assert area / (rep["end"] - 50.0) == pytest.approx(p["mean_used"], rel=1e-9)
+    # the engine's running.count never exceeds max_num_seqs, and it is the reqs pool's holders
+    eng = [tuple(map(float, r)) for r in _rows(d / "stage" / "vllm.csv")[1:]]
+    assert max(r[1] for r in eng) <= 256 and min(r[2] for r in eng) >= 0
+    seqs = {float(t): float(v) for t, v in _rows(d / "gauge" / "seqs.csv")[1:]}
+    held = {}
+    for t, r, _ in eng:
+        held[t] = r
+    # at each change of the gauge holders(reqs) the engine's residents are as many
+    last = 0.0
+    merged = sorted(set(seqs) | set(held))
+    g = e = 0.0
+    for t in merged:
+        g = seqs.get(t, g)
+        e = held.get(t, e)
+        assert g == e, (t, g, e)
+        last = t
+    assert last <= rep["end"]
+
+
+def test_a_run_without_dump_records_nothing(tmp_path):
+    from serq import api
+    prog = api.load_text(TINY)
+    rep = api.run(prog)
+    assert rep.pop("_sim").recorder is None
+    rep2 = api.run(prog, record=True)
+    sim = rep2.pop("_sim")
+    assert sim.recorder is not None and rep2 == rep  # recording changes no figure
+
+
+# ------------------------------------------------------------------ the figures
+
+
+def _svg_ok(path):
+    root = ET.parse(path, parser=ET.XMLParser(target=ET.TreeBuilder(insert_comments=True))).getroot()
+    assert root.tag == f"{SVG}svg"
+    return root
+
+
+def _png_ok(path):
+    data = Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and b"matplotlib version" not in data
+    return data
+
+
+def _axes(root):
+    return [g for g in root.iter(f"{SVG}g") if re.fullmatch(r"axes_\d+", g.get("id", ""))]
+
+
+def _texts(root):
+    """The text of every text group: matplotlib writes each as <!-- text --> before its glyphs."""
+    return [c.text.strip() for c in root.iter() if c.tag is ET.Comment and c.text]
+
+
+def _twice(capsys, src, out, *more):
+    """Plot src to out twice: the same bytes."""
+    rc, _, err = cli(capsys, "plot", str(src), "-o", str(out), *more)
+    assert rc == 0, err
+    assert err == f"{src}: plotted {out}\n"
+    first = Path(out).read_bytes()
+    rc, _, err = cli(capsys, "plot", str(src), "-o", str(out), *more)
+    again = Path(out).read_bytes()
+    assert rc == 0, err
+    if again != first:
+        at = next(i for i, (a, b) in enumerate(zip(first, again)) if a != b)
+        pytest.fail(f"{out}: not the same bytes twice, from byte {at}: {first[at - 200:at + 60]!r} "
+                    f"then {again[at - 200:at + 60]!r}")
+    return first
+
+
+@pytest.fixture(scope="module")
+def dumped(tmp_path_factory):
+    base = tmp_path_factory.mktemp("dumped")
+    d = base / "run"
+    proc = subprocess.run([sys.executable, "-m", "serq.cli", "run", str(VLLM), "--horizon", "200", "--warmup", "40",
+                           "--json", "--dump", str(d)], capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    (base / "r.json").write_text(proc.stdout)
+    return base
+
+
+def test_plot_a_report(capsys, dumped, tmp_path):
+    _twice(capsys, dumped / "r.json", tmp_path / "r.png")
+    _png_ok(tmp_path / "r.png")
+    _twice(capsys, dumped / "r.json", tmp_path / "r.svg")
+    root = _svg_ok(tmp_path / "r.svg")
+    assert len(_axes(root)) == 5  # ttft, tpot, response; pools; stages
+    texts = _texts(root)
+    for want in ("p99 ", "pool kv", "stage vllm", "% of the pool's cap", "not a full CDF"):
+        assert any(want in t for t in texts), want
+    # the default output: beside the input, the input's name with .png
+    rc, _, err = cli(capsys, "plot", str(dumped / "r.json"))
+    assert rc == 0 and (dumped / "r.png").is_file()
+
+
+def test_plot_a_dump(capsys, dumped, tmp_path):
+    _twice(capsys, dumped / "run", tmp_path / "d.png")
+    _png_ok(tmp_path / "d.png")
+    _twice(capsys, dumped / "run", tmp_path / "d.svg")
+    root = _svg_ok(tmp_path / "d.svg")
+    # 3 CDFs; pools kv and reqs, engine vllm, stage tool; gauge seqs (kv_used is pool kv's own series)
+    assert len(_axes(root)) == 3 + 5
+    texts = _texts(root)
+    for want in ("warm-up", "running (running.count)", "waiting (waiting.count)", "pool kv: used (cap 65,536)",
+                 "time (s)", "gauge seqs"):
+        assert any(want in t for t in texts), want
+    assert not any("gauge kv_used" in t for t in texts)
+    rc, _, err = cli(capsys, "plot", str(dumped / "run") + "/", "--format", "svg")
+    assert rc == 0 and (dumped / "run.svg").is_file(), err
+
+
+def make_sweep(d: Path, seeds=(1, 2, 3)) -> Path:
+    """A sweep directory as docs/notes' contract has serq sweep write it: grid rate x chunk_cap,
+    made-up numbers whose mean across seeds is known."""
+    d.mkdir(parents=True)
+    grid = {"rate": [0.5, 1.0, 1.5, 2.0], "chunk_cap": [256, 2048]}
+    stats = ["client.ttft.p99", "client.tpot.p99", "client.response.mean", "pools.kv.mean_used"]
+    runs, summary, point = [], [], 0
+    for rate in grid["rate"]:
+        for cap in grid["chunk_cap"]:
+            vals = {}
+            for seed in seeds:
+                row = {"point": point, "rate": rate, "chunk_cap": cap, "seed": seed, "status": "ok", "error": "",
+                       "end": 300.0}
+                for k, st in enumerate(stats):
+                    row[st] = (k + 1) * 0.01 * rate ** 3 * (1 + cap / 4096) * (1 + 0.05 * (seed - 2))
+                    vals.setdefault(st, []).append(row[st])
+                runs.append(row)
+            for st, vs in [("end", [300.0] * len(seeds))] + list(vals.items()):
+                m = sum(vs) / len(vs)
+                ci = 4.302652729911275 * (sum((v - m) ** 2 for v in vs) / (len(vs) - 1)) ** 0.5 / len(vs) ** 0.5
+                summary.append({"point": point, "rate": rate, "chunk_cap": cap, "stat": st, "n": len(vs),
+                                "mean": m, "ci95": ci, "lo": m - ci, "hi": m + ci})
+            point += 1
+    cols = list(runs[0])
+    with open(d / "runs.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, cols)
+        w.writeheader()
+        w.writerows(runs)
+    (d / "runs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in runs))
+    with open(d / "summary.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, list(summary[0]))
+        w.writeheader()
+        w.writerows(summary)
+    (d / "sweep.json").write_text(json.dumps({
+        "program": "examples/multi-turn/vllm.sq", "grid": grid, "seeds": list(seeds),
+        "settings": {"horizon": 300, "warmup": 60, "arrivals": None}, "inputs": {}, "runs": len(runs),
+        "failed": 0, "columns": cols, "serq": "0.1.0"}))
+    return d
+
+
+def test_plot_a_sweep(capsys, tmp_path):
+    sw = make_sweep(tmp_path / "sweep-vllm")
+    _twice(capsys, sw, tmp_path / "s.png")
+    _png_ok(tmp_path / "s.png")
+    _twice(capsys, sw, tmp_path / "s.svg")
+    root = _svg_ok(tmp_path / "s.svg")
+    axes = _axes(root)
+    assert len(axes) == 3  # the default statistics: ttft p99, tpot p99, response mean
+    texts = _texts(root)
+    for want in ("chunk_cap = 256", "chunk_cap = 2048", "ttft p99 (s)", "vllm.sq: sweep over rate", "95% interval"):
+        assert any(want in t for t in texts), want
+    # each axes: two lines (one per chunk cap), each with its band
+    for ax in axes:
+        lines = [g for g in ax.iter(f"{SVG}g") if g.get("id", "").startswith("line2d_")
+                 and any(p.get("style", "").find("stroke-width: 1.5") >= 0 for p in g.iter(f"{SVG}path"))]
+        bands = [g for g in ax.iter(f"{SVG}g") if g.get("id", "").startswith("FillBetweenPolyCollection")
+                 or g.get("id", "").startswith("PolyCollection")]
+        assert len(lines) == 2 and len(bands) == 2, (len(lines), len(bands))
+    # another statistic, the other input on x: one panel, one line per rate
+    _twice(capsys, sw, tmp_path / "t.svg", "--x", "chunk_cap", "--y", "pools.kv.mean_used")
+    root = _svg_ok(tmp_path / "t.svg")
+    assert len(_axes(root)) == 1
+    texts = _texts(root)
+    assert sum(t.startswith("rate = ") for t in texts) == 4 and any("pool kv: mean used (units)" in t for t in texts)
+    rc, _, err = cli(capsys, "plot", str(sw))
+    assert rc == 0 and (tmp_path / "sweep-vllm.png").is_file(), err
+
+
+def test_plot_usage_errors(capsys, dumped, tmp_path):
+    sw = make_sweep(tmp_path / "sw")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "bad.json").write_text("{not json")
+    cases = [
+        ([], "the following arguments are required: INPUT"),
+        ([str(tmp_path / "nothere")], f"{tmp_path / 'nothere'}: no such file or directory"),
+        ([str(tmp_path / "empty")], "neither a sweep directory (sweep.json) nor a dump directory (dump.json)"),
+        ([str(tmp_path / "bad.json")], "not a report (JSON)"),
+        ([str(sw), "--x", "blocks"], "--x blocks: not a grid input of this sweep (rate, chunk_cap)"),
+        ([str(sw), "--by", "blocks"], "--by blocks: not a grid input of this sweep (rate, chunk_cap)"),
+        ([str(sw), "--y", "client.ttft.p95"], "--y client.ttft.p95: not a statistic of this sweep's summary.csv"),
+        ([str(dumped / "r.json"), "--x", "rate"], "--x applies to a sweep directory"),
+        ([str(sw), "-o", str(tmp_path / "s.pdf")], "the figure's name ends in .png or .svg"),
+        ([str(sw), "-o", str(tmp_path / "s.png"), "--format", "svg"], "--format says svg"),
+        ([str(sw), "--format", "jpg"], "invalid choice: 'jpg'"),
+        ([str(sw), "-o", str(tmp_path / "no" / "dir" / "s.png")], "cannot write"),
+    ]
+    for args, says in cases:
+        rc, out, err = cli(capsys, "plot", *args)
+        assert rc == 2 and says in err and "Traceback" not in err, (args, err)
+        assert err.rstrip().splitlines()[-1].startswith("serq: error: "), err
+
+
+def test_plot_without_matplotlib_is_a_usage_error(capsys, tmp_path, monkeypatch):
+    sw = make_sweep(tmp_path / "sw")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import fails as if not installed
+    rc, out, err = cli(capsys, "plot", str(sw))
+    assert rc == 2 and "pip install 'serq[experiments]'" in err
+
+
+def test_serq_starts_without_matplotlib():
+    code = "import sys, serq.cli; serq.cli._parser(); print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# ------------------------------------------------------------------ the tutorial
+
+
+def _shell_blocks(text: str) -> list[str]:
+    return re.findall(r"^```shell\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def test_the_tutorial_runs_as_written(tmp_path):
+    """docs/tutorial.md's shell blocks, in order, in a fresh directory holding the program and a
+    .venv/bin/serq that is this serq: each succeeds and the plots it shows appear (~35 s of CPU,
+    most of it the sweep on every core)."""
+    text = (ROOT / "docs" / "tutorial.md").read_text()
+    blocks = _shell_blocks(text)
+    assert len(blocks) >= 5 and any("serq sweep" in b for b in blocks) and any("serq plot" in b for b in blocks)
+    (tmp_path / "examples" / "multi-turn").mkdir(parents=True)
+    shutil.copy(VLLM, tmp_path / "examples" / "multi-turn" / "vllm.sq")
+    bin_ = tmp_path / ".venv" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "serq").write_text(f"#!/bin/sh\nexec {sys.executable} -m serq.cli \"$@\"\n")
+    (bin_ / "serq").chmod(0o755)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for block in blocks:
+        proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=tmp_path, capture_output=True,
+                              text=True, env=env)
+        assert proc.returncode == 0, (block, proc.stderr)
+    for png in ("run-rate2.png", "sweep-chunk.png"):
+        _png_ok(tmp_path / png)
+    # the images the page shows are those commands' plots, committed
+    for img in re.findall(r"\]\((img/[^)]+\.png)\)", text):
+        _png_ok(ROOT / "docs" / img)
+    # the page's printed figures are this run's: the sweep's summary has them
+    rows = list(csv.DictReader(open(tmp_path / "sweep-chunk" / "summary.csv")))
+    tpot = {(r["rate"], r["chunk_cap"]): float(r["mean"]) for r in rows if r["stat"] == "client.tpot.p99"}
+    assert f"{tpot[('2', '256')] * 1000:.1f} ms with 256 against {tpot[('2', '2048')] * 1000:.1f} ms" in text
