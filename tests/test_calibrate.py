@@ -452,10 +452,12 @@ def test_an_input_that_only_selects_is_not_fitted(tmp_path, capsys):
 
 
 def test_the_cli_imports_neither_numpy_nor_scipy():
-    """serq check stays fast: the calibrate module is imported with the parser, its deps are not."""
+    """serq check stays fast: an experiment's module is imported for its own command only (cli.py,
+    EXPERIMENTS), and its heavy dependencies inside that command."""
     import subprocess
     code = ("import sys; from serq.cli import main; main(['check', %r]); "
-            "print(sorted(m for m in ('numpy', 'scipy') if m in sys.modules))" % VLLM)
+            "print(sorted(m for m in ('numpy', 'scipy', 'matplotlib', 'ray', 'serq.exp.sweep', 'serq.exp.plot', "
+            "'serq.exp.calibrate') if m in sys.modules))" % VLLM)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
 
