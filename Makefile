@@ -22,6 +22,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev,experiments]'
+	$(BIN)/python -m compileall -q serq   # an editable install compiles nothing: serq's bytecode, read even where PYTHONDONTWRITEBYTECODE is set
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -3,9 +3,10 @@
 the 0.5 s target (issue 12). Each command's peer is the same command with a cold cache (a fresh,
 empty XDG_CACHE_HOME: the parser's tables and the IR's schemas are built and written, as at a first
 use, serq/_cache.py), and the floor is `python -c pass`. Where PYTHONDONTWRITEBYTECODE is set (as on
-the shared machine), serQ's own modules are compiled from source at every start; the row "check
-(.pyc kept)" shows the same check with bytecode written once to a private PYTHONPYCACHEPREFIX, as
-in an ordinary environment. Rounds interleave every command (A, B, C, ...), so a noisy neighbour
+the shared machine), Python writes no bytecode, but it reads what `make install` compiled
+(`compileall serq`: an editable install compiles nothing); a module edited since is compiled from
+source at every start. The row "check (.pyc kept)" shows the same check with bytecode written once
+to a private PYTHONPYCACHEPREFIX, as in an ordinary environment. Rounds interleave every command (A, B, C, ...), so a noisy neighbour
 slows all alike; each figure is the median (min-max) of the rounds.
 
     python bench/startup.py [ROUNDS]     # default 7 rounds
