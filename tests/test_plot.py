@@ -262,6 +262,22 @@ def test_plot_a_sweep(capsys, tmp_path):
     assert rc == 0 and (tmp_path / "sweep-vllm.png").is_file(), err
 
 
+def test_a_sweep_without_tokens_plots_its_response(capsys, tmp_path):
+    """M/M/1 has no token, so no ttft nor tpot: the default panels are the response's mean and p99,
+    not empty ones; one line a panel needs no legend."""
+    out = tmp_path / "sw"
+    rc, _, err = cli(capsys, "sweep", str(ROOT / "examples" / "single-turn" / "mg1.sq"), "--grid", "lambda=0.5,0.8",
+                     "--seeds", "2", "--arrivals", "2000", "--jobs", "1", "--quiet", "--out", str(out))
+    assert rc == 0, err
+    _twice(capsys, out, tmp_path / "m.svg")
+    root = _svg_ok(tmp_path / "m.svg")
+    assert len(_axes(root)) == 2
+    texts = _texts(root)
+    assert "client.response.mean" in texts and "client.response.p99" in texts
+    assert not any("no run has this statistic" in t or "ttft" in t for t in texts)
+    assert texts.count("client.response.mean") == 1  # its panel's title, and no legend entry
+
+
 def test_plot_usage_errors(capsys, dumped, tmp_path):
     sw = make_sweep(tmp_path / "sw")
     (tmp_path / "empty").mkdir()

@@ -553,8 +553,12 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
                 near = [s for s in stats if y.split(".")[-1] in s and y.split(".")[0] in s][:6] or \
                     [s for s in stats if s.startswith("client.")][:6]
                 raise UsageError(f"--y {y}: not a statistic of this sweep's summary.csv (such as {', '.join(near)})")
-    else:
-        ys = [y for y in SWEEP_Y if y in stats] or stats[:1]
+    else:  # the defaults a run has (an M/M/1 has no token, so no ttft nor tpot: no empty panels)
+        measured = [s for s in stats if any(r[col["stat"]] == s and _float(r[col["mean"]]) is not None for r in rows)]
+        ys = [y for y in SWEEP_Y if y in measured]
+        if ys == ["client.response.mean"] and "client.response.p99" in measured:
+            ys.append("client.response.p99")  # a run without tokens: its response's mean and tail
+        ys = ys or measured[:1] or stats[:1]
     if not ys:
         raise UsageError(f"{src}/summary.csv: no statistic to plot")
     data = {}
@@ -570,7 +574,7 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
         data.setdefault(stat, {}).setdefault(key, []).append((_grid_value(r[col[x]]), mean, lo, hi))
     ncol = min(3, len(ys))
     nrow = -(-len(ys) // ncol)
-    fig = plt.figure(figsize=(4.6 * ncol + 0.4, 3.7 * nrow + 1.0))
+    fig = plt.figure(figsize=(max(9.6, 4.6 * ncol + 0.4), 3.7 * nrow + 1.0))  # room for the title
     axes = fig.subplots(nrow, ncol, squeeze=False)
     xs_all = [_grid_value(v) for v in grid[x]]
     handles = {}
@@ -617,7 +621,7 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
             ax.text(0.5, 0.5, "no run has this statistic", transform=ax.transAxes, ha="center", color="0.4")
     for k in range(len(ys), nrow * ncol):
         axes[k // ncol][k % ncol].set_visible(False)
-    if handles:
+    if handles and rest:  # one line a panel needs no legend: the panel's title names it
         fig.legend(list(handles.values()), list(handles), loc="outside right center",
                    ncol=1, frameon=False, title=", ".join(rest) or None)
     seeds = meta.get("seeds") or []
