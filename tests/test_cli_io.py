@@ -161,7 +161,7 @@ def test_dump_destinations_refused_before_the_run(capsys, tmp_path, progk):
     for d, says in [(tmp_path / "afile", "it exists and is not a directory"),
                     (tmp_path / "afile" / "sub", f"{tmp_path / 'afile'} is not a directory"),
                     ("/proc/serq-dump", "cannot write in /proc: No such file or directory"),
-                    (tmp_path / "mine", "the directory holds files a dump does not write; remove it or name another")]:
+                    (tmp_path / "mine", "the directory holds files a dump does not write (notes.txt); remove it or name another")]:
         # --warmup past the run's drain would be an error after the run (R033): the check comes first
         rc, out, err = _dump_run(capsys, progk, d, "--arrivals", "3", "--warmup", "1e6")
         assert rc == 2 and out == "" and err == f"serq: error: --dump {d}: {says}\n", err

@@ -146,13 +146,18 @@ def _peaks(n, switch):
 
 
 def test_peak_memory_per_customer_is_small():
-    """M/M/1 past the switch: the peak holds chunk buffers only, whatever the customers. Below the
-    switch (the samples and the stage's change points in memory, and the report's sort of the
-    samples) the traced peak grows ~41 B a customer; past it, by 0.0 B (measured)."""
+    """M/M/1 past the switch: the peak holds chunk buffers, and the values the report's second pass
+    keeps between each percentile's brackets (report.md *Memory*: about 2 STEP / CHUNK of the
+    samples for each of p50, p90, p99, 32 B each as floats in a list: at most 6 B a customer with
+    this CHUNK of 4096, 0.4 B with the default 65,536). Below the switch (the samples and the
+    stage's change points in memory, and the report's sort of the samples) the traced peak grows
+    ~41 B a customer; past it, by 2.4 B (measured, with serq's bytecode compiled: compiling it from
+    source at start-up made a peak of its own that hid the run's below 60,000 customers)."""
     lo, hi = 10_000, 60_000
     (t0, r0), (t1, r1) = _peaks(lo, 1 << 14), _peaks(hi, 1 << 14)
     slope = (t1 - t0) / (hi - lo)
-    assert slope < 1, f"{slope:.1f} bytes a customer traced (peak RSS {r0} -> {r1} KiB)"
+    bound = 3 * 2 * S.STEP / 4096 * 32
+    assert slope < bound, f"{slope:.1f} bytes a customer traced (peak RSS {r0} -> {r1} KiB)"
 
 
 PROG_DUMP = """fn main() {

@@ -14,13 +14,13 @@ import itertools
 import json
 import math
 import os
-import shutil
 import sys
 import tempfile
 import time
 
 from serq.diagnostics import SerqError
 from serq.lang.lower.inputs import UsageError
+from serq.staged import StagedDir
 
 FILES = ("runs.csv", "runs.jsonl", "summary.csv", "sweep.json")
 RETRIES = 2  # a task whose worker process died is run again this many times, then reported failed
@@ -537,79 +537,26 @@ def _summary(rows, columns, names, t_ppf) -> str:
     return buf.getvalue()
 
 
-class _Out:
-    """The output directory, checked before any run: a path that is not a directory, or a directory
-    holding anything but a previous sweep's files, is refused (a usage error), so that a mistyped
-    --out cannot delete files. The tables are written into a staging directory beside it and
-    renamed into place, so a sweep that fails or is interrupted leaves what was there before."""
+class _Out(StagedDir):
+    """The output directory, checked before any run (serq/staged.py): a path that is not a
+    directory, or a directory holding anything but a previous sweep's files, is refused (a usage
+    error), so that a mistyped --out cannot delete files. The tables are written into a staging
+    directory beside it and renamed into place, so a sweep that fails or is interrupted leaves what
+    was there before."""
 
     def __init__(self, path: str):
-        self.path = path
-        if not path:
-            raise UsageError("--out needs a directory name")
-        target = os.path.realpath(path)
-        self.target, parent = target, os.path.dirname(target)
-        if os.path.lexists(target):
-            if not os.path.isdir(target):
-                raise UsageError(f"--out {path}: it exists and is not a directory")
-            cwd = os.path.realpath(os.getcwd())
-            if cwd == target or cwd.startswith(target.rstrip(os.sep) + os.sep) or target == parent:
-                raise UsageError(f"--out {path}: it is the current directory or holds it; name a new one")
-            try:
-                extra = [e.name for e in os.scandir(target)
-                         if not (e.name in FILES and e.is_file(follow_symlinks=False))]
-            except OSError as exc:
-                raise UsageError(f"--out {path}: cannot read the directory: {exc.strerror or exc}") from None
-            if extra:
-                raise UsageError(f"--out {path}: the directory holds files a sweep does not write ({extra[0]}); "
-                                 "remove it or name another")
-        self.made, self.done = None, False  # the topmost parent made for it: removed with it
-        anc = parent
-        while not os.path.lexists(anc):
-            self.made, anc = anc, os.path.dirname(anc)
-        if not os.path.isdir(anc):
-            raise UsageError(f"--out {path}: {anc} is not a directory")
-        try:
-            os.makedirs(parent, exist_ok=True)
-            self.stage = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".serq-tmp", dir=parent)
-            mask = os.umask(0)
-            os.umask(mask)
-            os.chmod(self.stage, 0o777 & ~mask)  # a directory as mkdir makes it, not mkdtemp's private one
-        except OSError as exc:
-            self.discard()
-            raise UsageError(f"--out {path}: cannot write in {parent}: {exc.strerror or exc}") from None
+        super().__init__(path, "--out", "a sweep", _foreign)
 
     def write(self, files: dict[str, str]):
         for name, text in files.items():
             with open(os.path.join(self.stage, name), "w", encoding="utf-8", newline="") as fh:
                 fh.write(text)
-        if os.path.lexists(self.target):  # the previous sweep moved aside, removed once replaced
-            old = tempfile.mkdtemp(prefix=f".{os.path.basename(self.target)}.", suffix=".serq-old",
-                                   dir=os.path.dirname(self.target))
-            os.rename(self.target, os.path.join(old, "sweep"))
-            try:
-                os.rename(self.stage, self.target)
-            except OSError:
-                os.rename(os.path.join(old, "sweep"), self.target)
-                os.rmdir(old)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(self.stage, self.target)
-        self.done = True
+        self.commit()
 
-    def discard(self):
-        if self.done:
-            return
-        if getattr(self, "stage", None):
-            shutil.rmtree(self.stage, ignore_errors=True)
-        d = os.path.dirname(self.target)
-        while self.made is not None and d.startswith(self.made):
-            try:
-                os.rmdir(d)
-            except OSError:  # something else was put there meanwhile: kept
-                return
-            d = os.path.dirname(d)
+
+def _foreign(target: str) -> str | None:
+    return next((e.name for e in os.scandir(target) if not (e.name in FILES and e.is_file(follow_symlinks=False))),
+                None)
 
 
 # ------------------------------------------------------------------ what the user sees

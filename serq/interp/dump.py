@@ -11,11 +11,9 @@ import fnmatch
 import json
 import math
 import os
-import shutil
-import tempfile
 from array import array
 
-from serq.lang.lower.inputs import UsageError
+from serq.staged import StagedDir
 
 # the names a dump writes, in DIR and in its subdirectories: what makes a directory a previous dump
 TOP = ("observe_*.csv", "client_*.csv", "dump.json")
@@ -141,89 +139,30 @@ def _csv(path, header, rows):
         w.writerows(rows)
 
 
-def is_dump(directory: str) -> bool:
-    """True when directory holds nothing but what a dump writes (an empty directory included)."""
+def foreign(directory: str) -> str | None:
+    """An entry of directory that a dump does not write, or None (an empty directory included)."""
     for entry in os.scandir(directory):
         if entry.is_dir(follow_symlinks=False) and entry.name in SUBDIRS:
-            if not all(e.is_file(follow_symlinks=False) and e.name.endswith(".csv") for e in os.scandir(entry.path)):
-                return False
+            for e in os.scandir(entry.path):
+                if not (e.is_file(follow_symlinks=False) and e.name.endswith(".csv")):
+                    return f"{entry.name}/{e.name}"
         elif not (entry.is_file(follow_symlinks=False) and any(fnmatch.fnmatch(entry.name, p) for p in TOP)):
-            return False
-    return True
+            return entry.name
+    return None
 
 
-class Staged:
-    """A dump's destination, checked and staged before the run: `write` puts the files in place,
-    `discard` leaves the destination as it was. A bad destination is a usage error."""
+class Staged(StagedDir):
+    """A dump's destination, checked and staged before the run (serq/staged.py): `write` puts the
+    files in place, `discard` leaves the destination as it was. A bad destination is a usage error."""
 
     def __init__(self, path: str):
-        self.path = path
-        if not path:
-            raise UsageError("--dump needs a directory name")
-        target = os.path.realpath(path)  # a symbolic link: the directory it names is replaced
-        self.target = target
-        parent = os.path.dirname(target)
-        if os.path.lexists(target):
-            if not os.path.isdir(target):
-                raise UsageError(f"--dump {path}: it exists and is not a directory")
-            cwd = os.path.realpath(os.getcwd())
-            if cwd == target or cwd.startswith(target.rstrip(os.sep) + os.sep) or target == parent:
-                raise UsageError(f"--dump {path}: it is the current directory or holds it; name a new one")
-            try:
-                ok = is_dump(target)
-            except OSError as exc:
-                raise UsageError(f"--dump {path}: cannot read the directory: {exc.strerror or exc}") from None
-            if not ok:
-                raise UsageError(f"--dump {path}: the directory holds files a dump does not write; "
-                                 "remove it or name another")
-        # the nearest existing ancestor must be a directory we can write in; missing ones are made
-        self.made, self.done = None, False
-        anc = parent
-        while not os.path.lexists(anc):
-            self.made, anc = anc, os.path.dirname(anc)
-        if not os.path.isdir(anc):
-            raise UsageError(f"--dump {path}: {anc} is not a directory")
-        try:
-            os.makedirs(parent, exist_ok=True)
-            self.stage = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".serq-tmp", dir=parent)
-        except OSError as exc:
-            self._remove_made()
-            raise UsageError(f"--dump {path}: cannot write in {parent}: {exc.strerror or exc}") from None
+        super().__init__(path, "--dump", "a dump", foreign)
 
     def write(self, sim, rep: dict):
         """The files into the staging directory, then renamed into place; on failure nothing is left
         but what was at the destination before. An OSError says why."""
         try:
             write(sim, rep, self.stage)
-            if os.path.lexists(self.target):  # the previous dump moved aside, removed once replaced
-                old = tempfile.mkdtemp(prefix=f".{os.path.basename(self.target)}.", suffix=".serq-old",
-                                       dir=os.path.dirname(self.target))
-                os.rename(self.target, os.path.join(old, "dump"))
-                try:
-                    os.rename(self.stage, self.target)
-                except OSError:
-                    os.rename(os.path.join(old, "dump"), self.target)
-                    os.rmdir(old)
-                    raise
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(self.stage, self.target)
-            self.done = True
+            self.commit()
         finally:
             self.discard()
-
-    def discard(self):
-        """Nothing of an unfinished dump left: the staging directory and the parents made for it."""
-        if self.done:
-            return
-        shutil.rmtree(self.stage, ignore_errors=True)
-        self._remove_made()
-
-    def _remove_made(self):
-        d = os.path.dirname(self.target)
-        while self.made is not None and d.startswith(self.made):
-            try:
-                os.rmdir(d)
-            except OSError:  # something else was put there meanwhile: kept
-                return
-            d = os.path.dirname(d)
