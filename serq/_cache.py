@@ -1,10 +1,19 @@
 """A per-user cache of what start-up would otherwise build every time (the parser's tables, the IR's
 validation schemas): one file per artifact, named by a hash of everything it is built from, so a
-changed input never meets a stale file. Without a usable directory there is simply no cache."""
+changed input never meets a stale file. Without a usable directory there is simply no cache.
+
+A file read is marked used (its modification time, at most once a day); writing one removes the
+files of its kind not used for KEEP_DAYS, which other versions of serQ (another checkout, an
+upgrade) left, and a temporary file a crash left a day ago. Several versions in use at once keep
+theirs."""
 from __future__ import annotations
 
 import hashlib
 import os
+import time
+
+KEEP_DAYS = 30
+DAY = 86400.0
 
 
 def path(kind: str, *parts: str) -> str | None:
@@ -51,3 +60,40 @@ def save(file: str, write) -> None:
             os.unlink(tmp)
         except OSError:
             pass
+        return
+    prune(file)
+
+
+def used(file: str) -> None:
+    """A cache file was read: it is kept KEEP_DAYS more (its mtime, touched at most once a day)."""
+    try:
+        if os.stat(file).st_mtime < time.time() - DAY:
+            os.utime(file)
+    except OSError:
+        pass
+
+
+def prune(file: str) -> None:
+    """Remove the files of `file`'s kind unused for KEEP_DAYS, and temporary files a day old."""
+    d, name = os.path.split(file)
+    kind = name.rsplit("-", 1)[0] + "-"
+    now = time.time()
+    try:
+        entries = list(os.scandir(d))
+    except OSError:
+        return
+    for e in entries:
+        old = (e.name.startswith(kind) and e.name.endswith(".pickle") and e.name != name and
+               _mtime(e) < now - KEEP_DAYS * DAY) or (e.name.startswith(".tmp-") and _mtime(e) < now - DAY)
+        if old:
+            try:
+                os.unlink(e.path)
+            except OSError:  # another process took it first, or it is not ours to remove
+                pass
+
+
+def _mtime(entry) -> float:
+    try:
+        return entry.stat(follow_symlinks=False).st_mtime
+    except OSError:
+        return float("inf")  # gone or unreadable: not removed

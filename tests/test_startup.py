@@ -7,6 +7,7 @@ import glob
 import os
 import subprocess
 import sys
+import time
 
 from serq import _cache
 
@@ -97,3 +98,23 @@ def test_the_process_ends_with_its_output_whole(tmp_path):
     assert code == 0 and stdout == want
     code, _, stderr = serq(tmp_path / "cache", "check", str(tmp_path / "missing.sq"))
     assert code == 1 and "error[P006]" in stderr
+
+
+def test_files_unused_for_a_month_are_removed_when_one_is_written(tmp_path, monkeypatch):
+    """Another version's artifacts (another key) go once unused for KEEP_DAYS; a file read is marked
+    used; a recent one of another key (a second checkout in use) and other kinds are kept."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    d = tmp_path / "serq"
+    d.mkdir()
+    now = time.time()
+    ages = {"parser-old.pickle": 40, "parser-recent.pickle": 5, "ir-schemas-old.pickle": 40,
+            ".tmp-crashed": 2, ".tmp-writing": 0}
+    for name, days in ages.items():
+        (d / name).write_bytes(b"x")
+        os.utime(d / name, (now - days * _cache.DAY, now - days * _cache.DAY))
+    _cache.used(str(d / "ir-schemas-old.pickle"))   # read today: kept
+    _cache.save(str(d / "parser-new.pickle"), lambda fh: fh.write(b"y"))
+    assert sorted(os.listdir(d)) == [".tmp-writing", "ir-schemas-old.pickle", "parser-new.pickle",
+                                     "parser-recent.pickle"]
+    _cache.save(str(d / "ir-schemas-new.pickle"), lambda fh: fh.write(b"z"))
+    assert "ir-schemas-old.pickle" in os.listdir(d)  # used today

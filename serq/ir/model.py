@@ -558,6 +558,7 @@ def _schemas_from_cache():
     if schemas is not None and set(schemas) == {m.__name__ for m in models}:
         for m in models:
             m.__pydantic_core_schema__ = schemas[m.__name__]
+        _cache.used(path)
         return
     if not _cache.writable(path):  # nowhere to keep them: build each at its first use only
         return

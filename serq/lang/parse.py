@@ -34,7 +34,9 @@ def _parser() -> Lark:
     if path is not None:
         try:
             with open(path, "rb") as fh:
-                return Lark.load(fh)
+                parser = Lark.load(fh)
+            _cache.used(path)
+            return parser
         except Exception:  # absent, unreadable or damaged: build it again (and mend the cache)
             pass
     parser = Lark(text, **_OPTIONS)
