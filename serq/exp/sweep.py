@@ -117,6 +117,7 @@ def _count(text, what) -> int:
 
 def _grid(specs: list[str], fixed: dict) -> list[tuple[str, list[float]]]:
     """Each `--grid NAME=V1,V2,...` in order; whether NAME is an input the linker says (a usage error)."""
+    from serq.cli import _number
     grid = []
     for spec in specs:
         name, eq, vals = spec.partition("=")
@@ -135,12 +136,7 @@ def _grid(specs: list[str], fixed: dict) -> list[tuple[str, list[float]]]:
             raise UsageError(f"--grid {name}: an empty value in {vals!r} (values are numbers separated by commas)")
         values = []
         for x in items:
-            try:
-                v = float(x)
-            except ValueError:
-                raise UsageError(f"--grid {name}: {x!r} is not a number") from None
-            if math.isnan(v):
-                raise UsageError(f"--grid {name}: NaN is not a value")
+            v = _number(x, f"--grid {name}")  # as `serq run` reads a number
             if v in values:
                 raise UsageError(f"--grid {name}: the value {x} is listed twice")
             values.append(v)
