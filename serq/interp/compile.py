@@ -219,6 +219,10 @@ class Compiler:
 
         if dist == "exp":
             (m,) = args
+            mc = const_value(e.args[0])
+            if mc is not None and 0 < mc < INF:  # a constant mean: its rate computed once
+                rate = 1.0 / float(mc)
+                return lambda c: c.rng.expovariate(rate)
 
             def f(c):
                 mv = m(c)

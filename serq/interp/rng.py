@@ -35,7 +35,11 @@ class Stream:
         return ((z ^ (z >> 31)) >> 11) * SCALE
 
     def expovariate(self, rate: float) -> float:
-        return -math.log(1.0 - self.random()) / rate
+        s = (self.s + GOLDEN) & MASK  # random()'s body: a draw per call is the hot path
+        self.s = s
+        z = ((s ^ (s >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+        return -math.log(1.0 - ((z ^ (z >> 31)) >> 11) * SCALE) / rate
 
     def gammavariate(self, k: float, theta: float) -> float:
         return gamma(self.random, k, theta)

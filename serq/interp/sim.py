@@ -9,11 +9,12 @@ from collections import deque
 
 from serq.interp.compile import Compiler, Ctx, RunError
 from serq.interp.engine import Iterations
+from serq.interp.queueing import plan
 from serq.interp.pools import ContentPool, Pool, round_up
 from serq.interp.rng import LongStream, base, state1, stream, stream1
 from serq.interp.sessions import (BLOCK, MAX_STEPS, Flat, HoldFrame, Ops, Preempted, Session, SessionEnd, TurnRec,
                                   run_block, run_sync, too_many)
-from serq.interp.stages import PS, Fifo, FlowNet, FlowStage, MachineJob
+from serq.interp.stages import PS, Fifo, FlowNet, FlowStage, MachineJob, Stage
 from serq.interp.stats import Series, TimeAverage
 from serq.interp.trace import load_trace
 from serq.ir import model as I
@@ -64,6 +65,7 @@ class Sim(Iterations):
         self.client = {k: Series(self.warmup) for k in ("ttft", "tpot", "response")}
         self.notes: list[str] = []
         self.fast_forward = True  # steady decoding as one event (engine.py, _steady)
+        self.queueing = True      # a network of queues takes queueing.py's path (tests turn it off)
         self.c_response = self.client["response"]
         self._build()
         k = prog.workload.arrive.k
@@ -195,6 +197,8 @@ class Sim(Iterations):
                 f = getattr(m, "busy_now" if fn == "busy" and hasattr(m, "busy_now") else fn)
                 return lambda c: f()
             if fn == "queue":
+                if isinstance(m, Stage):  # read at every instant's end by a gauge: one call, not two
+                    return m.queue_of
                 f = m.queue_len
                 return lambda c: f()
         if fn == "used":
@@ -388,6 +392,7 @@ class Sim(Iterations):
     def _run(self, progress=None):
         wl = self.prog.workload
         arr = wl.arrive
+        self.max_arrivals = MAX_ARRIVALS  # read at the run (a test lowers it)
         self.arrival_rng = LongStream(self.seed, "arrival")
         if self.workload is not None:
             self._replay_arrivals(arr)
@@ -395,9 +400,14 @@ class Sim(Iterations):
             self._bounded(arr)
             if arr.k == "poisson":
                 self.rate = const_value(arr.rate)
-                self.at(0.0, self._arrive_open)
             elif arr.k == "renewal":
                 self.gap_f = self.compiler.expr(arr.gap)
+            q = plan(self) if self.queueing else None
+            if q is not None:  # a network of queues: the shorter path (queueing.py)
+                q.install()
+            if arr.k == "poisson":
+                self.at(0.0, self._arrive_open)
+            elif arr.k == "renewal":
                 self.at(self._gap(), self._arrive_open)
             elif arr.k in ("closed", "batch") and arr.n:
                 # the n arrivals at 0 take the sequence numbers n events scheduled at once would
@@ -408,6 +418,36 @@ class Sim(Iterations):
                 heapq.heappush(self.heap, (0.0, self.start_seq, self._arrive_start, None))
         horizon = self.horizon if self.horizon != INF else None  # an infinite one ends nothing
         hz = horizon if horizon is not None else INF
+        heap = self.heap
+        self._events(progress, hz)
+        if not heap and self.live:
+            # nothing will ever happen again: a session at a join whose legs wait on what it holds
+            # (the first to arrive: ids grow with arrivals)
+            for sess in sorted(self.joining.values(), key=lambda s: s.id):
+                if sess.wait == "join":
+                    raise self.run_error("R044", "the run ends with this session waiting at a join for legs that "
+                                         "wait for what it holds (a hold-and-wait cycle; a finite lease breaks it)",
+                                         sess.fork_at)
+        drained = not heap and not self.live
+        self.end = self.now if (horizon is None or drained) else horizon
+        if horizon is not None and not drained:
+            self.now = horizon
+        if self.arrivals_n is not None:
+            where = self.compiler.span(self.prog.workload.arrive.at)
+            if not drained:  # without a horizon: nothing was left to happen, and sessions were
+                by = (f"by the horizon {fmt(horizon)}" if horizon is not None else
+                      f"({self.live} still live when nothing was left to happen)")
+                raise RunError("R032", f"--arrivals {self.arrivals_n}: the sessions did not drain {by}", where)
+            if self.end <= self.warmup:
+                raise RunError("R033", f"--arrivals {self.arrivals_n}: the run drained at {fmt(self.end)}, at or "
+                               f"before the warm-up {fmt(self.warmup)}", where)
+        self._gauges()
+        self._claims_at_end()
+        from serq.interp.report import build
+        return build(self)
+
+    def _events(self, progress, hz):
+        """Handle the events in order up to the horizon, settling after each (*Events and settling*)."""
         heap = self.heap
         ready = self.ready
         pools = bool(self.pools)
@@ -443,31 +483,6 @@ class Sim(Iterations):
             if progress is not None and t - last_t > 0:
                 progress(self)
                 last_t = t
-        if not heap and self.live:
-            # nothing will ever happen again: a session at a join whose legs wait on what it holds
-            # (the first to arrive: ids grow with arrivals)
-            for sess in sorted(self.joining.values(), key=lambda s: s.id):
-                if sess.wait == "join":
-                    raise self.run_error("R044", "the run ends with this session waiting at a join for legs that "
-                                         "wait for what it holds (a hold-and-wait cycle; a finite lease breaks it)",
-                                         sess.fork_at)
-        drained = not heap and not self.live
-        self.end = self.now if (horizon is None or drained) else horizon
-        if horizon is not None and not drained:
-            self.now = horizon
-        if self.arrivals_n is not None:
-            where = self.compiler.span(self.prog.workload.arrive.at)
-            if not drained:  # without a horizon: nothing was left to happen, and sessions were
-                by = (f"by the horizon {fmt(horizon)}" if horizon is not None else
-                      f"({self.live} still live when nothing was left to happen)")
-                raise RunError("R032", f"--arrivals {self.arrivals_n}: the sessions did not drain {by}", where)
-            if self.end <= self.warmup:
-                raise RunError("R033", f"--arrivals {self.arrivals_n}: the run drained at {fmt(self.end)}, at or "
-                               f"before the warm-up {fmt(self.warmup)}", where)
-        self._gauges()
-        self._claims_at_end()
-        from serq.interp.report import build
-        return build(self)
 
     def _bounded(self, arr):
         """A run that could not finish is refused before it starts (*A finite run*): an open or
@@ -544,11 +559,14 @@ class Sim(Iterations):
         if self.prog.workload.arrive.k != "batch" and k + 1 < len(sessions):
             self.at(float(sessions[k + 1]["arrival"]), self._arrive_replayed)
 
+    def too_many_arrivals(self):
+        raise RunError("R036", f"a run takes at most {MAX_ARRIVALS:,} sessions (the report keeps every "
+                       f"response), and this one reached that at {fmt(self.now)}: give a shorter --horizon",
+                       self.compiler.span(self.prog.workload.arrive.at))
+
     def _arrive_open(self):
-        if self.sessions_arrived >= MAX_ARRIVALS:  # a drawn gap's count is known only as they come
-            raise RunError("R036", f"a run takes at most {MAX_ARRIVALS:,} sessions (the report keeps every "
-                           f"response), and this one reached that at {fmt(self.now)}: give a shorter --horizon",
-                           self.compiler.span(self.prog.workload.arrive.at))
+        if self.sessions_arrived >= self.max_arrivals:  # a drawn gap's count is known only as they come
+            self.too_many_arrivals()
         self._arrive_one()
         if self.arrivals_n is not None and self.sessions_arrived >= self.arrivals_n:
             return

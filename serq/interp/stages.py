@@ -69,6 +69,10 @@ class Stage:
     def queue_len(self):
         return float(self.n)
 
+    def queue_of(self, c):
+        """queue(S) as a compiled expression reads it (Sim.observable)."""
+        return float(self.n)
+
     def busy(self):
         return 1.0 if self.n else 0.0
 
@@ -88,37 +92,47 @@ class Fifo(Stage):
         self.waiting = deque()
         self.serving = 0
         self.finish = self._finish  # one bound method for every event it schedules (a million at once)
+        self.done = sim.job_done    # what a job's end tells (queueing.py continues its session at once)
 
     def submit(self, job):
         self.n += 1
         if self.serving < self.c:
-            self._start(job)
+            self.serving += 1
+            self._begin(job)
             self._util()
         else:
             self.waiting.append(job)
 
     def _start(self, job):
-        sim = self.sim
         self.serving += 1
+        self._begin(job)
+
+    def _begin(self, job):
+        """The job enters service on a server already counted busy."""
+        sim = self.sim
         job.started = True
-        now = sim.now
-        job.tag = fin = now + job.work
+        job.tag = fin = sim.now + job.work
         sim.seq += 1
         heapq.heappush(sim.heap, (fin, sim.seq, self.finish, job))
 
     def _finish(self, job):
         if not job.alive:
             return
-        self.serving -= 1
         self.n -= 1
         job.alive = False
         self.completed += 1
         if job.tag >= self.sim.warmup:
             self.completed_after_warmup += 1
-        if self.waiting:
-            self._next()
-        self._util()
-        self.sim.job_done(job)
+        waiting = self.waiting
+        while waiting:  # the freed server takes the next live job: the busy count stays as it is
+            j = waiting.popleft()
+            if j.alive:
+                self._begin(j)
+                break
+        else:
+            self.serving -= 1
+            self._util()
+        self.done(job)
 
     def _next(self):
         while self.waiting and self.serving < self.c:
@@ -193,19 +207,36 @@ class PS(Stage):
     def _schedule(self):
         # the event set last is the one that fires, named by its sequence number (no number of
         # its own kept for each of a million pending events)
-        self.version = None
-        self.rate = self._rate()
-        self.busy_avg.set(self.sim.now, 1.0 if self.n else 0.0)
-        while self.heap and not self.heap[0][2].alive:
-            heapq.heappop(self.heap)
-        if self.heap and self.rate > 0:
-            tag = self.heap[0][0]
-            dt = max(0.0, (tag - self.v) / self.rate)
-            self.sim.at(self.sim.now + dt, self.fire)
-            self.version = self.sim.seq
+        n = self.n
+        sim = self.sim
+        if n == 0:
+            rate = 0.0
+        elif self.phi is None:
+            rate = 1.0
+        elif self.phi_const is not None:
+            rate = self.phi_const / n
+        else:
+            rate = self._rate()
+        self.rate = rate
+        busy = 1.0 if n else 0.0
+        if busy != self.busy_avg.v:
+            self.busy_avg.set(sim.now, busy)
+        heap = self.heap
+        while heap and not heap[0][2].alive:
+            heapq.heappop(heap)
+        if heap and rate > 0:
+            dt = (heap[0][0] - self.v) / rate
+            sim.seq += 1
+            heapq.heappush(sim.heap, (sim.now + (dt if dt > 0.0 else 0.0), sim.seq, self.fire, None))
+            self.version = sim.seq
+        else:
+            self.version = None
 
     def submit(self, job):
-        self._advance()
+        now = self.sim.now
+        if self.n:  # _advance
+            self.v += self.rate * (now - self.last)
+        self.last = now
         job.tag = self.v + job.work
         job.started = True
         self.n += 1
@@ -213,27 +244,32 @@ class PS(Stage):
         self._schedule()
 
     def _fire(self):
-        if self.sim.event_seq != self.version:
+        sim = self.sim
+        if sim.event_seq != self.version:
             return
         self._advance()
         # the event was set for the head job's finish tag and nothing changed since: that job has
         # received its work exactly, whatever the rounding of v (a tiny remainder must not
         # schedule its end at this same instant again); jobs with the same tag end with it
-        while self.heap and not self.heap[0][2].alive:
-            heapq.heappop(self.heap)
-        if self.heap and self.heap[0][0] > self.v:
-            self.v = self.heap[0][0]
+        heap = self.heap
+        while heap and not heap[0][2].alive:
+            heapq.heappop(heap)
+        if heap and heap[0][0] > self.v:
+            self.v = heap[0][0]
         done = []
-        while self.heap and (self.heap[0][0] <= self.v or not self.heap[0][2].alive):
-            tag, seq, job = heapq.heappop(self.heap)
+        while heap and (heap[0][0] <= self.v or not heap[0][2].alive):
+            tag, seq, job = heapq.heappop(heap)
             if job.alive:
                 job.alive = False
                 self.n -= 1
                 done.append(job)
         self._schedule()
+        after = sim.now >= sim.warmup
         for job in done:
-            self._done(job)
-            self.sim.job_done(job)
+            self.completed += 1  # _done
+            if after:
+                self.completed_after_warmup += 1
+            sim.job_done(job)
 
     def remove(self, job):
         self._advance()

@@ -1,0 +1,132 @@
+"""A network of queues runs on queueing.py's shorter path: the same report to the byte as the
+general path's (Sim.queueing = False), on programs Hypothesis writes (fifo, ps and delay stages,
+stage arrays picked by a drawn index, runs of no work, ties, gauges, warm-up, horizons, renewal
+arrivals), and the same diagnostics."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from serq import api
+from serq.diagnostics import SerqError
+from serq.interp.queueing import plan
+from serq.interp.sim import Sim
+from serq.ir.model import Settings
+
+
+def both(text, **kw):
+    """The report of the general path and of the queueing path (which must take the program)."""
+    prog = api.load_text(text, "q.sq")
+    out = []
+    for q in (False, True):
+        sim = Sim(prog, Settings(**kw))
+        sim.queueing = q
+        assert (plan(sim) is not None) == q or not q
+        rep = sim.run()
+        out.append(json.dumps(rep, sort_keys=True, default=str))
+    return out
+
+
+def takes_path(text) -> bool:
+    return plan(Sim(api.load_text(text, "q.sq"), Settings(arrivals=1))) is not None
+
+
+STAGES = ["fifo", "fifo(2)", "fifo(inf)", "ps(1)", "ps(2)", "delay", "ps(min(present, 3))"]
+WORK = ["~exp(1)", "~det(1)", "~uniform(0, 2)", "~erlang(3, 1)", "~h2(1, 4)", "0", "1", "0.5 * w0"]
+
+
+@st.composite
+def programs(draw):
+    n_st = draw(st.integers(1, 3))
+    kinds = [draw(st.sampled_from(STAGES)) for _ in range(n_st)]
+    arrays = [draw(st.sampled_from([None, 2, 3])) for _ in range(n_st)]
+    decl = " ".join(f"stage s{i}{'' if a is None else f'[{a}]'} : {k};" for i, (k, a) in enumerate(zip(kinds, arrays)))
+    runs = []
+    for _ in range(draw(st.integers(1, 4))):
+        i = draw(st.integers(0, n_st - 1))
+        pick = "" if arrays[i] is None else draw(st.sampled_from([f"[{arrays[i] - 1}]", f"[floor(~uniform(0, {arrays[i]}))]"]))
+        runs.append(f"run s{i}{pick} (cost(s{i}, {draw(st.sampled_from(WORK))}));")
+    rate = draw(st.sampled_from(["poisson(0.6)", "poisson(2)", "renewal(~det(1))", "renewal(~exp(1.5))"]))
+    gauge = draw(st.sampled_from(["", "gauge g = queue(s0" + ("" if arrays[0] is None else "[0]") + ");"]))
+    prog = (f"fn main() {{ {decl} workload {{ arrive {rate}; turn {{ Size w0 = ~exp(1); }} }} "
+            f"server {{ {' '.join(runs)} }} {gauge} }}")
+    run = draw(st.sampled_from([dict(arrivals=draw(st.integers(1, 150))), dict(horizon=draw(st.sampled_from([20, 55.5])))]))
+    if draw(st.booleans()):
+        run["warmup"] = 5
+    run["seed"] = draw(st.integers(0, 3))
+    return prog, run
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs())
+def test_the_queueing_path_gives_the_general_paths_report(case):
+    text, run = case
+    assert takes_path(text)
+    try:
+        a, b = both(text, **run)
+    except SerqError as e:  # a run that fails fails the same way on both (checked below)
+        return _same_error(text, run, e)
+    assert a == b
+
+
+def _same_error(text, run, e):
+    prog = api.load_text(text, "q.sq")
+    for q in (False, True):
+        sim = Sim(prog, Settings(**run))
+        sim.queueing = q
+        with pytest.raises(SerqError) as info:
+            sim.run()
+        assert info.value.render() == e.render()
+
+
+@pytest.mark.parametrize("text", [
+    # ties everywhere: deterministic arrivals and service, two servers, zero-work runs between
+    "fn main() { stage a : fifo(2); stage b : ps(1); workload { arrive renewal(~det(1)); turn { } } "
+    "server { run a (cost(a, 2)); run b (cost(b, 0)); run b (cost(b, 1)); run a (cost(a, 0)); } gauge g = queue(b); }",
+    # the session's own draws in the server (its stream), a drawn index over an array
+    "fn main() { stage q[3] : fifo; workload { arrive poisson(2); } "
+    "server { run q[floor(~uniform(0, 3))] (cost(q, ~exp(1))); } }",
+    # a turn block that observes: Sim.turn_set runs it
+    "fn main() { stage s : ps(1); workload { arrive poisson(0.7); turn { Size w = ~exp(2); observe drawn = w; } } "
+    "server { run s (cost(s, w)); } }",
+])
+def test_ties_server_draws_and_branching_turns(text):
+    for kw in (dict(arrivals=400, seed=3), dict(horizon=150.25, warmup=10, seed=1)):
+        a, b = both(text, **kw)
+        assert a == b
+
+
+@pytest.mark.parametrize("text", [
+    "fn main() { pool p { cap 3; } stage s : fifo; workload { arrive poisson(1); } "
+    "server { hold p (cost(p, 1)) { run s (cost(s, 1)); } } }",
+    "fn main() { stage s : fifo; workload { arrive closed(3); } server { run s (cost(s, 1)); } }",
+    "fn main() { stage s : fifo; workload { arrive poisson(1); session { turn; turn; } } server { run s (cost(s, 1)); } }",
+    "fn main() { stage s : fifo; workload { arrive poisson(1); } server { run s (cost(s, 1)); observe x = now; } }",
+    "fn main() { share maxmin; stage s : ps(1); stage t : ps(2); workload { arrive poisson(1); } server { run s, t (cost(s, t, 1)); } }",
+    "fn main() { stage s : fifo; workload { arrive poisson(1); } server { run s (cost(s, 1)); } "
+    "claim fine: at end (count(response) >= 0); }",
+])
+def test_what_is_not_a_network_of_queues_takes_the_general_path(text):
+    assert not takes_path(text)
+
+
+@pytest.mark.parametrize("server, code", [
+    ("run s (cost(s, 0.5 - ~uniform(0, 1)));", "R007"),                      # a negative amount of work
+    ("run q[floor(~uniform(0, 5))] (cost(q, 1));", "R004"),   # an index out of the array
+])
+def test_a_run_time_error_is_the_same_diagnostic(server, code):
+    text = f"fn main() {{ stage s : fifo; stage q[3] : fifo; workload {{ arrive poisson(1); }} server {{ {server} }} }}"
+    assert takes_path(text)
+    prog = api.load_text(text, "q.sq")
+    rendered = []
+    for q in (False, True):
+        sim = Sim(prog, Settings(arrivals=200, seed=0))
+        sim.queueing = q
+        with pytest.raises(SerqError) as info:
+            sim.run()
+        assert info.value.code == code
+        rendered.append(info.value.render())
+    assert rendered[0] == rendered[1]
