@@ -12,11 +12,13 @@ import heapq
 from math import log
 
 from serq.interp.rng import Stream, state1
-from serq.interp.sessions import MAX_STEPS, SessionEnd, too_many
-from serq.interp.stages import Fifo, Job
+from serq.interp.sessions import SessionEnd
+from serq.interp.stages import Fifo, Job, Stage
 
-MAX_RUNS = 64     # a longer server takes the general path (nothing gained, a bound kept simple)
-MAX_LETS = 1000   # the turn block's lets: far under MAX_STEPS, so they need no count
+# a session here runs at most MAX_TURN + MAX_RUNS statements without blocking (a turn block holds
+# no loop), far under sessions.MAX_STEPS: none is counted
+MAX_RUNS = 8   # each run's continuation is written out: a longer server takes the general path
+MAX_TURN = 1000
 
 
 def plan(sim):
@@ -26,7 +28,7 @@ def plan(sim):
             or wl.arrive.k not in ("poisson", "renewal") or wl.session is not None or sim.init_ops
             or prog.claims or sim.pools or sim.engines or sim.flownet is not None or sim.spill_specs):
         return None
-    if not 0 < len(prog.server) <= MAX_RUNS or any(g for g, _, _ in sim.turn_ops):
+    if not 0 < len(prog.server) <= MAX_RUNS or len(wl.turn) > MAX_TURN or any(g for g, _, _ in sim.turn_ops):
         return None
     for s in prog.server:
         if s.k != "run" or len(s.stages) != 1 or s.growing is not None or s.mode is not None:
@@ -37,35 +39,34 @@ def plan(sim):
 class Queueing:
     def __init__(self, sim):
         self.sim = sim
-        x = sim.compiler
-        # each run: its work, its stage (None when an index picks it), the index's pick, where it is
-        self.runs = [(x.expr(s.work), None if s.stages[0].index is not None else sim.members(s.stages[0].name)[0],
-                      x.target(s.stages[0], s.at), s.at) for s in sim.prog.server]
-        self.n_runs = len(self.runs)
-        self.Session = sim.Session
         self.pending: list = []  # sessions whose job ended in this event, in the order they ended
-        turn = sim.prog.workload.turn
-        # a turn block of lets only is run here (its names and values); any other, by Sim.turn_set
-        self.lets = ([(s.name, x.expr(s.e)) for s in turn]
-                     if all(s.k == "set" for s in turn) and len(turn) <= MAX_LETS else None)
-        # the turn's stream: one object, its state set for each turn (the lets are done with it
-        # before the turn ends, and nothing keeps it)
-        self.turn_stream = Stream(0) if sim.turn_draws else None
 
     def install(self):
         """Take the arrivals, the jobs' ends and the settling over from the general path."""
         sim = self.sim
+        code = _source(sim)
+        env = _env(sim, self.pending)
+        exec(compile(code, "<serq queueing path>", "exec"), env)
+        self.arrive, self.resume, self.job_done_now = env["arrive"], env["resume"], env["done_now"]
         sim._arrive_open = self.arrive
         sim.job_done = self.job_done
         sim.settle = self.settle
         sim.ready = self.pending
-        self.rate = sim.rate if sim.poisson else None
-        self.session_draws = sim.session_draws
         sim._events = self.events
-        self.arrival_random = sim.arrival_rng.random
         for st in sim.stages:
             if st.__class__ is Fifo:  # its job's end is the event's last act: the session goes on at once
                 st.done = self.job_done_now
+
+    def job_done(self, job):
+        """A stage ended a job: its session goes on once the event is over (Sim.wake)."""
+        self.pending.append(job.sess)
+
+    def settle(self):
+        pending = self.pending
+        resume = self.resume
+        for sess in pending:  # the list grows while it is read: each one is read in turn
+            resume[sess.pc](sess)
+        pending.clear()
 
     def events(self, progress, hz):
         """Sim._events, without what a network of queues never has (engines to start, pools to
@@ -74,8 +75,10 @@ class Queueing:
         sim = self.sim
         heap = sim.heap
         pending = self.pending
-        step = self.step
-        gauges = [(f, avg) for _, f, avg in sim.gauges]
+        resume = self.resume
+        # a gauge of a stage's queue reads its count here (Stage.queue_of, without the call)
+        gauges = [(getattr(f, "__self__", None) if getattr(f, "__func__", None) is Stage.queue_of else None, f, avg)
+                  for _, f, avg in sim.gauges]
         c = sim.machine
         pop = heapq.heappop
         last_t = 0.0
@@ -84,16 +87,15 @@ class Queueing:
         while True:
             if pending:  # settle: the sessions whose jobs ended, in order
                 for sess in pending:
-                    sess.steps = 0
-                    step(sess, sess.pc)
+                    resume[sess.pc](sess)
                 pending.clear()
             if not heap:
                 sim._gauges()
                 break
             t = heap[0][0]
             if gauges and t > now:  # the instant is over: Sim._gauges
-                for f, avg in gauges:
-                    v = f(c)
+                for st, f, avg in gauges:
+                    v = float(st.n) if st is not None else f(c)
                     if v != avg.v:
                         avg.set(now, v)
             if t > hz:
@@ -115,107 +117,115 @@ class Queueing:
                 progress(sim)
                 last_t = t
 
-    # ------------------------------------------------------------ arrivals (Sim._arrive_open)
-    def arrive(self):
-        sim = self.sim
-        serial = sim.sessions_arrived
-        if serial >= sim.max_arrivals:
-            sim.too_many_arrivals()
-        sim.sessions_arrived = serial + 1
-        sim.next_id += 1
-        sess = self.Session(serial, serial, {"serial": float(serial), "turn_no": 0.0, "cached": 0.0,
-                                             "computed": 0.0})
-        if self.session_draws:
-            sess.s = state1(sim.b_session, serial)
-            sess.rng = sess
-        sim.live += 1
-        # the next arrival is scheduled before the session runs, as the general path settles
-        # the woken session after the arrival's event
-        n = sim.arrivals_n
-        if n is None or serial + 1 < n:  # --arrivals N: the N-th schedules none
-            if self.rate is not None:
-                sim.seq += 1  # random.expovariate's own arithmetic, without its call
-                heapq.heappush(sim.heap, (sim.now - log(1.0 - self.arrival_random()) / self.rate, sim.seq,
-                                          self.arrive, None))
-            else:
-                sim.at(sim._gap(), self.arrive)
-        lets = self.lets
-        if lets is not None:  # Flat.turn_set's, shortened: turn_no is 0 already, no trace
-            ts = self.turn_stream
-            if ts is not None:
-                ts.s = state1(sim.b_turn, serial << 32)
-                sess.rng = ts
-            a = sess.a
-            for name, f in lets:
-                a[name] = f(sess)
-            sess.rng = sess if sim.session_draws else None
-            sess.steps = len(lets)
-            sess.turn_rec = sim.now  # the turn's start: all its record holds here
+
+# ---------------------------------------------------------------- the session's path, as source
+# Written once for the program: the arrival (Sim._arrive_open, _arrive_one), the turn (Flat's
+# turn_set), each run (sessions.Ops._run's plain run) and the answer and end (turn_end_last),
+# statement for statement, with the server's runs unrolled. resume[k] goes on from the k-th run.
+
+def _source(sim) -> str:
+    n = len(sim.prog.server)
+    lets = _lets(sim)
+    out = ["def arrive():",
+           "    serial = sim.sessions_arrived",
+           "    if serial >= sim.max_arrivals:",
+           "        sim.too_many_arrivals()",
+           "    sim.sessions_arrived = serial + 1",
+           "    sim.next_id += 1",
+           "    sess = Session(serial, serial, {'serial': float(serial), 'turn_no': 0.0, 'cached': 0.0, "
+           "'computed': 0.0})"]
+    if sim.session_draws:
+        out += ["    sess.s = state1(B_SESSION, serial)", "    sess.rng = sess"]
+    out.append("    sim.live += 1")
+    # the next arrival is scheduled before the session runs, as the general path settles the
+    # woken session after the arrival's event; --arrivals N: the N-th schedules none
+    if sim.arrivals_n is not None:
+        out.append(f"    if serial + 1 < {int(sim.arrivals_n)}:")
+    else:
+        out.append("    if True:")
+    if sim.poisson:  # random.expovariate's own arithmetic, without its call
+        out += ["        sim.seq += 1",
+                "        heappush(heap, (sim.now - log(1.0 - arrival_random()) / RATE, sim.seq, arrive, None))"]
+    else:
+        out.append("        sim.at(sim._gap(), arrive)")
+    if lets is not None:  # turn_set's, shortened: turn_no is 0 already, no trace
+        if sim.turn_draws:  # the turn's stream: one object, its state set for each turn
+            out += ["    turn_stream.s = state1(B_TURN, serial << 32)", "    sess.rng = turn_stream"]
+        if lets:
+            out.append("    a = sess.a")
+        for i, name in enumerate(lets):
+            out.append(f"    a[{name!r}] = LET{i}(sess)")
+        out.append("    sess.rng = sess" if sim.session_draws else "    sess.rng = None")
+        out.append("    sess.turn_rec = sim.now  # the turn's start: all its record holds here")
+    else:
+        out += ["    try:", "        turn_set(sess)", "    except SessionEnd as e:",
+                "        sim._ended(sess, e.refused)", "        return",
+                "    sess.turn_rec = sess.turn_rec.start"]
+    out += _runs(sim, 0, "    ")
+    for k in range(1, n + 1):
+        out += ["", f"def resume{k}(sess):"] + _runs(sim, k, "    ")
+    out += ["", "resume = [None] + [" + ", ".join(f"resume{k}" for k in range(1, n + 1)) + "]",
+            "", "def done_now(job):",
+            '    """A fifo stage ended a job, the last act of its event: the session goes on now, as',
+            '    settling would run it next (unless others already wait to, then after them)."""',
+            "    sess = job.sess",
+            "    if pending:",
+            "        pending.append(sess)",
+            "        return"]
+    if n == 1:
+        out += _runs(sim, 1, "    ")
+    else:
+        out.append("    resume[sess.pc](sess)")
+    return "\n".join(out) + "\n"
+
+
+def _lets(sim):
+    turn = sim.prog.workload.turn
+    return [s.name for s in turn] if all(s.k == "set" for s in turn) else None
+
+
+def _runs(sim, k, ind):
+    """The runs from the k-th on, then the answer: a run of no work goes on at once."""
+    out = []
+    for j, s in enumerate(sim.prog.server[k:], start=k):
+        stage = f"STAGE{j}" if s.stages[0].index is None else f"PICK{j}(sess)"
+        out += [f"{ind}work = WORK{j}(sess)",
+                f"{ind}if not work >= 0:",
+                f"{ind}    sim.amount(work, AT{j}, \"a run's work\")",
+                f"{ind}if work > 0:",
+                f"{ind}    st = {stage}",
+                f"{ind}    sim.seq += 1",
+                f"{ind}    sess.pc = {j + 1}",
+                f"{ind}    st.submit(Job(sess, work, st.alone, sim.seq, None))",
+                f"{ind}    return"]
+    # the turn is answered (Sim.turn_end: a run of stages gives no token) and the session ends
+    # (Sim._finish: it holds nothing, nothing waits on it)
+    return out + [f"{ind}now = sim.now",
+                  f"{ind}response_add(now, now - sess.turn_rec)",
+                  f"{ind}sess.turn_rec = None",
+                  f"{ind}sess.turn_idx += 1",
+                  f"{ind}sess.alive = False",
+                  f"{ind}sim.live -= 1",
+                  f"{ind}sim.sessions_completed += 1"]
+
+
+def _env(sim, pending) -> dict:
+    x = sim.compiler
+    env = {"sim": sim, "heap": sim.heap, "heappush": heapq.heappush, "log": log, "Job": Job,
+           "Session": sim.Session, "SessionEnd": SessionEnd, "state1": state1, "turn_set": sim.turn_set,
+           "B_SESSION": sim.b_session, "B_TURN": sim.b_turn, "pending": pending,
+           "arrival_random": sim.arrival_rng.random, "RATE": sim.rate if sim.poisson else None,
+           "turn_stream": Stream(0), "response_add": sim.c_response.add}
+    lets = _lets(sim)
+    if lets is not None:
+        for i, s in enumerate(sim.prog.workload.turn):
+            env[f"LET{i}"] = x.expr(s.e)
+    for j, s in enumerate(sim.prog.server):
+        t = s.stages[0]
+        env[f"WORK{j}"] = x.expr(s.work)
+        env[f"AT{j}"] = s.at
+        if t.index is None:
+            env[f"STAGE{j}"] = sim.members(t.name)[0]
         else:
-            sess.steps = 0
-            try:
-                sim.turn_set(sess)
-            except SessionEnd as e:
-                sim._ended(sess, e.refused)
-                return
-            sess.turn_rec = sess.turn_rec.start
-        self.step(sess, 0)
-
-    # ------------------------------------------------------------ the server's runs
-    def step(self, sess, i):
-        """Run the server's statements from the i-th: each run submits its job and waits for it
-        (a run of no work goes on at once); after the last, the turn is answered and the session
-        ends (Flat.turn_rest's turn_end_last)."""
-        runs = self.runs
-        n = self.n_runs
-        while i < n:
-            f, st, tgt, at = runs[i]
-            i += 1
-            steps = sess.steps + 1  # a statement, counted as Sim._drain counts it
-            sess.steps = steps
-            if steps > MAX_STEPS:
-                raise too_many(sess, at)
-            work = f(sess)
-            if not work >= 0:
-                self.sim.amount(work, at, "a run's work")
-            if work > 0:
-                if st is None:
-                    st = tgt(sess)
-                sim = self.sim
-                sim.seq += 1
-                sess.pc = i
-                st.submit(Job(sess, work, st.alone, sim.seq, None))
-                return
-        # the turn is answered (Sim.turn_end: a run of stages gives no token) and the session ends
-        # (Sim._finish: it holds nothing, nothing waits on it)
-        sim = self.sim
-        now = sim.now
-        sim.c_response.add(now, now - sess.turn_rec)
-        sess.turn_rec = None
-        sess.turn_idx += 1
-        sess.alive = False
-        sim.live -= 1
-        sim.sessions_completed += 1
-
-    def job_done(self, job):
-        """A stage ended a job: its session goes on once the event is over (Sim.wake)."""
-        self.pending.append(job.sess)
-
-    def job_done_now(self, job):
-        """A fifo stage ended a job, the last act of its event: the session goes on now, as
-        settling would run it next (unless others already wait to, then after them)."""
-        sess = job.sess
-        if self.pending:
-            self.pending.append(sess)
-        else:
-            sess.steps = 0
-            self.step(sess, sess.pc)
-
-    def settle(self):
-        pending = self.pending
-        step = self.step
-        for sess in pending:  # the list grows while it is read: each one is read in turn
-            sess.steps = 0
-            step(sess, sess.pc)
-        pending.clear()
-
+            env[f"PICK{j}"] = x.target(t, s.at)
+    return env

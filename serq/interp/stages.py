@@ -247,17 +247,22 @@ class PS(Stage):
         sim = self.sim
         if sim.event_seq != self.version:
             return
-        self._advance()
+        now = sim.now
+        v = self.v
+        if self.n:  # _advance
+            v += self.rate * (now - self.last)
+        self.last = now
         # the event was set for the head job's finish tag and nothing changed since: that job has
         # received its work exactly, whatever the rounding of v (a tiny remainder must not
         # schedule its end at this same instant again); jobs with the same tag end with it
         heap = self.heap
         while heap and not heap[0][2].alive:
             heapq.heappop(heap)
-        if heap and heap[0][0] > self.v:
-            self.v = heap[0][0]
+        if heap and heap[0][0] > v:
+            v = heap[0][0]
+        self.v = v
         done = []
-        while heap and (heap[0][0] <= self.v or not heap[0][2].alive):
+        while heap and (heap[0][0] <= v or not heap[0][2].alive):
             tag, seq, job = heapq.heappop(heap)
             if job.alive:
                 job.alive = False
