@@ -35,6 +35,10 @@ def takes_path(text) -> bool:
 
 
 STAGES = ["fifo", "fifo(2)", "fifo(inf)", "ps(1)", "ps(2)", "delay", "ps(min(present, 3))"]
+# the turn's lets: ~exp of a constant mean is written out in the path's source, other draws call
+# their closures on the same stream, in the order written
+TURNS = ["Size w0 = ~exp(1);", "Size w0 = 2;", "Size w0 = ~uniform(0, 2); Size w1 = ~exp(0.5);",
+         "Size w1 = ~exp(2); Size w0 = w1 + ~erlang(2, 1); Size w2 = ~exp(1);", "Size w0 = ~exp(1); observe x = w0;"]
 WORK = ["~exp(1)", "~det(1)", "~uniform(0, 2)", "~erlang(3, 1)", "~h2(1, 4)", "0", "1", "0.5 * w0"]
 
 
@@ -51,7 +55,8 @@ def programs(draw):
         runs.append(f"run s{i}{pick} (cost(s{i}, {draw(st.sampled_from(WORK))}));")
     rate = draw(st.sampled_from(["poisson(0.6)", "poisson(2)", "renewal(~det(1))", "renewal(~exp(1.5))"]))
     gauge = draw(st.sampled_from(["", "gauge g = queue(s0" + ("" if arrays[0] is None else "[0]") + ");"]))
-    prog = (f"fn main() {{ {decl} workload {{ arrive {rate}; turn {{ Size w0 = ~exp(1); }} }} "
+    turn = draw(st.sampled_from(TURNS))
+    prog = (f"fn main() {{ {decl} workload {{ arrive {rate}; turn {{ {turn} }} }} "
             f"server {{ {' '.join(runs)} }} {gauge} }}")
     run = draw(st.sampled_from([dict(arrivals=draw(st.integers(1, 150))), dict(horizon=draw(st.sampled_from([20, 55.5])))]))
     if draw(st.booleans()):

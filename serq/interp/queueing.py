@@ -9,11 +9,13 @@ same order, so the report is the same to the byte (tests/test_queueing.py runs b
 from __future__ import annotations
 
 import heapq
+from math import inf as INF
 from math import log
 
-from serq.interp.rng import Stream, state1
+from serq.interp.rng import GOLDEN, M1, M2, MASK, SCALE, Stream, state1
 from serq.interp.sessions import SessionEnd
 from serq.interp.stages import Fifo, Job, Stage
+from serq.link.exprs import const_value
 
 # a session here runs at most MAX_TURN + MAX_RUNS statements without blocking (a turn block holds
 # no loop), far under sessions.MAX_STEPS: none is counted
@@ -149,12 +151,25 @@ def _source(sim) -> str:
     else:
         out.append("        sim.at(sim._gap(), arrive)")
     if lets is not None:  # turn_set's, shortened: turn_no is 0 already, no trace
-        if sim.turn_draws:  # the turn's stream: one object, its state set for each turn
-            out += ["    turn_stream.s = state1(B_TURN, serial << 32)", "    sess.rng = turn_stream"]
+        rates = _exp_rates(sim)
+        if sim.turn_draws:  # the turn's stream (rng.stream1(B_TURN, serial << 32)), its state in s
+            out += ["    z = (B_TURN ^ (((serial << 32) + 1) * GOLDEN)) & MASK",
+                    f"    z = ((z ^ (z >> 30)) * {M1}) & MASK",
+                    f"    z = ((z ^ (z >> 27)) * {M2}) & MASK",
+                    "    s = z ^ (z >> 31)"]
         if lets:
             out.append("    a = sess.a")
         for i, name in enumerate(lets):
-            out.append(f"    a[{name!r}] = LET{i}(sess)")
+            if rates[i] is not None:  # ~exp of a constant mean: Stream.expovariate written out
+                out += ["    s = (s + GOLDEN) & MASK",
+                        f"    z = ((s ^ (s >> 30)) * {M1}) & MASK",
+                        f"    z = ((z ^ (z >> 27)) * {M2}) & MASK",
+                        f"    a[{name!r}] = -log(1.0 - ((z ^ (z >> 31)) >> 11) * SCALE) / RATE{i}"]
+            elif sim.turn_draws:  # the let's closure draws from the stream object
+                out += ["    turn_stream.s = s", "    sess.rng = turn_stream",
+                        f"    a[{name!r}] = LET{i}(sess)", "    s = turn_stream.s"]
+            else:
+                out.append(f"    a[{name!r}] = LET{i}(sess)")
         out.append("    sess.rng = sess" if sim.session_draws else "    sess.rng = None")
         out.append("    sess.turn_rec = sim.now  # the turn's start: all its record holds here")
     else:
@@ -182,6 +197,25 @@ def _source(sim) -> str:
 def _lets(sim):
     turn = sim.prog.workload.turn
     return [s.name for s in turn] if all(s.k == "set" for s in turn) else None
+
+
+def _exp_rates(sim):
+    """For each let of the turn, its rate when it is ~exp of a constant mean (as the closure
+    Compiler._drawn makes for it, through cost(…) and a branch on a constant), else None."""
+    out = []
+    for st in sim.prog.workload.turn:
+        e = st.e
+        while e.k in ("cost", "if"):
+            if e.k == "cost":
+                e = e.e
+                continue
+            cv = const_value(e.c)
+            if cv is None or cv != cv:
+                break
+            e = e.a if cv != 0 else e.b
+        mc = const_value(e.args[0]) if e.k == "draw" and e.dist == "exp" else None
+        out.append(1.0 / float(mc) if mc is not None and 0 < mc < INF else None)
+    return out
 
 
 def _runs(sim, k, ind):
@@ -215,11 +249,13 @@ def _env(sim, pending) -> dict:
            "Session": sim.Session, "SessionEnd": SessionEnd, "state1": state1, "turn_set": sim.turn_set,
            "B_SESSION": sim.b_session, "B_TURN": sim.b_turn, "pending": pending,
            "arrival_random": sim.arrival_rng.random, "RATE": sim.rate if sim.poisson else None,
-           "turn_stream": Stream(0), "response_add": sim.c_response.add}
+           "turn_stream": Stream(0), "response_add": sim.c_response.add, "GOLDEN": GOLDEN, "MASK": MASK,
+           "SCALE": SCALE}
     lets = _lets(sim)
     if lets is not None:
-        for i, s in enumerate(sim.prog.workload.turn):
+        for i, (s, rate) in enumerate(zip(sim.prog.workload.turn, _exp_rates(sim))):
             env[f"LET{i}"] = x.expr(s.e)
+            env[f"RATE{i}"] = rate
     for j, s in enumerate(sim.prog.server):
         t = s.stages[0]
         env[f"WORK{j}"] = x.expr(s.work)

@@ -11,6 +11,8 @@ import random
 
 MASK = (1 << 64) - 1
 GOLDEN = 0x9E3779B97F4A7C15
+# SplitMix64's mixing multipliers (written out below: a constant, not a global lookup, per draw)
+M1, M2 = 0xBF58476D1CE4E5B9, 0x94D049BB133111EB
 SCALE = 1.0 / (1 << 53)
 
 
