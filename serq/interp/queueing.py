@@ -14,7 +14,7 @@ from math import log
 
 from serq.interp.rng import GOLDEN, M1, M2, MASK, SCALE, Stream, state1
 from serq.interp.sessions import SessionEnd
-from serq.interp.stages import Fifo, Job, Stage
+from serq.interp.stages import PS, Fifo, Job, Stage
 from serq.link.exprs import const_value
 
 # a session here runs at most MAX_TURN + MAX_RUNS statements without blocking (a turn block holds
@@ -55,8 +55,11 @@ class Queueing:
         sim.settle = self.settle
         sim.ready = self.pending
         sim._events = self.events
+        # a job's end is the last act of its event (a fifo's), or the ends of a ps's jobs are its
+        # event's last acts, each session's state final but for the stage's completed count, which
+        # no expression reads: each session goes on at once, in the order settling would run them
         for st in sim.stages:
-            if st.__class__ is Fifo:  # its job's end is the event's last act: the session goes on at once
+            if st.__class__ in (Fifo, PS):
                 st.done = self.job_done_now
 
     def job_done(self, job):
@@ -181,8 +184,8 @@ def _source(sim) -> str:
         out += ["", f"def resume{k}(sess):"] + _runs(sim, k, "    ")
     out += ["", "resume = [None] + [" + ", ".join(f"resume{k}" for k in range(1, n + 1)) + "]",
             "", "def done_now(job):",
-            '    """A fifo stage ended a job, the last act of its event: the session goes on now, as',
-            '    settling would run it next (unless others already wait to, then after them)."""',
+            '    """A stage ended a job (Queueing.install): the session goes on now, as settling',
+            '    would run it next (unless others already wait to, then after them)."""',
             "    sess = job.sess",
             "    if pending:",
             "        pending.append(sess)",

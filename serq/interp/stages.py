@@ -182,6 +182,7 @@ class PS(Stage):
         self.version = None         # the sequence number of the event that ends the head job
         self.ctx = sim.machine_ctx({"present": 0.0})
         self.fire = self._fire  # one bound method for every event it schedules
+        self.done = sim.job_done  # what a job's end tells (queueing.py: the session goes on at once)
 
     def _advance(self):
         now = self.sim.now
@@ -270,11 +271,12 @@ class PS(Stage):
                 done.append(job)
         self._schedule()
         after = sim.now >= sim.warmup
+        done_cb = self.done
         for job in done:
             self.completed += 1  # _done
             if after:
                 self.completed_after_warmup += 1
-            sim.job_done(job)
+            done_cb(job)
 
     def remove(self, job):
         self._advance()
