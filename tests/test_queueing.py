@@ -39,7 +39,7 @@ STAGES = ["fifo", "fifo(2)", "fifo(inf)", "ps(1)", "ps(2)", "delay", "ps(min(pre
 # their closures on the same stream, in the order written
 TURNS = ["Size w0 = ~exp(1);", "Size w0 = 2;", "Size w0 = ~uniform(0, 2); Size w1 = ~exp(0.5);",
          "Size w1 = ~exp(2); Size w0 = w1 + ~erlang(2, 1); Size w2 = ~exp(1);", "Size w0 = ~exp(1); observe x = w0;"]
-WORK = ["~exp(1)", "~det(1)", "~uniform(0, 2)", "~erlang(3, 1)", "~h2(1, 4)", "0", "1", "0.5 * w0"]
+WORK = ["~exp(1)", "~det(1)", "~uniform(0, 2)", "~erlang(3, 1)", "~h2(1, 4)", "0", "1", "0.5 * w0", "w0"]
 
 
 @st.composite

@@ -224,9 +224,13 @@ def _exp_rates(sim):
 def _runs(sim, k, ind):
     """The runs from the k-th on, then the answer: a run of no work goes on at once."""
     out = []
+    known = set(_lets(sim) or ()) | {"serial", "turn_no", "cached", "computed"}  # set before any run
     for j, s in enumerate(sim.prog.server[k:], start=k):
         stage = f"STAGE{j}" if s.stages[0].index is None else f"PICK{j}(sess)"
-        out += [f"{ind}work = WORK{j}(sess)",
+        e = s.work.e if s.work.k == "cost" else s.work
+        # the work is an attribute the session has: read, as its closure would (Compiler._attr)
+        work = f"sess.a[{e.name!r}]" if e.k == "attr" and e.name in known else f"WORK{j}(sess)"
+        out += [f"{ind}work = {work}",
                 f"{ind}if not work >= 0:",
                 f"{ind}    sim.amount(work, AT{j}, \"a run's work\")",
                 f"{ind}if work > 0:",
