@@ -133,12 +133,13 @@ def _source(sim) -> str:
     lets = _lets(sim)
     out = ["def arrive():",
            "    serial = sim.sessions_arrived",
-           "    if serial >= sim.max_arrivals:",
+           f"    if serial >= {int(sim.max_arrivals)}:",
            "        sim.too_many_arrivals()",
            "    sim.sessions_arrived = serial + 1",
            "    sim.next_id += 1",
-           "    sess = Session(serial, serial, {'serial': float(serial), 'turn_no': 0.0, 'cached': 0.0, "
-           "'computed': 0.0})"]
+           "    now = sim.now",
+           "    a = {'serial': float(serial), 'turn_no': 0.0, 'cached': 0.0, 'computed': 0.0}",
+           "    sess = Session(serial, serial, a)"]
     if sim.session_draws:
         out += ["    sess.s = state1(B_SESSION, serial)", "    sess.rng = sess"]
     out.append("    sim.live += 1")
@@ -150,7 +151,7 @@ def _source(sim) -> str:
         out.append("    if True:")
     if sim.poisson:  # random.expovariate's own arithmetic, without its call
         out += ["        sim.seq += 1",
-                "        heappush(heap, (sim.now - log(1.0 - arrival_random()) / RATE, sim.seq, arrive, None))"]
+                "        heappush(heap, (now - log(1.0 - arrival_random()) / RATE, sim.seq, arrive, None))"]
     else:
         out.append("        sim.at(sim._gap(), arrive)")
     if lets is not None:  # turn_set's, shortened: turn_no is 0 already, no trace
@@ -160,8 +161,6 @@ def _source(sim) -> str:
                     f"    z = ((z ^ (z >> 30)) * {M1}) & MASK",
                     f"    z = ((z ^ (z >> 27)) * {M2}) & MASK",
                     "    s = z ^ (z >> 31)"]
-        if lets:
-            out.append("    a = sess.a")
         for i, name in enumerate(lets):
             if rates[i] is not None:  # ~exp of a constant mean: Stream.expovariate written out
                 out += ["    s = (s + GOLDEN) & MASK",
@@ -173,8 +172,11 @@ def _source(sim) -> str:
                         f"    a[{name!r}] = LET{i}(sess)", "    s = turn_stream.s"]
             else:
                 out.append(f"    a[{name!r}] = LET{i}(sess)")
-        out.append("    sess.rng = sess" if sim.session_draws else "    sess.rng = None")
-        out.append("    sess.turn_rec = sim.now  # the turn's start: all its record holds here")
+        if sim.session_draws:
+            out.append("    sess.rng = sess")
+        elif sim.turn_draws and not all(r is not None for r in rates):
+            out.append("    sess.rng = None")
+        out.append("    sess.turn_rec = now  # the turn's start: all its record holds here")
     else:
         out += ["    try:", "        turn_set(sess)", "    except SessionEnd as e:",
                 "        sim._ended(sess, e.refused)", "        return",
