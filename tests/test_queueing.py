@@ -135,3 +135,22 @@ def test_a_run_time_error_is_the_same_diagnostic(server, code):
         assert info.value.code == code
         rendered.append(info.value.render())
     assert rendered[0] == rendered[1]
+
+
+def test_progress_is_reported_at_the_same_instants():
+    # `serq run` on a terminal draws its progress from the run's clock: the same calls on both paths;
+    # the queueing path has answered the session whose job ended in the event itself (the general
+    # path answers it when it settles, after the call), so its completed count may be ahead by those
+    prog = api.load_text("fn main() { stage s : ps(1); workload { arrive poisson(0.8); } "
+                         "server { run s (cost(s, ~exp(1))); } gauge g = queue(s); }", "q.sq")
+    seen = []
+    for q in (False, True):
+        sim = Sim(prog, Settings(arrivals=300, seed=2))
+        sim.queueing = q
+        clock: list = []
+        sim.run(lambda s: clock.append((s.now, s.sessions_arrived, s.sessions_completed, s.live)))
+        seen.append(clock)
+    general, queueing = seen
+    assert [c[:2] for c in general] == [c[:2] for c in queueing] and len(general) > 300
+    ahead = [q[2] - g[2] for g, q in zip(general, queueing)]
+    assert set(ahead) == {0, 1} and all(q[2] + q[3] == q[1] for q in queueing)
