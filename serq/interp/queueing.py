@@ -89,6 +89,7 @@ class Queueing:
         last_t = 0.0
         now = sim.now
         stall_t, stall, stall_at = None, 0, STALL
+        push = heapq.heappush
         while True:
             if pending:  # settle: the sessions whose jobs ended, in order
                 for sess in pending:
@@ -97,16 +98,16 @@ class Queueing:
             if not heap:
                 sim._gauges()
                 break
-            t = heap[0][0]
-            if gauges and t > now:  # the instant is over: Sim._gauges
-                for st, f, avg in gauges:
-                    v = float(st.n) if st is not None else f(c)
-                    if v != avg.v:
-                        avg.set(now, v)
-            if t > hz:
-                break
-            t, sim.event_seq, fn, arg = pop(heap)
-            if t != now:
+            t, seq, fn, arg = pop(heap)  # the next event, put back if it is past the horizon
+            if t > now:
+                if gauges:  # the instant is over: Sim._gauges
+                    for st, f, avg in gauges:
+                        v = float(st.n) if st is not None else f(c)
+                        if v != avg.v:
+                            avg.set(now, v)
+                if t > hz:
+                    push(heap, (t, seq, fn, arg))
+                    break
                 now = sim.now = t
             else:  # the watchdog, as Sim._events keeps it
                 if stall_t != now:
@@ -114,6 +115,7 @@ class Queueing:
                 stall += 1
                 if stall > stall_at:
                     stall_at = sim._stalled(fn, arg, stall)
+            sim.event_seq = seq
             if arg is not None:
                 fn(arg)
             else:
