@@ -54,7 +54,8 @@ def programs(draw):
         pick = "" if arrays[i] is None else draw(st.sampled_from([f"[{arrays[i] - 1}]", f"[floor(~uniform(0, {arrays[i]}))]"]))
         runs.append(f"run s{i}{pick} (cost(s{i}, {draw(st.sampled_from(WORK))}));")
     rate = draw(st.sampled_from(["poisson(0.6)", "poisson(2)", "renewal(~det(1))", "renewal(~exp(1.5))"]))
-    gauge = draw(st.sampled_from(["", "gauge g = queue(s0" + ("" if arrays[0] is None else "[0]") + ");"]))
+    s0 = "s0" + ("" if arrays[0] is None else "[0]")
+    gauge = draw(st.sampled_from(["", f"gauge g = queue({s0});", f"gauge g = queue({s0}); gauge h = 2 * busy({s0});"]))
     turn = draw(st.sampled_from(TURNS))
     prog = (f"fn main() {{ {decl} workload {{ arrive {rate}; turn {{ {turn} }} }} "
             f"server {{ {' '.join(runs)} }} {gauge} }}")

@@ -50,6 +50,7 @@ class Queueing:
         env = _env(sim, self.pending)
         exec(compile(code, "<serq queueing path>", "exec"), env)
         self.arrive, self.resume, self.job_done_now = env["arrive"], env["resume"], env["done_now"]
+        self.events = env["events"]
         sim._arrive_open = self.arrive
         sim.job_done = self.job_done
         sim.settle = self.settle
@@ -72,57 +73,6 @@ class Queueing:
         for sess in pending:  # the list grows while it is read: each one is read in turn
             resume[sess.pc](sess)
         pending.clear()
-
-    def events(self, progress, hz):
-        """Sim._events, without what a network of queues never has (engines to start, pools to
-        retry, a recorder), its settling and its gauges written out in the loop."""
-        from serq.interp.sim import STALL
-        sim = self.sim
-        heap = sim.heap
-        pending = self.pending
-        resume = self.resume
-        # a gauge of a stage's queue reads its count here (Stage.queue_of, without the call)
-        gauges = [(getattr(f, "__self__", None) if getattr(f, "__func__", None) is Stage.queue_of else None, f, avg)
-                  for _, f, avg in sim.gauges]
-        c = sim.machine
-        pop = heapq.heappop
-        last_t = 0.0
-        now = sim.now
-        stall_t, stall, stall_at = None, 0, STALL
-        push = heapq.heappush
-        while True:
-            if pending:  # settle: the sessions whose jobs ended, in order
-                for sess in pending:
-                    resume[sess.pc](sess)
-                pending.clear()
-            if not heap:
-                sim._gauges()
-                break
-            t, seq, fn, arg = pop(heap)  # the next event, put back if it is past the horizon
-            if t > now:
-                if gauges:  # the instant is over: Sim._gauges
-                    for st, f, avg in gauges:
-                        v = float(st.n) if st is not None else f(c)
-                        if v != avg.v:
-                            avg.set(now, v)
-                if t > hz:
-                    push(heap, (t, seq, fn, arg))
-                    break
-                now = sim.now = t
-            else:  # the watchdog, as Sim._events keeps it
-                if stall_t != now:
-                    stall_t, stall, stall_at = now, 0, STALL
-                stall += 1
-                if stall > stall_at:
-                    stall_at = sim._stalled(fn, arg, stall)
-            sim.event_seq = seq
-            if arg is not None:
-                fn(arg)
-            else:
-                fn()
-            if progress is not None and t - last_t > 0:
-                progress(sim)
-                last_t = t
 
 
 # ---------------------------------------------------------------- the session's path, as source
@@ -198,7 +148,52 @@ def _source(sim) -> str:
         out += _runs(sim, 1, "    ")
     else:
         out.append("    resume[sess.pc](sess)")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + [""] + _loop(sim)) + "\n"
+
+
+def _loop(sim):
+    """Sim._events without what a network of queues never has (engines to start, pools to retry, a
+    recorder), its settling and its gauges (Sim._gauges) written out: a gauge of a stage's queue
+    reads the stage's count (Stage.queue_of) without a call. The next event is popped first, and
+    put back when it is past the horizon."""
+    gauges = []
+    for i, (_, f, _) in enumerate(sim.gauges):
+        read = f"float(GST{i}.n)" if getattr(f, "__func__", None) is Stage.queue_of else f"GF{i}(machine)"
+        gauges += [f"                v = {read}",
+                   f"                if v != GAVG{i}.v:",
+                   f"                    GAVG{i}.set(now, v)"]
+    return ["def events(progress, hz):",
+            "    last_t = 0.0",
+            "    now = sim.now",
+            "    stall_t, stall, stall_at = None, 0, STALL",
+            "    while True:",
+            "        if pending:  # settle: the sessions whose jobs ended, in order",
+            "            for sess in pending:",
+            "                resume[sess.pc](sess)",
+            "            pending.clear()",
+            "        if not heap:",
+            "            sim._gauges()",
+            "            break",
+            "        t, seq, fn, arg = heappop(heap)",
+            "        if t > now:"] + (["            if True:  # the instant is over: its gauges"] + gauges if gauges else []) + [
+            "            if t > hz:",
+            "                heappush(heap, (t, seq, fn, arg))",
+            "                break",
+            "            now = sim.now = t",
+            "        else:  # the watchdog, as Sim._events keeps it",
+            "            if stall_t != now:",
+            "                stall_t, stall, stall_at = now, 0, STALL",
+            "            stall += 1",
+            "            if stall > stall_at:",
+            "                stall_at = sim._stalled(fn, arg, stall)",
+            "        sim.event_seq = seq",
+            "        if arg is not None:",
+            "            fn(arg)",
+            "        else:",
+            "            fn()",
+            "        if progress is not None and t - last_t > 0:",
+            "            progress(sim)",
+            "            last_t = t"]
 
 
 def _lets(sim):
@@ -262,6 +257,10 @@ def _env(sim, pending) -> dict:
            "arrival_random": sim.arrival_rng.random, "RATE": sim.rate if sim.poisson else None,
            "turn_stream": Stream(0), "response_add": sim.c_response.add, "GOLDEN": GOLDEN, "MASK": MASK,
            "SCALE": SCALE}
+    from serq.interp.sim import STALL
+    env.update(STALL=STALL, heappop=heapq.heappop, machine=sim.machine)
+    for i, (_, f, avg) in enumerate(sim.gauges):
+        env[f"GST{i}"], env[f"GF{i}"], env[f"GAVG{i}"] = getattr(f, "__self__", None), f, avg
     lets = _lets(sim)
     if lets is not None:
         for i, (s, rate) in enumerate(zip(sim.prog.workload.turn, _exp_rates(sim))):
