@@ -6,9 +6,11 @@ from __future__ import annotations
 import heapq
 import math
 
+from serq.interp.compile import _DEPTH, _NoSource, _Source
 from serq.interp.pools import Pool, round_up
 from serq.interp.stats import TimeAverage
 from serq.lang.lower.constants import FUNCS
+from serq.link.exprs import const_value
 
 _floor = FUNCS["floor"][2]  # keeps inf
 
@@ -123,6 +125,8 @@ class Engine:
 class Iterations:
     """The iteration procedure, mixed into the simulator (it needs its sessions and pools)."""
 
+    _steady_src = False  # step_src writes _steady_cost's source
+
     # -- building
     def _build_engines(self):
         prog = self.prog
@@ -172,12 +176,83 @@ class Iterations:
             body = k.iteration
             if body is None:
                 body = [I.IServe(), I.IAdmit(gate=I.Bin(op="==", l=I.StepVar(name="Preempted"), r=I.Num(v=0)))]
+            spec["steady_cost"] = self._steady_cost(k.cost, spec["cost"])
             spec["body"] = [self._istmt(s) for s in body]
             spec["body_default"] = k.iteration is None and k.serve.k == "by"
             self.engine_specs[p.name] = spec
             for e in self._members[p.name]:
                 for n, f in spec["regs"]:
                     e.registers[n] = f(self.machine)
+
+    def _steady_cost(self, e, full):
+        """The execute expression as _steady reads it: (run, stored), each a function
+        (c, eng, bk, vk, at, n, end, nxt, lim) that runs at most lim steady iterations of engine
+        eng in one loop, each adding n to batch.kv_decode (bk), running.kv_decode (vk) and the
+        attention sum (at), the only values that change between them, and its cost to end; it stops
+        before one whose cost is not in (0, inf) or whose end reaches nxt. It answers (iterations
+        run, end, bk, vk, at, stopped), the three as the last cost read them.
+
+        stored keeps the three in the engine's dicts and reads the expression as compiled, as one
+        iteration at a time does. run, where it can be made (None otherwise), is the expression as
+        source with the three as locals and what does not change between the iterations read once
+        as the loop starts (_SteadySource): the same operations on the same values, so the same
+        floats. A value it cannot read (an unset one: KeyError) hands the rest to stored, which
+        raises the diagnostic."""
+
+        def stored(c, eng, bk, vk, at, n, end, nxt, lim, i=0, added=False):
+            b, v = eng.batch, eng.vars
+            b["Kvb"], v["Kvb"], v["Attn"] = bk, vk, at
+            while i < lim:
+                if added:  # this iteration's values are in already
+                    added = False
+                else:
+                    b["Kvb"] += n
+                    v["Kvb"] += n
+                    v["Attn"] += n
+                nc = full(c)
+                if not (0 < nc < INF) or end + nc >= nxt:
+                    return i, end, b["Kvb"], v["Kvb"], v["Attn"], True
+                end += nc
+                i += 1
+            return i, end, b["Kvb"], v["Kvb"], v["Attn"], False
+        if _budget_read(e):  # budget_left() stores the residents' values: read as compiled
+            return None, stored
+        gen = _SteadySource(self.compiler)
+        self._steady_src = True
+        try:
+            gen.mark(e, True, 0)
+            body = gen.src(e, 0)
+        except _NoSource:
+            return None, stored
+        finally:
+            self._steady_src = False
+        env = gen.env
+        env.update(_stored=stored, INF=INF, NAN=math.nan)
+        pre = "".join(f"        {n} = {src}\n" for n, src in gen.hoisted) or "        pass\n"
+        code = (f"def _run(c, eng, _bk, _vk, _at, n, end, nxt, lim):\n"
+                f"    try:\n"
+                f"{pre}"
+                f"    except KeyError:\n"
+                f"        return _stored(c, eng, _bk, _vk, _at, n, end, nxt, lim)\n"
+                f"    i = 0\n"
+                f"    while i < lim:\n"
+                f"        _bk += n\n"
+                f"        _vk += n\n"
+                f"        _at += n\n"
+                f"        try:\n"
+                f"            nc = {body}\n"
+                f"        except KeyError:\n"
+                f"            return _stored(c, eng, _bk, _vk, _at, n, end, nxt, lim, i, True)\n"
+                f"        if not (0 < nc < INF) or end + nc >= nxt:\n"
+                f"            return i, end, _bk, _vk, _at, True\n"
+                f"        end += nc\n"
+                f"        i += 1\n"
+                f"    return i, end, _bk, _vk, _at, False\n")
+        try:
+            exec(compile(code, "<serq steady cost>", "exec"), env)
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            return None, stored
+        return env["_run"], stored
 
     def _istmt(self, s):
         x = self.compiler
@@ -198,6 +273,8 @@ class Iterations:
         """Python source that reads the step variable as step_var's closure (named `closure` in the
         generated function) does (serq/interp/compile.py, _Source)."""
         name, batch = e.name, e.batch
+        if self._steady_src and name in ("Kvb", "Attn"):  # _steady_cost's arguments (never planning)
+            return "_bk" if batch and name == "Kvb" else "_vk" if name == "Kvb" else "_at"
         if batch and name in ("Ndec", "Kvb", "Kvp"):
             return f"sim.cur_engine.batch[{name!r}]"
         if name in RUNNING and not batch:
@@ -445,45 +522,49 @@ class Iterations:
             return end
         b = eng.batch
         c = self.machine
-        f = spec["cost"]
+        run, stored = spec["steady_cost"]
+        if run is None or self.cur_engine is not eng:  # the source reads the engine it was given as cur_engine
+            run = stored
         extra = 0
         v = eng.vars
+        bk, vk, at = b["Kvb"], v["Kvb"], v["Attn"]
         head = crossings[0][0] if crossings else INF  # the next iteration that grows a hold
         while extra < k:
             i = extra + 1
-            grown = None
-            if i == head:
-                # the holds this iteration grows, at its start, in batch order, each by a block the
-                # pool has room for (else the steady run ends here, and that iteration grows as one
-                # of its own)
-                grown, fits = [], True
-                while crossings and crossings[0][0] == i:
-                    _, j, r = heapq.heappop(crossings)
-                    pool = r.alloc.pool
-                    u = used.get(pool, pool.used)
-                    bl = pool.block
-                    # _engine_grow's room_for as it would find the pool then (cached blocks never
-                    # block: make_room evicts them then, in the pool's order, _grow_steady)
-                    if not u + bl <= pool.cap + 1e-9:
-                        fits = False
-                        break
-                    used[pool] = u + bl
-                    grown.append(r)
-                    heapq.heappush(crossings, (i + int(bl), j, r))
-                if not fits:
+            if i != head:
+                # the iterations before the next growth, in one loop
+                cnt, end, bk, vk, at, stopped = run(c, eng, bk, vk, at, n, end, nxt, min(k, head - 1) - extra)
+                extra += cnt
+                if stopped:
                     break
-                head = crossings[0][0] if crossings else INF
-            # the next iteration's batch reads one more KV token for each decode
-            b["Kvb"] += n
-            v["Kvb"] += n
-            v["Attn"] += n  # each decode's attention reads one more token
-            nc = f(c)
-            if not (0 < nc < INF) or end + nc >= nxt:
+                continue
+            # the holds this iteration grows, at its start, in batch order, each by a block the
+            # pool has room for (else the steady run ends here, and that iteration grows as one
+            # of its own)
+            grown, fits = [], True
+            while crossings and crossings[0][0] == i:
+                _, j, r = heapq.heappop(crossings)
+                pool = r.alloc.pool
+                u = used.get(pool, pool.used)
+                bl = pool.block
+                # _engine_grow's room_for as it would find the pool then (cached blocks never
+                # block: make_room evicts them then, in the pool's order, _grow_steady)
+                if not u + bl <= pool.cap + 1e-9:
+                    fits = False
+                    break
+                used[pool] = u + bl
+                grown.append(r)
+                heapq.heappush(crossings, (i + int(bl), j, r))
+            if not fits:
                 break
-            if grown:
-                grows.extend([(end, r) for r in grown])  # at the start of iteration i, which is `end`
-            end += nc  # added one by one, as the iterations' ends would be
+            head = crossings[0][0] if crossings else INF
+            _, e1, bk, vk, at, stopped = run(c, eng, bk, vk, at, n, end, nxt, 1)
+            if stopped:
+                break
+            grows.extend([(end, r) for r in grown])  # at the start of iteration i, which is `end`
+            end = e1
             extra += 1
+        b["Kvb"], v["Kvb"], v["Attn"] = bk, vk, at  # as the last iteration read them
         if extra:
             eng.grows = grows
             eng.repeat = 1 + extra
@@ -832,6 +913,91 @@ class Iterations:
                 st.update(status="failed", at=self.now)
             elif cl.form == "some" and ok:
                 st.update(status="witnessed", at=self.now)
+
+
+def _kids(e):
+    k = e.k
+    if k == "bin":
+        return (e.l, e.r)
+    if k in ("un", "cost"):
+        return (e.e,)
+    if k == "if":
+        return (e.c, e.a, e.b)
+    if k in ("fn", "draw"):
+        return e.args
+    if k == "obs" and e.of.index is not None:
+        return (e.of.index,)
+    return ()
+
+
+def _nodes(e):
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        yield x
+        todo.extend(_kids(x))
+
+
+def _budget_read(e) -> bool:
+    return any(x.k == "obs" and x.fn == "budget_left" for x in _nodes(e))
+
+
+def _varies(e) -> bool:
+    """It reads a value a steady iteration changes: batch.kv_decode, running.kv_decode, the attention sum."""
+    return any(x.k == "step" and x.name in ("Kvb", "Attn") for x in _nodes(e))
+
+
+class _SteadySource(_Source):
+    """The execute expression's source for _steady's loop (step_src names the three values that
+    change as locals): a part that reads none of them, evaluated at every read (under no branch
+    that may skip it), is read once before the loop into a local; min and max of two are written
+    out as the comparisons constants._min and _max make, without the call."""
+
+    def __init__(self, comp):
+        super().__init__(comp)
+        self.hoist: set = set()     # the ids of the parts read once
+        self.hoisted: list = []     # (local, source), in the order the loop's reads would meet them
+        self.tmp = 0
+
+    def mark(self, e, every: bool, depth: int):
+        if depth > _DEPTH:
+            raise _NoSource()
+        k = e.k
+        if not _varies(e):
+            v = const_value(e) if k in ("bin", "un", "if", "fn") else None
+            if every and k not in ("num", "inf") and not (v is not None and v == v):  # constants are folded
+                self.hoist.add(id(e))
+            return
+        if k == "bin":
+            self.mark(e.l, every, depth + 1)
+            self.mark(e.r, every and e.op not in ("&&", "||"), depth + 1)
+        elif k == "if":
+            self.mark(e.c, every, depth + 1)
+            self.mark(e.a, False, depth + 1)
+            self.mark(e.b, False, depth + 1)
+        else:
+            for x in _kids(e):
+                self.mark(x, every and k in ("un", "fn", "cost"), depth + 1)
+
+    def src(self, e, depth: int) -> str:
+        if depth > _DEPTH:
+            raise _NoSource()
+        if id(e) in self.hoist:
+            self.hoist.discard(id(e))  # its own source below is written in full
+            s = self.src(e, depth)
+            n = f"_h{len(self.hoisted)}"
+            self.hoisted.append((n, s))
+            return n
+        if e.k == "fn" and e.name in ("min", "max") and len(e.args) == 2:
+            v = const_value(e)
+            if not (v is not None and v == v):
+                a = self.src(e.args[0], depth + 1)
+                b = self.src(e.args[1], depth + 1)
+                t, u = f"_t{self.tmp}", f"_t{self.tmp + 1}"
+                self.tmp += 2
+                ge, gt = (">=", ">") if e.name == "max" else ("<=", "<")
+                return f"({t} if ({t} := {a}) {ge} ({u} := {b}) else ({u} if {u} {gt} {t} else NAN))"
+        return super().src(e, depth)
 
 
 def _pool_grows(pool) -> bool:

@@ -1,0 +1,69 @@
+"""The fast-forward of steady decoding (serq/interp/engine.py, _steady) reads the execute expression
+as generated source, with what does not change between the iterations read once and min and max
+written out: for execute expressions of every shape it gives the report that reading the
+expression as compiled gives, and the one that running the iterations one at a time gives."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from serq import api
+from serq.interp.sim import Sim
+from serq.ir.model import Settings
+
+EX = os.path.join(os.path.dirname(__file__), "..", "examples", "multi-turn", "vllm.sq")
+ORIG = "execute (c0 + max(hbm(batch.kv_decode + batch.kv_prefill), compute(batch.tokens)));"
+EXECUTES = [
+    ORIG,
+    # a branch on a changing value; min on one side; the attention sum
+    "execute (c0 + (batch.kv_decode > 2000 ? max(hbm(batch.kv_decode), compute(batch.tokens)) "
+    ": min(hbm(batch.attention / 64), 0.02)));",
+    # && (its right side read only when the left holds), values that do not change
+    "execute (c0 + max(hbm(batch.kv_decode), compute(batch.tokens)) "
+    "+ (running.count > 1 && batch.decoding > 1 ? 0.0001 : 0));",
+    # max and min whose sides change, nested in arithmetic
+    "execute (max(c0, 0.004 - batch.kv_decode * 0.0000001) + min(omega, beta * batch.attention));",
+]
+
+
+def _report(text, mode):
+    sim = Sim(api.load_text(text, "steady.sq"), Settings(arrivals=150))
+    if mode == "one at a time":
+        sim.fast_forward = False
+    elif mode == "as compiled":
+        for spec in sim.engine_specs.values():
+            spec["steady_cost"] = (None, spec["steady_cost"][1])
+    rep = sim.run()
+    rep.pop("_sim", None)
+    return json.dumps(rep, sort_keys=True), sim.engines[0].iterations, sim.engines[0].served_total
+
+
+@pytest.mark.parametrize("execute", EXECUTES)
+def test_steady_source_gives_the_same_report(execute):
+    src = open(EX).read()
+    assert ORIG in src
+    text = src.replace(ORIG, execute)
+    fast = _report(text, "as source")
+    assert fast[1] > 10000  # steady runs were fast-forwarded
+    assert fast == _report(text, "as compiled")
+    assert fast == _report(text, "one at a time")
+
+
+def test_steady_source_reads_the_changing_values_as_locals():
+    """The generated loop names the three values that change and reads the rest once."""
+    sim = Sim(api.load(EX), Settings(arrivals=5))
+    run, stored = sim.engine_specs["vllm"]["steady_cost"]
+    assert run is not None and run is not stored
+    eng = sim.engines[0]
+    sim.cur_engine = eng
+    eng.batch = {"Ndec": 2.0, "Kvb": 100.0, "Kvp": 0.0}
+    eng.vars.update(Ntok=2.0, Kvb=100.0, Attn=300.0)
+    a = run(sim.machine, eng, 100.0, 100.0, 300.0, 2, 0.0, 1.0, 50)
+    b = stored(sim.machine, eng, 100.0, 100.0, 300.0, 2, 0.0, 1.0, 50)
+    assert a == b and a[0] == 50 and not a[5]
+    # stopped before the iteration whose end reaches nxt, the values as that iteration read them
+    a = run(sim.machine, eng, 100.0, 100.0, 300.0, 2, 0.0, 0.01, 50)
+    b = stored(sim.machine, eng, 100.0, 100.0, 300.0, 2, 0.0, 0.01, 50)
+    assert a == b and a[5] and a[0] < 50 and a[2] == 100.0 + 2 * (a[0] + 1)
