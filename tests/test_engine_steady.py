@@ -67,3 +67,28 @@ def test_steady_source_reads_the_changing_values_as_locals():
     a = run(sim.machine, eng, 100.0, 100.0, 300.0, 2, 0.0, 0.01, 50)
     b = stored(sim.machine, eng, 100.0, 100.0, 300.0, 2, 0.0, 0.01, 50)
     assert a == b and a[5] and a[0] < 50 and a[2] == 100.0 + 2 * (a[0] + 1)
+
+
+def test_holders_follow_a_lease_a_leg_passes_to_its_session():
+    """holders() is kept until a pool's holders change; a leg that ends leasing passes its lease to
+    its session, which then holds both allocations: one holder, not two."""
+    text = """fn main() {
+      pool p { cap 4; }
+      stage s : delay;
+      workload { arrive batch(1); }
+      server {
+        hold p (cost(p, 1)) {
+          fork { hold p (cost(p, 1)) { run s (cost(s, 1)); } lease p (10); }
+          run s (cost(s, 3));
+          observe h = holders(p);
+          join;
+        }
+      }
+      gauge g = holders(p);
+    }"""
+    sim = Sim(api.load_text(text, "lease.sq"), Settings(horizon=20))
+    rep = sim.run()
+    # 0..1 the session and its leg (2), 1..3 the session with the leg's lease (1), then the lease
+    # alone until 11
+    assert list(sim.obs["h"].v) == [1.0]
+    assert rep["gauges"]["g"]["max"] == 2.0

@@ -393,7 +393,9 @@ class Iterations:
         want, self.want = self.want, []
         for eng in want:
             eng.pending = False
-        for eng in sorted(set(want), key=lambda e: self.engines.index(e)):
+        if len(want) > 1:  # each engine is in it once (pending)
+            want = sorted(want, key=self.engines.index)
+        for eng in want:
             if not eng.busy:
                 self._iterate(eng)
 
@@ -486,8 +488,11 @@ class Iterations:
         if n == 0 or spec["body_default"] is False or eng.granule or eng.vars["Preempted"] or \
                 eng.vars["Admitted"] or self.claims_iter.get(id(eng)) or self.ready:
             return end
-        if n != len(eng.reqs) or any(p.queue for p in eng.admitted):
+        if n != len(eng.reqs):
             return end
+        for p in eng.admitted:
+            if p.queue:
+                return end
         k = None
         pool_ok: dict = {}
         crossings = []   # (the extra iteration whose start grows the hold a block, batch order, request)
@@ -529,41 +534,39 @@ class Iterations:
         v = eng.vars
         bk, vk, at = b["Kvb"], v["Kvb"], v["Attn"]
         head = crossings[0][0] if crossings else INF  # the next iteration that grows a hold
+        pop, push = heapq.heappop, heapq.heappush
         while extra < k:
             i = extra + 1
-            if i != head:
-                # the iterations before the next growth, in one loop
-                cnt, end, bk, vk, at, stopped = run(c, eng, bk, vk, at, n, end, nxt, min(k, head - 1) - extra)
-                extra += cnt
-                if stopped:
+            mark = None
+            if i == head:
+                # the holds this iteration grows, at its start, in batch order, each by a block the
+                # pool has room for (else the steady run ends here, and that iteration grows as one
+                # of its own)
+                mark, fits = len(grows), True
+                while crossings and crossings[0][0] == i:
+                    _, j, r = pop(crossings)
+                    pool = r.alloc.pool
+                    u = used.get(pool, pool.used)
+                    bl = pool.block
+                    # _engine_grow's room_for as it would find the pool then (cached blocks never
+                    # block: make_room evicts them then, in the pool's order, _grow_steady)
+                    if not u + bl <= pool.cap + 1e-9:
+                        fits = False
+                        break
+                    used[pool] = u + bl
+                    grows.append((end, r))  # at the start of iteration i, which is `end`
+                    push(crossings, (i + int(bl), j, r))
+                if not fits:
+                    del grows[mark:]
                     break
-                continue
-            # the holds this iteration grows, at its start, in batch order, each by a block the
-            # pool has room for (else the steady run ends here, and that iteration grows as one
-            # of its own)
-            grown, fits = [], True
-            while crossings and crossings[0][0] == i:
-                _, j, r = heapq.heappop(crossings)
-                pool = r.alloc.pool
-                u = used.get(pool, pool.used)
-                bl = pool.block
-                # _engine_grow's room_for as it would find the pool then (cached blocks never
-                # block: make_room evicts them then, in the pool's order, _grow_steady)
-                if not u + bl <= pool.cap + 1e-9:
-                    fits = False
-                    break
-                used[pool] = u + bl
-                grown.append(r)
-                heapq.heappush(crossings, (i + int(bl), j, r))
-            if not fits:
-                break
-            head = crossings[0][0] if crossings else INF
-            _, e1, bk, vk, at, stopped = run(c, eng, bk, vk, at, n, end, nxt, 1)
+                head = crossings[0][0] if crossings else INF
+            # iteration i and those after it before the next growth, in one loop
+            cnt, end, bk, vk, at, stopped = run(c, eng, bk, vk, at, n, end, nxt, min(k, head - 1) - extra)
+            if cnt == 0 and mark is not None:
+                del grows[mark:]  # iteration i is not run here: it grows as an iteration of its own
+            extra += cnt
             if stopped:
                 break
-            grows.extend([(end, r) for r in grown])  # at the start of iteration i, which is `end`
-            end = e1
-            extra += 1
         b["Kvb"], v["Kvb"], v["Attn"] = bk, vk, at  # as the last iteration read them
         if extra:
             eng.grows = grows
@@ -858,21 +861,23 @@ class Iterations:
         the report a fast-forward that stops at each growth gives (tests/test_golden_reports.py)."""
         grows, eng.grows = eng.grows, []
         end = self.now
-        i = 0
-        while i < len(grows):
-            t = grows[i][0]
-            self.now = t
-            # the iteration that grows would have been an event of its own: the engine idles and
-            # starts again at that instant, a change point of its busy time (the same sums)
-            eng.busy_avg.set(t, 0.0)
-            eng.busy_avg.set(t, 1.0)
-            while i < len(grows) and grows[i][0] == t:
-                a = grows[i][1].alloc
-                a.pool.make_room(a.pool.block)
-                a.pool.grow_alloc(a, a.pool.block)
-                i += 1
-            if self.gauges:
-                self._gauges()
+        split = eng.busy_avg.split
+        gauges = self._gauges if self.gauges else None
+        t = None
+        for t1, r in grows:
+            if t1 != t:
+                if gauges is not None and t is not None:
+                    gauges()  # the instant before's
+                t = self.now = t1
+                # the iteration that grows would have been an event of its own: the engine idles
+                # and starts again at that instant, a change point of its busy time (the same sums)
+                split(t)
+            a = r.alloc
+            pool = a.pool
+            pool.make_room(pool.block)
+            pool.grow_alloc(a, pool.block)
+        if gauges is not None and t is not None:
+            gauges()
         self.now = end
 
     def _prefill_token(self, rec):
