@@ -92,3 +92,13 @@ def test_holders_follow_a_lease_a_leg_passes_to_its_session():
     # alone until 11
     assert list(sim.obs["h"].v) == [1.0]
     assert rep["gauges"]["g"]["max"] == 2.0
+
+
+@pytest.mark.parametrize("x, n, k", [(100.0, 3.0, 1000), (0.5, 2.0, 7), (2.0 ** 53 - 4, 1.0, 10), (1e300, 1.0, 3),
+                                     (float("inf"), 2.0, 4), (7.0, 0.1, 9), (12.0, 5.0, 0)])
+def test_adv_adds_as_one_addition_at_a_time(x, n, k):
+    from serq.interp.engine import _adv
+    y = x
+    for _ in range(k):
+        y += n
+    assert _adv(x, n, k) == y or (y != y and _adv(x, n, k) != _adv(x, n, k))

@@ -15,6 +15,7 @@ from serq.link.exprs import const_value
 _floor = FUNCS["floor"][2]  # keeps inf
 
 INF = math.inf
+BIG = 1 << 62  # no bound on a loop's iterations (the next event or the horizon ends it)
 RUNNING = ("Nres", "Ndec", "Kvb", "Kvp")
 
 
@@ -125,7 +126,7 @@ class Engine:
 class Iterations:
     """The iteration procedure, mixed into the simulator (it needs its sessions and pools)."""
 
-    _steady_src = False  # step_src writes _steady_cost's source
+    _steady_src = None  # while step_src writes _steady_cost's source: the locals it has named
 
     # -- building
     def _build_engines(self):
@@ -218,17 +219,24 @@ class Iterations:
         if _budget_read(e):  # budget_left() stores the residents' values: read as compiled
             return None, stored
         gen = _SteadySource(self.compiler)
-        self._steady_src = True
+        self._steady_src = named = set()
         try:
             gen.mark(e, True, 0)
             body = gen.src(e, 0)
         except _NoSource:
             return None, stored
         finally:
-            self._steady_src = False
+            self._steady_src = None
         env = gen.env
-        env.update(_stored=stored, INF=INF, NAN=math.nan)
+        env.update(_stored=stored, _adv=_adv, INF=INF, NAN=math.nan)
         pre = "".join(f"        {n} = {src}\n" for n, src in gen.hoisted) or "        pass\n"
+        three = ("_bk", "_vk", "_at")
+        adds = "".join(f"        {x} += n\n" for x in three if x in named)
+
+        def now(k):  # the three after k iterations: a local the loop adds to, or added up when read
+            return ", ".join(x if x in named else f"_adv({x}, n, {k})" for x in three)
+        # n is a float (the batch's size), lim a whole number: the loop's operations are on floats
+        # and on ints, each with its fast path
         code = (f"def _run(c, eng, _bk, _vk, _at, n, end, nxt, lim):\n"
                 f"    try:\n"
                 f"{pre}"
@@ -236,18 +244,16 @@ class Iterations:
                 f"        return _stored(c, eng, _bk, _vk, _at, n, end, nxt, lim)\n"
                 f"    i = 0\n"
                 f"    while i < lim:\n"
-                f"        _bk += n\n"
-                f"        _vk += n\n"
-                f"        _at += n\n"
+                f"{adds}"
                 f"        try:\n"
                 f"            nc = {body}\n"
                 f"        except KeyError:\n"
-                f"            return _stored(c, eng, _bk, _vk, _at, n, end, nxt, lim, i, True)\n"
-                f"        if not (0 < nc < INF) or end + nc >= nxt:\n"
-                f"            return i, end, _bk, _vk, _at, True\n"
+                f"            return _stored(c, eng, {now('i + 1')}, n, end, nxt, lim, i, True)\n"
+                f"        if not (0.0 < nc < INF) or end + nc >= nxt:\n"
+                f"            return i, end, {now('i + 1')}, True\n"
                 f"        end += nc\n"
                 f"        i += 1\n"
-                f"    return i, end, _bk, _vk, _at, False\n")
+                f"    return i, end, {now('i')}, False\n")
         try:
             exec(compile(code, "<serq steady cost>", "exec"), env)
         except (SyntaxError, RecursionError, MemoryError, ValueError):
@@ -273,8 +279,10 @@ class Iterations:
         """Python source that reads the step variable as step_var's closure (named `closure` in the
         generated function) does (serq/interp/compile.py, _Source)."""
         name, batch = e.name, e.batch
-        if self._steady_src and name in ("Kvb", "Attn"):  # _steady_cost's arguments (never planning)
-            return "_bk" if batch and name == "Kvb" else "_vk" if name == "Kvb" else "_at"
+        if self._steady_src is not None and name in ("Kvb", "Attn"):  # _steady_cost's locals (never planning)
+            local = "_bk" if batch and name == "Kvb" else "_vk" if name == "Kvb" else "_at"
+            self._steady_src.add(local)
+            return local
         if batch and name in ("Ndec", "Kvb", "Kvp"):
             return f"sim.cur_engine.batch[{name!r}]"
         if name in RUNNING and not batch:
@@ -535,6 +543,7 @@ class Iterations:
         bk, vk, at = b["Kvb"], v["Kvb"], v["Attn"]
         head = crossings[0][0] if crossings else INF  # the next iteration that grows a hold
         pop, push = heapq.heappop, heapq.heappush
+        fn = float(n)  # added to floats: the same sums as the int
         while extra < k:
             i = extra + 1
             mark = None
@@ -561,7 +570,8 @@ class Iterations:
                     break
                 head = crossings[0][0] if crossings else INF
             # iteration i and those after it before the next growth, in one loop
-            cnt, end, bk, vk, at, stopped = run(c, eng, bk, vk, at, n, end, nxt, min(k, head - 1) - extra)
+            lim = min(k, head - 1) - extra
+            cnt, end, bk, vk, at, stopped = run(c, eng, bk, vk, at, fn, end, nxt, int(lim) if lim < INF else BIG)
             if cnt == 0 and mark is not None:
                 del grows[mark:]  # iteration i is not run here: it grows as an iteration of its own
             extra += cnt
@@ -918,6 +928,16 @@ class Iterations:
                 st.update(status="failed", at=self.now)
             elif cl.form == "some" and ok:
                 st.update(status="witnessed", at=self.now)
+
+
+def _adv(x, n, k):
+    """x with n added k times, one addition at a time: at once where every partial sum is a whole
+    number within 2**53 (each addition is exact then, and so is x + n * k)."""
+    if k and float(x).is_integer() and float(n).is_integer() and abs(x) + abs(n) * k <= 2.0 ** 53:
+        return x + n * k
+    for _ in range(k):
+        x += n
+    return x
 
 
 def _kids(e):
