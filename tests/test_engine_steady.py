@@ -52,21 +52,50 @@ def test_steady_source_gives_the_same_report(execute):
 
 
 def test_steady_source_reads_the_changing_values_as_locals():
-    """The generated loop names the three values that change and reads the rest once."""
+    """The generated loop adds to the one value vLLM's execute reads (batch.kv_decode) and gives
+    back the others as they came; the same costs and ends as the expression as compiled."""
     sim = Sim(api.load(EX), Settings(arrivals=5))
     run, stored = sim.engine_specs["vllm"]["steady_cost"]
-    assert run is not None and run is not stored
+    assert run is not None and run.named == ("_bk",)
     eng = sim.engines[0]
     sim.cur_engine = eng
     eng.batch = {"Ndec": 2.0, "Kvb": 100.0, "Kvp": 0.0}
     eng.vars.update(Ntok=2.0, Kvb=100.0, Attn=300.0)
-    a = run(sim.machine, eng, 100.0, 100.0, 300.0, 2, 0.0, 1.0, 50)
-    b = stored(sim.machine, eng, 100.0, 100.0, 300.0, 2, 0.0, 1.0, 50)
-    assert a == b and a[0] == 50 and not a[5]
-    # stopped before the iteration whose end reaches nxt, the values as that iteration read them
-    a = run(sim.machine, eng, 100.0, 100.0, 300.0, 2, 0.0, 0.01, 50)
-    b = stored(sim.machine, eng, 100.0, 100.0, 300.0, 2, 0.0, 0.01, 50)
-    assert a == b and a[5] and a[0] < 50 and a[2] == 100.0 + 2 * (a[0] + 1)
+    for nxt, stops in ((1.0, False), (0.01, True)):
+        a = run(sim.machine, eng, 100.0, 100.0, 300.0, 2.0, 0.0, nxt, 50)
+        b = stored(sim.machine, eng, 100.0, 100.0, 300.0, 2.0, 0.0, nxt, 50)
+        assert a[:3] == b[:3] and a[5] == b[5] == stops
+        adds = a[0] + stops  # stopped before an iteration whose values it had added
+        assert a[3:5] == (100.0, 300.0) and b[3:5] == (100.0 + 2 * adds, 300.0 + 2 * adds)
+
+
+def test_a_value_the_steady_source_cannot_read_is_the_diagnostic_of_one_iteration_at_a_time():
+    """execute reads an unset value only once batch.kv_decode passes 6000, inside a steady run: the
+    source misses it, the run is read again as compiled, and the diagnostic is the one running
+    the iterations one at a time gives, at the same instant."""
+    from serq.interp.compile import RunError
+    from serq.interp.engine import _Miss
+    from serq.ir import model as I
+    prog = api.load(EX)
+    i, st = next((i, s) for i, s in enumerate(prog.stages) if s.kind.k == "step")
+    cost = I.If(c=I.Bin(op=">", l=I.StepVar(name="Kvb", batch=True), r=I.Num(v=6000.0)),
+                a=I.Ctx(name="waited"), b=st.kind.cost)
+    stages = list(prog.stages)
+    stages[i] = st.model_copy(update={"kind": st.kind.model_copy(update={"cost": cost})})
+    prog = prog.model_copy(update={"stages": stages})
+    out = []
+    for ff in (True, False):
+        sim = Sim(prog, Settings(arrivals=300))
+        sim.fast_forward = ff
+        with pytest.raises(RunError) as err:
+            sim.run()
+        out.append((str(err.value), sim.now))
+        if ff:
+            run, _ = sim.engine_specs["vllm"]["steady_cost"]
+            sim.cur_engine = eng = sim.engines[0]
+            with pytest.raises(_Miss):
+                run(sim.machine, eng, 6000.0, 0.0, 0.0, 1.0, 0.0, 1e9, 10)
+    assert out[0] == out[1] and "`waited` has no value here" in out[0][0]
 
 
 def test_holders_follow_a_lease_a_leg_passes_to_its_session():

@@ -191,31 +191,31 @@ class Iterations:
         eng in one loop, each adding n to batch.kv_decode (bk), running.kv_decode (vk) and the
         attention sum (at), the only values that change between them, and its cost to end; it stops
         before one whose cost is not in (0, inf) or whose end reaches nxt. It answers (iterations
-        run, end, bk, vk, at, stopped), the three as the last cost read them.
+        run, end, bk, vk, at, stopped), the three as the last cost read them; run.named are those
+        of the three it adds to, the others come back as they went in (the caller adds them up).
 
         stored keeps the three in the engine's dicts and reads the expression as compiled, as one
         iteration at a time does. run, where it can be made (None otherwise), is the expression as
         source with the three as locals and what does not change between the iterations read once
         as the loop starts (_SteadySource): the same operations on the same values, so the same
-        floats. A value it cannot read (an unset one: KeyError) hands the rest to stored, which
-        raises the diagnostic."""
+        floats. A value it cannot read (an unset one: KeyError) raises _Miss, and the caller runs
+        the iterations again with stored, which raises the diagnostic."""
 
-        def stored(c, eng, bk, vk, at, n, end, nxt, lim, i=0, added=False):
+        def stored(c, eng, bk, vk, at, n, end, nxt, lim):
             b, v = eng.batch, eng.vars
             b["Kvb"], v["Kvb"], v["Attn"] = bk, vk, at
+            i = 0
             while i < lim:
-                if added:  # this iteration's values are in already
-                    added = False
-                else:
-                    b["Kvb"] += n
-                    v["Kvb"] += n
-                    v["Attn"] += n
+                b["Kvb"] += n
+                v["Kvb"] += n
+                v["Attn"] += n
                 nc = full(c)
                 if not (0 < nc < INF) or end + nc >= nxt:
                     return i, end, b["Kvb"], v["Kvb"], v["Attn"], True
                 end += nc
                 i += 1
             return i, end, b["Kvb"], v["Kvb"], v["Attn"], False
+        stored.named = ("_bk", "_vk", "_at")
         if _budget_read(e):  # budget_left() stores the residents' values: read as compiled
             return None, stored
         gen = _SteadySource(self.compiler)
@@ -228,37 +228,35 @@ class Iterations:
         finally:
             self._steady_src = None
         env = gen.env
-        env.update(_stored=stored, _adv=_adv, INF=INF, NAN=math.nan)
+        env.update(_Miss=_Miss, INF=INF, NAN=math.nan)
         pre = "".join(f"        {n} = {src}\n" for n, src in gen.hoisted) or "        pass\n"
-        three = ("_bk", "_vk", "_at")
-        adds = "".join(f"        {x} += n\n" for x in three if x in named)
-
-        def now(k):  # the three after k iterations: a local the loop adds to, or added up when read
-            return ", ".join(x if x in named else f"_adv({x}, n, {k})" for x in three)
+        adds = "".join(f"        {x} += n\n" for x in ("_bk", "_vk", "_at") if x in named)
         # n is a float (the batch's size), lim a whole number: the loop's operations are on floats
         # and on ints, each with its fast path
         code = (f"def _run(c, eng, _bk, _vk, _at, n, end, nxt, lim):\n"
                 f"    try:\n"
                 f"{pre}"
                 f"    except KeyError:\n"
-                f"        return _stored(c, eng, _bk, _vk, _at, n, end, nxt, lim)\n"
+                f"        raise _Miss from None\n"
                 f"    i = 0\n"
                 f"    while i < lim:\n"
                 f"{adds}"
                 f"        try:\n"
                 f"            nc = {body}\n"
                 f"        except KeyError:\n"
-                f"            return _stored(c, eng, {now('i + 1')}, n, end, nxt, lim, i, True)\n"
+                f"            raise _Miss from None\n"
                 f"        if not (0.0 < nc < INF) or end + nc >= nxt:\n"
-                f"            return i, end, {now('i + 1')}, True\n"
+                f"            return i, end, _bk, _vk, _at, True\n"
                 f"        end += nc\n"
                 f"        i += 1\n"
-                f"    return i, end, {now('i')}, False\n")
+                f"    return i, end, _bk, _vk, _at, False\n")
         try:
             exec(compile(code, "<serq steady cost>", "exec"), env)
         except (SyntaxError, RecursionError, MemoryError, ValueError):
             return None, stored
-        return env["_run"], stored
+        run = env["_run"]
+        run.named = tuple(x for x in ("_bk", "_vk", "_at") if x in named)
+        return run, stored
 
     def _istmt(self, s):
         x = self.compiler
@@ -526,20 +524,35 @@ class Iterations:
             if k <= 0:
                 return end
         heapq.heapify(crossings)
-        used = {}        # each growing pool's used as the growths so far leave it
-        grows = []
         nxt = self.heap[0][0] if self.heap else INF
         if self.horizon is not None:
             nxt = min(nxt, self.horizon)
         if k == INF and nxt == INF:
             return end
-        b = eng.batch
-        c = self.machine
         run, stored = spec["steady_cost"]
         if run is None or self.cur_engine is not eng:  # the source reads the engine it was given as cur_engine
             run = stored
-        extra = 0
-        v = eng.vars
+        try:
+            out = self._steady_run(eng, run, list(crossings), k, n, end, nxt)
+        except _Miss:  # a value the source cannot read: the iterations again, as compiled
+            out = self._steady_run(eng, stored, crossings, k, n, end, nxt)
+        extra, end, grows = out
+        if extra:
+            eng.grows = grows
+            eng.repeat = 1 + extra
+            eng.iterations += extra
+            eng.served_total += extra * n
+        return end
+
+    def _steady_run(self, eng, run, crossings, k, n, end, nxt):
+        """_steady's iterations from the one after this one: (how many, their end, the growths
+        they make at their starts); the batch's values in the engine's dicts as the last cost read
+        them. It changes nothing else."""
+        b, v = eng.batch, eng.vars
+        c = self.machine
+        used = {}        # each growing pool's used as the growths so far leave it
+        grows = []
+        extra = adds = 0
         bk, vk, at = b["Kvb"], v["Kvb"], v["Attn"]
         head = crossings[0][0] if crossings else INF  # the next iteration that grows a hold
         pop, push = heapq.heappop, heapq.heappush
@@ -575,15 +588,15 @@ class Iterations:
             if cnt == 0 and mark is not None:
                 del grows[mark:]  # iteration i is not run here: it grows as an iteration of its own
             extra += cnt
+            adds += cnt + stopped
             if stopped:
                 break
-        b["Kvb"], v["Kvb"], v["Attn"] = bk, vk, at  # as the last iteration read them
-        if extra:
-            eng.grows = grows
-            eng.repeat = 1 + extra
-            eng.iterations += extra
-            eng.served_total += extra * n
-        return end
+        named = run.named
+        # as the last iteration read them: those run did not add to, added up now
+        b["Kvb"] = bk if "_bk" in named else _adv(bk, fn, adds)
+        v["Kvb"] = vk if "_vk" in named else _adv(vk, fn, adds)
+        v["Attn"] = at if "_at" in named else _adv(at, fn, adds)
+        return extra, end, grows
 
     def _body(self, eng, body, spec):
         c = self.machine
@@ -928,6 +941,10 @@ class Iterations:
                 st.update(status="failed", at=self.now)
             elif cl.form == "some" and ok:
                 st.update(status="witnessed", at=self.now)
+
+
+class _Miss(Exception):
+    """The steady loop's source met a value it cannot read."""
 
 
 def _adv(x, n, k):
