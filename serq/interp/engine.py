@@ -76,6 +76,8 @@ class Engine:
         self.admit_cap = INF
         self.repeat = 1
         self.grows: list = []          # a fast-forward's block growths: (iteration start, request)
+        self.iter_no = 0
+        self.first_end = None          # a fast-forward's first iteration's end, where it commits a first token
 
     # -- observables
     def queue_len(self):
@@ -339,7 +341,10 @@ class Iterations:
         self.cur_engine = eng
         v = eng.vars
         v["Nres"], v["Ndec"], v["Kvb"], v["Kvp"] = self._running(eng)
-        v["Queued"] = float(sum(len(p.queue) for p in eng.admitted))
+        q = 0
+        for p in eng.admitted:
+            q += len(p.queue)
+        v["Queued"] = float(q)
 
     def _running(self, eng):
         """running.count, .decoding, .kv_decode and .kv_prefill as the residents stand."""
@@ -427,7 +432,7 @@ class Iterations:
         eng.planning = True
         eng.stop_serving = False
         eng.no_admit = False
-        eng.iter_no = getattr(eng, "iter_no", 0) + 1
+        eng.iter_no += 1
         try:
             if spec["exclusive"]:
                 self._exclusive(eng, spec, budget)
@@ -491,30 +496,32 @@ class Iterations:
         result is the same as running them one by one (tests/test_interp.py compares)."""
         batch = eng.batch_reqs
         n = len(batch)
-        if n == 0 or spec["body_default"] is False or eng.granule or eng.vars["Preempted"] or \
-                eng.vars["Admitted"] or self.claims_iter.get(id(eng)) or self.ready:
-            return end
-        if n != len(eng.reqs):
+        v = eng.vars
+        if n == 0 or v["Admitted"] or n != len(eng.reqs) or v["Preempted"] or spec["body_default"] is False \
+                or eng.granule or self.ready or self.claims_iter.get(id(eng)):
             return end
         for p in eng.admitted:
             if p.queue:
                 return end
         k = None
-        pool_ok: dict = {}
+        first = False    # a request's first token is this iteration's
         crossings = []   # (the extra iteration whose start grows the hold a block, batch order, request)
         for j, r in enumerate(batch):
             a = r.alloc
             rec = r.sess.turn_rec
-            if r.mode != "decode" or r.served != 1.0 or a is None or rec is None or rec.first is None:
+            if r.mode != "decode" or r.served != 1.0 or a is None or rec is None:
                 return end
+            if rec.first is None:
+                first = True
             # iterations after this one that leave the run one token at least, and, where its pool
             # cannot grow it here, that need no growth
             m = _floor(r.left) - 2  # inf for an infinite output: the horizon or the next event bounds it
             pool = a.pool
-            ok = pool_ok.get(pool)
+            ok = pool.ff_plain
             if ok is None:
-                ok = pool_ok[pool] = _pool_grows(pool) and pool.name not in self.spill_specs
-            if ok and a.blks is None and a.units % pool.block == 0 and a.pos == int(a.pos):
+                ok = pool.ff_plain = _pool_plain(pool) and pool.name not in self.spill_specs
+            if ok and not pool.queue and not pool.growers and a.blks is None and a.units % pool.block == 0 \
+                    and a.pos == int(a.pos):
                 crossings.append((int(a.units - a.pos), j, r))  # iteration i serves position pos + i
             else:
                 room = _floor(a.units - a.pos) - 1
@@ -536,8 +543,11 @@ class Iterations:
             out = self._steady_run(eng, run, list(crossings), k, n, end, nxt)
         except _Miss:  # a value the source cannot read: the iterations again, as compiled
             out = self._steady_run(eng, stored, crossings, k, n, end, nxt)
-        extra, end, grows = out
+        extra, end1, grows = out
         if extra:
+            if first:  # recorded as this iteration ends (_iteration_end)
+                eng.first_end = end
+            end = end1
             eng.grows = grows
             eng.repeat = 1 + extra
             eng.iterations += extra
@@ -832,6 +842,12 @@ class Iterations:
 
     def _iteration_end(self, eng):
         """The iteration's tokens are applied when it ends."""
+        fe = eng.first_end  # a fast-forward's first iteration ended there, and a first token with it
+        if fe is not None:
+            eng.first_end = None
+            # one at a time, that iteration's end is an event of its own: the engine idles and
+            # starts again then, a change point of its busy time (the same sums)
+            eng.busy_avg.split(fe)
         if eng.grows:  # before anything at this instant: they are earlier
             self._grow_steady(eng)
         eng.busy = False
@@ -855,7 +871,7 @@ class Iterations:
                 rec = r.sess.turn_rec
                 if rec is not None:
                     if rec.first is None:
-                        self._decode_token(rec, n)
+                        self._decode_token(rec, n, fe)
                     else:
                         rec.ntok += n
             if r.left <= 1e-9:
@@ -910,10 +926,14 @@ class Iterations:
         if rec.first is None:
             rec.pf = self.now
 
-    def _decode_token(self, rec, n):
+    def _decode_token(self, rec, n, t=None):
+        """n tokens committed; the first of them at t (a fast-forward's first iteration's end), or
+        now."""
+        if t is None:
+            t = self.now
         if rec.first is None:  # the first token: the last prefill's before this decode, or this one
-            rec.first = rec.pf if rec.pf is not None else self.now
-            self.client["ttft"].add(self.now, rec.first - rec.start)
+            rec.first = rec.pf if rec.pf is not None else t
+            self.client["ttft"].add(t, rec.first - rec.start)
         rec.ntok += n
 
     def iteration_claims(self, eng):
@@ -1042,14 +1062,14 @@ class _SteadySource(_Source):
         return super().src(e, depth)
 
 
-def _pool_grows(pool) -> bool:
-    """A pool on which a fast-forward may grow holds block by block: a plain pool (no content cache,
-    no held reservation) of whole blocks with nothing waiting on it. The caller also asks that it
-    spill nothing it evicts (a spill is a job, which would start then), and that the hold have
-    whole blocks and a whole position (each growth is then one block, a block's tokens apart)."""
+def _pool_plain(pool) -> bool:
+    """A pool on which a fast-forward may grow holds block by block, when nothing waits on it: a
+    plain pool (no content cache, no held reservation) of whole blocks. The caller also asks that
+    it spill nothing it evicts (a spill is a job, which would start then), that nothing wait on it,
+    and that the hold have whole blocks and a whole position (each growth is then one block, a
+    block's tokens apart). What it asks of the pool never changes (Pool.ff_plain keeps it)."""
     bl = pool.block
-    return (type(pool) is Pool and not pool.reserve_held and bool(bl) and bl < INF and bl == int(bl)
-            and not pool.queue and not pool.growers)
+    return type(pool) is Pool and not pool.reserve_held and bool(bl) and bl < INF and bl == int(bl)
 
 
 def fmt(v):

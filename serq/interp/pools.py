@@ -85,6 +85,7 @@ class Pool:
         self.engine = None               # the step stage whose iterations admit this pool's queue
         self.memory_of = None            # the step stage this pool is the memory of
         self.over = None                 # a head asking for more than the cap, as last tried
+        self.ff_plain = None             # engine.py's _pool_plain (and no spill), once asked
 
     # -- observables
     def holders(self) -> float:
@@ -138,7 +139,8 @@ class Pool:
         e.units -= units
         self.cached -= units
         self.evicted += 1
-        self.sim.spill(self, e, units)
+        if self.name in self.sim.spill_specs:
+            self.sim.spill(self, e, units)
         if e.units <= 1e-9:
             e.alive = False
             self.entries.remove(e)
