@@ -133,28 +133,31 @@ def test_adv_adds_as_one_addition_at_a_time(x, n, k):
     assert _adv(x, n, k) == y or (y != y and _adv(x, n, k) != _adv(x, n, k))
 
 
-def test_a_fast_forward_from_a_turns_first_token_changes_nothing():
+def test_a_fast_forward_from_a_turns_first_token_to_a_runs_last_changes_nothing():
     """A steady run may begin with the iteration that commits a turn's first token: its end is
     recorded (the token's time, a change point of the engine's busy time) and applied when the run
-    ends. The ttft samples, the first of them past the warm-up (which their times decide) and the
+    ends. It may end with the iteration that ends a run: its start is a change point of the busy
+    time. The ttft samples, the first of them past the warm-up (which their times decide) and the
     report are those of one iteration at a time."""
     out = []
     for ff in (True, False):
         sim = Sim(api.load(EX), Settings(arrivals=200, warmup=300.0))
         sim.fast_forward = ff
-        began = []
+        began, tails = [], []
         steady = sim._steady
 
-        def counted(eng, spec, end, steady=steady, began=began):
+        def counted(eng, spec, end, steady=steady, began=began, tails=tails):
             had = eng.batch_reqs and any(r.sess.turn_rec is not None and r.sess.turn_rec.first is None
                                          for r in eng.batch_reqs)
             end1 = steady(eng, spec, end)
             began.append(bool(had and end1 != end))
+            tails.append(eng.tail_start is not None)
             return end1
         sim._steady = counted
         rep = sim.run()
         rep.pop("_sim", None)
         ttft = sim.client["ttft"]
-        out.append((json.dumps(rep, sort_keys=True), list(ttft.v), ttft.warm, sum(began)))
-    assert out[0][3] > 100 and out[1][3] == 0  # fast-forwards that began at a first token
+        out.append((json.dumps(rep, sort_keys=True), list(ttft.v), ttft.warm, sum(began), sum(tails)))
+    # fast-forwards that began at a first token, that ended with a run's last iteration
+    assert out[0][3] > 100 and out[0][4] > 100 and out[1][3:] == (0, 0)
     assert out[0][2] > 0 and out[0][:3] == out[1][:3]

@@ -78,6 +78,7 @@ class Engine:
         self.grows: list = []          # a fast-forward's block growths: (iteration start, request)
         self.iter_no = 0
         self.first_end = None          # a fast-forward's first iteration's end, where it commits a first token
+        self.tail_start = None         # a fast-forward's last iteration's start, where one that ends a run starts
 
     # -- observables
     def queue_len(self):
@@ -503,8 +504,9 @@ class Iterations:
         for p in eng.admitted:
             if p.queue:
                 return end
-        k = None
+        k = k_left = k_room = None
         first = False    # a request's first token is this iteration's
+        whole = True     # every position and every run's tokens left whole: sums in any grouping exact
         crossings = []   # (the extra iteration whose start grows the hold a block, batch order, request)
         for j, r in enumerate(batch):
             a = r.alloc
@@ -513,9 +515,14 @@ class Iterations:
                 return end
             if rec.first is None:
                 first = True
+            left = r.left
+            if whole and not (float(a.pos).is_integer() and (float(left).is_integer() or left == INF)):
+                whole = False
             # iterations after this one that leave the run one token at least, and, where its pool
             # cannot grow it here, that need no growth
-            m = _floor(r.left) - 2  # inf for an infinite output: the horizon or the next event bounds it
+            m = _floor(left) - 2  # inf for an infinite output: the horizon or the next event bounds it
+            if k_left is None or m < k_left:
+                k_left = m
             pool = a.pool
             ok = pool.ff_plain
             if ok is None:
@@ -526,10 +533,20 @@ class Iterations:
             else:
                 room = _floor(a.units - a.pos) - 1
                 m = min(room, m)
+                if k_room is None or room < k_room:
+                    k_room = room
             if k is None or m < k:
                 k = m
-            if k <= 0:
-                return end
+        # one at a time, the iterations after the first two events of a turn's decoding would be
+        # fast-forwarded, then the one that ends a run, alone: where the sums are exact in any
+        # grouping, the run takes in the first (a turn's first token) and the last (the least
+        # tokens left bound it, not a hold's room), each event's instant kept (_iteration_end)
+        first = first and whole
+        tail = whole and k_left < INF and (k_room is None or k_left < k_room)
+        if tail:
+            k += 1
+        if k <= 0:
+            return end
         heapq.heapify(crossings)
         nxt = self.heap[0][0] if self.heap else INF
         if self.horizon is not None:
@@ -540,13 +557,14 @@ class Iterations:
         if run is None or self.cur_engine is not eng:  # the source reads the engine it was given as cur_engine
             run = stored
         try:
-            out = self._steady_run(eng, run, list(crossings), k, n, end, nxt)
+            out = self._steady_run(eng, run, list(crossings), k, n, end, nxt, tail)
         except _Miss:  # a value the source cannot read: the iterations again, as compiled
-            out = self._steady_run(eng, stored, crossings, k, n, end, nxt)
-        extra, end1, grows = out
+            out = self._steady_run(eng, stored, crossings, k, n, end, nxt, tail)
+        extra, end1, grows, tail_start = out
         if extra:
             if first:  # recorded as this iteration ends (_iteration_end)
                 eng.first_end = end
+            eng.tail_start = tail_start
             end = end1
             eng.grows = grows
             eng.repeat = 1 + extra
@@ -554,15 +572,17 @@ class Iterations:
             eng.served_total += extra * n
         return end
 
-    def _steady_run(self, eng, run, crossings, k, n, end, nxt):
+    def _steady_run(self, eng, run, crossings, k, n, end, nxt, tail=False):
         """_steady's iterations from the one after this one: (how many, their end, the growths
-        they make at their starts); the batch's values in the engine's dicts as the last cost read
+        they make at their starts, the start of the k-th when it is run and it is a tail, an event
+        of its own one at a time); the batch's values in the engine's dicts as the last cost read
         them. It changes nothing else."""
         b, v = eng.batch, eng.vars
         c = self.machine
         used = {}        # each growing pool's used as the growths so far leave it
         grows = []
         extra = adds = 0
+        tail_start = None
         bk, vk, at = b["Kvb"], v["Kvb"], v["Attn"]
         head = crossings[0][0] if crossings else INF  # the next iteration that grows a hold
         pop, push = heapq.heappop, heapq.heappush
@@ -592,11 +612,20 @@ class Iterations:
                     del grows[mark:]
                     break
                 head = crossings[0][0] if crossings else INF
-            # iteration i and those after it before the next growth, in one loop
-            lim = min(k, head - 1) - extra
+            # iteration i and those after it before the next growth (and a tail), in one loop
+            bound = min(k, head - 1)
+            start = None
+            if tail:
+                if i == k:
+                    start = end  # the tail alone (bound is k)
+                elif bound == k:
+                    bound = k - 1
+            lim = bound - extra
             cnt, end, bk, vk, at, stopped = run(c, eng, bk, vk, at, fn, end, nxt, int(lim) if lim < INF else BIG)
             if cnt == 0 and mark is not None:
                 del grows[mark:]  # iteration i is not run here: it grows as an iteration of its own
+            if cnt and start is not None:
+                tail_start = start
             extra += cnt
             adds += cnt + stopped
             if stopped:
@@ -606,7 +635,7 @@ class Iterations:
         b["Kvb"] = bk if "_bk" in named else _adv(bk, fn, adds)
         v["Kvb"] = vk if "_vk" in named else _adv(vk, fn, adds)
         v["Attn"] = at if "_at" in named else _adv(at, fn, adds)
-        return extra, end, grows
+        return extra, end, grows, tail_start
 
     def _body(self, eng, body, spec):
         c = self.machine
@@ -850,6 +879,10 @@ class Iterations:
             eng.busy_avg.split(fe)
         if eng.grows:  # before anything at this instant: they are earlier
             self._grow_steady(eng)
+        ts = eng.tail_start  # the run's last iteration started there, an event of its own one at a time
+        if ts is not None:
+            eng.tail_start = None
+            eng.busy_avg.split(ts)
         eng.busy = False
         eng.busy_avg.set(self.now, 0.0)  # a next iteration at this instant sets it again
         now = self.now
