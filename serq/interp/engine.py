@@ -492,9 +492,10 @@ class Iterations:
 
     def _steady(self, eng, spec, end):
         """Steady decoding, fast-forwarded: while every request decodes one token an iteration, none
-        grows a block, none ends, nothing waits and no event falls in between, the next iterations
-        are this one again; they are run as one event, each costed with its own batch values. The
-        result is the same as running them one by one (tests/test_interp.py compares)."""
+        grows a block it has no room for, none ends (but at the last of them), nothing waits and no
+        event falls in between, the next iterations are this one again; they are run as one event,
+        each costed with its own batch values. The result is the same as running them one by one
+        (tests/test_workloads.py, tests/test_engine_steady.py compare)."""
         batch = eng.batch_reqs
         n = len(batch)
         v = eng.vars
@@ -537,10 +538,11 @@ class Iterations:
                     k_room = room
             if k is None or m < k:
                 k = m
-        # one at a time, the iterations after the first two events of a turn's decoding would be
-        # fast-forwarded, then the one that ends a run, alone: where the sums are exact in any
-        # grouping, the run takes in the first (a turn's first token) and the last (the least
-        # tokens left bound it, not a hold's room), each event's instant kept (_iteration_end)
+        # without these two, the iteration that commits a turn's first token and the one that ends
+        # a run are events of their own, next to a fast-forward. Where the sums are exact in any
+        # grouping, the fast-forward takes them in, their instants kept (_iteration_end): from
+        # this iteration when it commits a first token, and to the one that ends a run when the
+        # least tokens left bound it (not a hold's room)
         first = first and whole
         tail = whole and k_left < INF and (k_room is None or k_left < k_room)
         if tail:
