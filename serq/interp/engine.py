@@ -6,13 +6,16 @@ from __future__ import annotations
 import heapq
 import math
 
+from serq.interp.compile import _DEPTH, _NoSource, _Source
 from serq.interp.pools import Pool, round_up
 from serq.interp.stats import TimeAverage
 from serq.lang.lower.constants import FUNCS
+from serq.link.exprs import const_value
 
 _floor = FUNCS["floor"][2]  # keeps inf
 
 INF = math.inf
+BIG = 1 << 62  # no bound on a loop's iterations (the next event or the horizon ends it)
 RUNNING = ("Nres", "Ndec", "Kvb", "Kvp")
 
 
@@ -73,6 +76,9 @@ class Engine:
         self.admit_cap = INF
         self.repeat = 1
         self.grows: list = []          # a fast-forward's block growths: (iteration start, request)
+        self.iter_no = 0
+        self.first_end = None          # a fast-forward's first iteration's end, where it commits a first token
+        self.tail_start = None         # a fast-forward's last iteration's start, where one that ends a run starts
 
     # -- observables
     def queue_len(self):
@@ -123,6 +129,8 @@ class Engine:
 class Iterations:
     """The iteration procedure, mixed into the simulator (it needs its sessions and pools)."""
 
+    _steady_src = None  # while step_src writes _steady_cost's source: the locals it has named
+
     # -- building
     def _build_engines(self):
         prog = self.prog
@@ -172,12 +180,86 @@ class Iterations:
             body = k.iteration
             if body is None:
                 body = [I.IServe(), I.IAdmit(gate=I.Bin(op="==", l=I.StepVar(name="Preempted"), r=I.Num(v=0)))]
+            spec["steady_cost"] = self._steady_cost(k.cost, spec["cost"])
             spec["body"] = [self._istmt(s) for s in body]
             spec["body_default"] = k.iteration is None and k.serve.k == "by"
             self.engine_specs[p.name] = spec
             for e in self._members[p.name]:
                 for n, f in spec["regs"]:
                     e.registers[n] = f(self.machine)
+
+    def _steady_cost(self, e, full):
+        """The execute expression as _steady reads it: (run, stored), each a function
+        (c, eng, bk, vk, at, n, end, nxt, lim) that runs at most lim steady iterations of engine
+        eng in one loop, each adding n to batch.kv_decode (bk), running.kv_decode (vk) and the
+        attention sum (at), the only values that change between them, and its cost to end; it stops
+        before one whose cost is not in (0, inf) or whose end reaches nxt. It answers (iterations
+        run, end, bk, vk, at, stopped), the three as the last cost read them; run.named are those
+        of the three it adds to, the others come back as they went in (the caller adds them up).
+
+        stored keeps the three in the engine's dicts and reads the expression as compiled, as one
+        iteration at a time does. run, where it can be made (None otherwise), is the expression as
+        source with the three as locals and what does not change between the iterations read once
+        as the loop starts (_SteadySource): the same operations on the same values, so the same
+        floats. A value it cannot read (an unset one: KeyError) raises _Miss, and the caller runs
+        the iterations again with stored, which raises the diagnostic."""
+
+        def stored(c, eng, bk, vk, at, n, end, nxt, lim):
+            b, v = eng.batch, eng.vars
+            b["Kvb"], v["Kvb"], v["Attn"] = bk, vk, at
+            i = 0
+            while i < lim:
+                b["Kvb"] += n
+                v["Kvb"] += n
+                v["Attn"] += n
+                nc = full(c)
+                if not (0 < nc < INF) or end + nc >= nxt:
+                    return i, end, b["Kvb"], v["Kvb"], v["Attn"], True
+                end += nc
+                i += 1
+            return i, end, b["Kvb"], v["Kvb"], v["Attn"], False
+        stored.named = ("_bk", "_vk", "_at")
+        if _budget_read(e):  # budget_left() stores the residents' values: read as compiled
+            return None, stored
+        gen = _SteadySource(self.compiler)
+        self._steady_src = named = set()
+        try:
+            gen.mark(e, True, 0)
+            body = gen.src(e, 0)
+        except _NoSource:
+            return None, stored
+        finally:
+            self._steady_src = None
+        env = gen.env
+        env.update(_Miss=_Miss, INF=INF, NAN=math.nan)
+        pre = "".join(f"        {n} = {src}\n" for n, src in gen.hoisted) or "        pass\n"
+        adds = "".join(f"        {x} += n\n" for x in ("_bk", "_vk", "_at") if x in named)
+        # n is a float (the batch's size), lim a whole number: the loop's operations are on floats
+        # and on ints, each with its fast path
+        code = (f"def _run(c, eng, _bk, _vk, _at, n, end, nxt, lim):\n"
+                f"    try:\n"
+                f"{pre}"
+                f"    except KeyError:\n"
+                f"        raise _Miss from None\n"
+                f"    i = 0\n"
+                f"    while i < lim:\n"
+                f"{adds}"
+                f"        try:\n"
+                f"            nc = {body}\n"
+                f"        except KeyError:\n"
+                f"            raise _Miss from None\n"
+                f"        if not (0.0 < nc < INF) or end + nc >= nxt:\n"
+                f"            return i, end, _bk, _vk, _at, True\n"
+                f"        end += nc\n"
+                f"        i += 1\n"
+                f"    return i, end, _bk, _vk, _at, False\n")
+        try:
+            exec(compile(code, "<serq steady cost>", "exec"), env)
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            return None, stored
+        run = env["_run"]
+        run.named = tuple(x for x in ("_bk", "_vk", "_at") if x in named)
+        return run, stored
 
     def _istmt(self, s):
         x = self.compiler
@@ -198,6 +280,10 @@ class Iterations:
         """Python source that reads the step variable as step_var's closure (named `closure` in the
         generated function) does (serq/interp/compile.py, _Source)."""
         name, batch = e.name, e.batch
+        if self._steady_src is not None and name in ("Kvb", "Attn"):  # _steady_cost's locals (never planning)
+            local = "_bk" if batch and name == "Kvb" else "_vk" if name == "Kvb" else "_at"
+            self._steady_src.add(local)
+            return local
         if batch and name in ("Ndec", "Kvb", "Kvp"):
             return f"sim.cur_engine.batch[{name!r}]"
         if name in RUNNING and not batch:
@@ -256,7 +342,10 @@ class Iterations:
         self.cur_engine = eng
         v = eng.vars
         v["Nres"], v["Ndec"], v["Kvb"], v["Kvp"] = self._running(eng)
-        v["Queued"] = float(sum(len(p.queue) for p in eng.admitted))
+        q = 0
+        for p in eng.admitted:
+            q += len(p.queue)
+        v["Queued"] = float(q)
 
     def _running(self, eng):
         """running.count, .decoding, .kv_decode and .kv_prefill as the residents stand."""
@@ -316,7 +405,9 @@ class Iterations:
         want, self.want = self.want, []
         for eng in want:
             eng.pending = False
-        for eng in sorted(set(want), key=lambda e: self.engines.index(e)):
+        if len(want) > 1:  # each engine is in it once (pending)
+            want = sorted(want, key=self.engines.index)
+        for eng in want:
             if not eng.busy:
                 self._iterate(eng)
 
@@ -342,7 +433,7 @@ class Iterations:
         eng.planning = True
         eng.stop_serving = False
         eng.no_admit = False
-        eng.iter_no = getattr(eng, "iter_no", 0) + 1
+        eng.iter_no += 1
         try:
             if spec["exclusive"]:
                 self._exclusive(eng, spec, budget)
@@ -401,64 +492,113 @@ class Iterations:
 
     def _steady(self, eng, spec, end):
         """Steady decoding, fast-forwarded: while every request decodes one token an iteration, none
-        grows a block, none ends, nothing waits and no event falls in between, the next iterations
-        are this one again; they are run as one event, each costed with its own batch values. The
-        result is the same as running them one by one (tests/test_interp.py compares)."""
+        grows a block it has no room for, none ends (but at the last of them), nothing waits and no
+        event falls in between, the next iterations are this one again; they are run as one event,
+        each costed with its own batch values. The result is the same as running them one by one
+        (tests/test_workloads.py, tests/test_engine_steady.py compare)."""
         batch = eng.batch_reqs
         n = len(batch)
-        if n == 0 or spec["body_default"] is False or eng.granule or eng.vars["Preempted"] or \
-                eng.vars["Admitted"] or self.claims_iter.get(id(eng)) or self.ready:
+        v = eng.vars
+        if n == 0 or v["Admitted"] or n != len(eng.reqs) or v["Preempted"] or spec["body_default"] is False \
+                or eng.granule or self.ready or self.claims_iter.get(id(eng)):
             return end
-        if n != len(eng.reqs) or any(p.queue for p in eng.admitted):
-            return end
-        k = None
-        pool_ok: dict = {}
+        for p in eng.admitted:
+            if p.queue:
+                return end
+        k = k_left = k_room = None
+        first = False    # a request's first token is this iteration's
+        whole = True     # every position and every run's tokens left whole: sums in any grouping exact
         crossings = []   # (the extra iteration whose start grows the hold a block, batch order, request)
         for j, r in enumerate(batch):
             a = r.alloc
             rec = r.sess.turn_rec
-            if r.mode != "decode" or r.served != 1.0 or a is None or rec is None or rec.first is None:
+            if r.mode != "decode" or r.served != 1.0 or a is None or rec is None:
                 return end
+            if rec.first is None:
+                first = True
+            left = r.left
+            if whole and not (float(a.pos).is_integer() and (float(left).is_integer() or left == INF)):
+                whole = False
             # iterations after this one that leave the run one token at least, and, where its pool
             # cannot grow it here, that need no growth
-            m = _floor(r.left) - 2  # inf for an infinite output: the horizon or the next event bounds it
+            m = _floor(left) - 2  # inf for an infinite output: the horizon or the next event bounds it
+            if k_left is None or m < k_left:
+                k_left = m
             pool = a.pool
-            ok = pool_ok.get(pool)
+            ok = pool.ff_plain
             if ok is None:
-                ok = pool_ok[pool] = _pool_grows(pool) and pool.name not in self.spill_specs
-            if ok and a.blks is None and a.units % pool.block == 0 and a.pos == int(a.pos):
+                ok = pool.ff_plain = _pool_plain(pool) and pool.name not in self.spill_specs
+            if ok and not pool.queue and not pool.growers and a.blks is None and a.units % pool.block == 0 \
+                    and a.pos == int(a.pos):
                 crossings.append((int(a.units - a.pos), j, r))  # iteration i serves position pos + i
             else:
                 room = _floor(a.units - a.pos) - 1
                 m = min(room, m)
+                if k_room is None or room < k_room:
+                    k_room = room
             if k is None or m < k:
                 k = m
-            if k <= 0:
-                return end
+        # without these two, the iteration that commits a turn's first token and the one that ends
+        # a run are events of their own, next to a fast-forward. Where the sums are exact in any
+        # grouping, the fast-forward takes them in, their instants kept (_iteration_end): from
+        # this iteration when it commits a first token, and to the one that ends a run when the
+        # least tokens left bound it (not a hold's room)
+        first = first and whole
+        tail = whole and k_left < INF and (k_room is None or k_left < k_room)
+        if tail:
+            k += 1
+        if k <= 0:
+            return end
         heapq.heapify(crossings)
-        used = {}        # each growing pool's used as the growths so far leave it
-        grows = []
         nxt = self.heap[0][0] if self.heap else INF
         if self.horizon is not None:
             nxt = min(nxt, self.horizon)
         if k == INF and nxt == INF:
             return end
-        b = eng.batch
+        run, stored = spec["steady_cost"]
+        if run is None or self.cur_engine is not eng:  # the source reads the engine it was given as cur_engine
+            run = stored
+        try:
+            out = self._steady_run(eng, run, list(crossings), k, n, end, nxt, tail)
+        except _Miss:  # a value the source cannot read: the iterations again, as compiled
+            out = self._steady_run(eng, stored, crossings, k, n, end, nxt, tail)
+        extra, end1, grows, tail_start = out
+        if extra:
+            if first:  # recorded as this iteration ends (_iteration_end)
+                eng.first_end = end
+            eng.tail_start = tail_start
+            end = end1
+            eng.grows = grows
+            eng.repeat = 1 + extra
+            eng.iterations += extra
+            eng.served_total += extra * n
+        return end
+
+    def _steady_run(self, eng, run, crossings, k, n, end, nxt, tail=False):
+        """_steady's iterations from the one after this one: (how many, their end, the growths
+        they make at their starts, the start of the k-th when it is run and it is a tail, an event
+        of its own one at a time); the batch's values in the engine's dicts as the last cost read
+        them. It changes nothing else."""
+        b, v = eng.batch, eng.vars
         c = self.machine
-        f = spec["cost"]
-        extra = 0
-        v = eng.vars
+        used = {}        # each growing pool's used as the growths so far leave it
+        grows = []
+        extra = adds = 0
+        tail_start = None
+        bk, vk, at = b["Kvb"], v["Kvb"], v["Attn"]
         head = crossings[0][0] if crossings else INF  # the next iteration that grows a hold
+        pop, push = heapq.heappop, heapq.heappush
+        fn = float(n)  # added to floats: the same sums as the int
         while extra < k:
             i = extra + 1
-            grown = None
+            mark = None
             if i == head:
                 # the holds this iteration grows, at its start, in batch order, each by a block the
                 # pool has room for (else the steady run ends here, and that iteration grows as one
                 # of its own)
-                grown, fits = [], True
+                mark, fits = len(grows), True
                 while crossings and crossings[0][0] == i:
-                    _, j, r = heapq.heappop(crossings)
+                    _, j, r = pop(crossings)
                     pool = r.alloc.pool
                     u = used.get(pool, pool.used)
                     bl = pool.block
@@ -468,28 +608,36 @@ class Iterations:
                         fits = False
                         break
                     used[pool] = u + bl
-                    grown.append(r)
-                    heapq.heappush(crossings, (i + int(bl), j, r))
+                    grows.append((end, r))  # at the start of iteration i, which is `end`
+                    push(crossings, (i + int(bl), j, r))
                 if not fits:
+                    del grows[mark:]
                     break
                 head = crossings[0][0] if crossings else INF
-            # the next iteration's batch reads one more KV token for each decode
-            b["Kvb"] += n
-            v["Kvb"] += n
-            v["Attn"] += n  # each decode's attention reads one more token
-            nc = f(c)
-            if not (0 < nc < INF) or end + nc >= nxt:
+            # iteration i and those after it before the next growth (and a tail), in one loop
+            bound = min(k, head - 1)
+            start = None
+            if tail:
+                if i == k:
+                    start = end  # the tail alone (bound is k)
+                elif bound == k:
+                    bound = k - 1
+            lim = bound - extra
+            cnt, end, bk, vk, at, stopped = run(c, eng, bk, vk, at, fn, end, nxt, int(lim) if lim < INF else BIG)
+            if cnt == 0 and mark is not None:
+                del grows[mark:]  # iteration i is not run here: it grows as an iteration of its own
+            if cnt and start is not None:
+                tail_start = start
+            extra += cnt
+            adds += cnt + stopped
+            if stopped:
                 break
-            if grown:
-                grows.extend([(end, r) for r in grown])  # at the start of iteration i, which is `end`
-            end += nc  # added one by one, as the iterations' ends would be
-            extra += 1
-        if extra:
-            eng.grows = grows
-            eng.repeat = 1 + extra
-            eng.iterations += extra
-            eng.served_total += extra * n
-        return end
+        named = run.named
+        # as the last iteration read them: those run did not add to, added up now
+        b["Kvb"] = bk if "_bk" in named else _adv(bk, fn, adds)
+        v["Kvb"] = vk if "_vk" in named else _adv(vk, fn, adds)
+        v["Attn"] = at if "_at" in named else _adv(at, fn, adds)
+        return extra, end, grows, tail_start
 
     def _body(self, eng, body, spec):
         c = self.machine
@@ -725,8 +873,18 @@ class Iterations:
 
     def _iteration_end(self, eng):
         """The iteration's tokens are applied when it ends."""
+        fe = eng.first_end  # a fast-forward's first iteration ended there, and a first token with it
+        if fe is not None:
+            eng.first_end = None
+            # one at a time, that iteration's end is an event of its own: the engine idles and
+            # starts again then, a change point of its busy time (the same sums)
+            eng.busy_avg.split(fe)
         if eng.grows:  # before anything at this instant: they are earlier
             self._grow_steady(eng)
+        ts = eng.tail_start  # the run's last iteration started there, an event of its own one at a time
+        if ts is not None:
+            eng.tail_start = None
+            eng.busy_avg.split(ts)
         eng.busy = False
         eng.busy_avg.set(self.now, 0.0)  # a next iteration at this instant sets it again
         now = self.now
@@ -748,7 +906,7 @@ class Iterations:
                 rec = r.sess.turn_rec
                 if rec is not None:
                     if rec.first is None:
-                        self._decode_token(rec, n)
+                        self._decode_token(rec, n, fe)
                     else:
                         rec.ntok += n
             if r.left <= 1e-9:
@@ -777,21 +935,23 @@ class Iterations:
         the report a fast-forward that stops at each growth gives (tests/test_golden_reports.py)."""
         grows, eng.grows = eng.grows, []
         end = self.now
-        i = 0
-        while i < len(grows):
-            t = grows[i][0]
-            self.now = t
-            # the iteration that grows would have been an event of its own: the engine idles and
-            # starts again at that instant, a change point of its busy time (the same sums)
-            eng.busy_avg.set(t, 0.0)
-            eng.busy_avg.set(t, 1.0)
-            while i < len(grows) and grows[i][0] == t:
-                a = grows[i][1].alloc
-                a.pool.make_room(a.pool.block)
-                a.pool.grow_alloc(a, a.pool.block)
-                i += 1
-            if self.gauges:
-                self._gauges()
+        split = eng.busy_avg.split
+        gauges = self._gauges if self.gauges else None
+        t = None
+        for t1, r in grows:
+            if t1 != t:
+                if gauges is not None and t is not None:
+                    gauges()  # the instant before's
+                t = self.now = t1
+                # the iteration that grows would have been an event of its own: the engine idles
+                # and starts again at that instant, a change point of its busy time (the same sums)
+                split(t)
+            a = r.alloc
+            pool = a.pool
+            pool.make_room(pool.block)
+            pool.grow_alloc(a, pool.block)
+        if gauges is not None and t is not None:
+            gauges()
         self.now = end
 
     def _prefill_token(self, rec):
@@ -801,10 +961,14 @@ class Iterations:
         if rec.first is None:
             rec.pf = self.now
 
-    def _decode_token(self, rec, n):
+    def _decode_token(self, rec, n, t=None):
+        """n tokens committed; the first of them at t (a fast-forward's first iteration's end), or
+        now."""
+        if t is None:
+            t = self.now
         if rec.first is None:  # the first token: the last prefill's before this decode, or this one
-            rec.first = rec.pf if rec.pf is not None else self.now
-            self.client["ttft"].add(self.now, rec.first - rec.start)
+            rec.first = rec.pf if rec.pf is not None else t
+            self.client["ttft"].add(t, rec.first - rec.start)
         rec.ntok += n
 
     def iteration_claims(self, eng):
@@ -834,14 +998,113 @@ class Iterations:
                 st.update(status="witnessed", at=self.now)
 
 
-def _pool_grows(pool) -> bool:
-    """A pool on which a fast-forward may grow holds block by block: a plain pool (no content cache,
-    no held reservation) of whole blocks with nothing waiting on it. The caller also asks that it
-    spill nothing it evicts (a spill is a job, which would start then), and that the hold have
-    whole blocks and a whole position (each growth is then one block, a block's tokens apart)."""
+class _Miss(Exception):
+    """The steady loop's source met a value it cannot read."""
+
+
+def _adv(x, n, k):
+    """x with n added k times, one addition at a time: at once where every partial sum is a whole
+    number within 2**53 (each addition is exact then, and so is x + n * k)."""
+    if k and float(x).is_integer() and float(n).is_integer() and abs(x) + abs(n) * k <= 2.0 ** 53:
+        return x + n * k
+    for _ in range(k):
+        x += n
+    return x
+
+
+def _kids(e):
+    k = e.k
+    if k == "bin":
+        return (e.l, e.r)
+    if k in ("un", "cost"):
+        return (e.e,)
+    if k == "if":
+        return (e.c, e.a, e.b)
+    if k in ("fn", "draw"):
+        return e.args
+    if k == "obs" and e.of.index is not None:
+        return (e.of.index,)
+    return ()
+
+
+def _nodes(e):
+    todo = [e]
+    while todo:
+        x = todo.pop()
+        yield x
+        todo.extend(_kids(x))
+
+
+def _budget_read(e) -> bool:
+    return any(x.k == "obs" and x.fn == "budget_left" for x in _nodes(e))
+
+
+def _varies(e) -> bool:
+    """It reads a value a steady iteration changes: batch.kv_decode, running.kv_decode, the attention sum."""
+    return any(x.k == "step" and x.name in ("Kvb", "Attn") for x in _nodes(e))
+
+
+class _SteadySource(_Source):
+    """The execute expression's source for _steady's loop (step_src names the three values that
+    change as locals): a part that reads none of them, evaluated at every read (under no branch
+    that may skip it), is read once before the loop into a local; min and max of two are written
+    out as the comparisons constants._min and _max make, without the call."""
+
+    def __init__(self, comp):
+        super().__init__(comp)
+        self.hoist: set = set()     # the ids of the parts read once
+        self.hoisted: list = []     # (local, source), in the order the loop's reads would meet them
+        self.tmp = 0
+
+    def mark(self, e, every: bool, depth: int):
+        if depth > _DEPTH:
+            raise _NoSource()
+        k = e.k
+        if not _varies(e):
+            v = const_value(e) if k in ("bin", "un", "if", "fn") else None
+            if every and k not in ("num", "inf") and not (v is not None and v == v):  # constants are folded
+                self.hoist.add(id(e))
+            return
+        if k == "bin":
+            self.mark(e.l, every, depth + 1)
+            self.mark(e.r, every and e.op not in ("&&", "||"), depth + 1)
+        elif k == "if":
+            self.mark(e.c, every, depth + 1)
+            self.mark(e.a, False, depth + 1)
+            self.mark(e.b, False, depth + 1)
+        else:
+            for x in _kids(e):
+                self.mark(x, every and k in ("un", "fn", "cost"), depth + 1)
+
+    def src(self, e, depth: int) -> str:
+        if depth > _DEPTH:
+            raise _NoSource()
+        if id(e) in self.hoist:
+            self.hoist.discard(id(e))  # its own source below is written in full
+            s = self.src(e, depth)
+            n = f"_h{len(self.hoisted)}"
+            self.hoisted.append((n, s))
+            return n
+        if e.k == "fn" and e.name in ("min", "max") and len(e.args) == 2:
+            v = const_value(e)
+            if not (v is not None and v == v):
+                a = self.src(e.args[0], depth + 1)
+                b = self.src(e.args[1], depth + 1)
+                t, u = f"_t{self.tmp}", f"_t{self.tmp + 1}"
+                self.tmp += 2
+                ge, gt = (">=", ">") if e.name == "max" else ("<=", "<")
+                return f"({t} if ({t} := {a}) {ge} ({u} := {b}) else ({u} if {u} {gt} {t} else NAN))"
+        return super().src(e, depth)
+
+
+def _pool_plain(pool) -> bool:
+    """A pool on which a fast-forward may grow holds block by block, when nothing waits on it: a
+    plain pool (no content cache, no held reservation) of whole blocks. The caller also asks that
+    it spill nothing it evicts (a spill is a job, which would start then), that nothing wait on it,
+    and that the hold have whole blocks and a whole position (each growth is then one block, a
+    block's tokens apart). What it asks of the pool never changes (Pool.ff_plain keeps it)."""
     bl = pool.block
-    return (type(pool) is Pool and not pool.reserve_held and bool(bl) and bl < INF and bl == int(bl)
-            and not pool.queue and not pool.growers)
+    return type(pool) is Pool and not pool.reserve_held and bool(bl) and bl < INF and bl == int(bl)
 
 
 def fmt(v):

@@ -69,6 +69,7 @@ class Pool:
         self.reserved_extra = 0.0        # Σ max(0, r - alloc) of holders, for reserve held
         self.reserve_held = decl.reserve_held
         self.allocs: list[Alloc] = []    # holders and leases, in admission order
+        self.n_holders = None            # holders(), until allocs or a holder's session changes
         self.entries: list[Entry] = []   # the cache, live and dead entries
         self.own: dict = {}              # session id -> its live entry
         self.cached = 0.0
@@ -84,10 +85,14 @@ class Pool:
         self.engine = None               # the step stage whose iterations admit this pool's queue
         self.memory_of = None            # the step stage this pool is the memory of
         self.over = None                 # a head asking for more than the cap, as last tried
+        self.ff_plain = None             # engine.py's _pool_plain (and no spill), once asked
 
     # -- observables
     def holders(self) -> float:
-        return float(len({a.frame.sess.id for a in self.allocs}))
+        h = self.n_holders
+        if h is None:  # counted again after the holders change (a gauge reads it every instant)
+            h = self.n_holders = float(len({a.frame.sess.id for a in self.allocs}))
+        return h
 
     def queued(self) -> float:
         return float(len(self.queue))
@@ -134,7 +139,8 @@ class Pool:
         e.units -= units
         self.cached -= units
         self.evicted += 1
-        self.sim.spill(self, e, units)
+        if self.name in self.sim.spill_specs:
+            self.sim.spill(self, e, units)
         if e.units <= 1e-9:
             e.alive = False
             self.entries.remove(e)
@@ -190,6 +196,7 @@ class Pool:
         self.admit_seq += 1
         a = Alloc(frame, self, units, reserve, 0.0, self.admit_seq)
         self.allocs.append(a)
+        self.n_holders = None
         if self.reserve_held:
             self.reserved_extra += max(0.0, reserve - units)
         self.admitted += 1
@@ -209,6 +216,7 @@ class Pool:
         if a not in self.allocs:
             return
         self.allocs.remove(a)
+        self.n_holders = None
         self.used -= a.units
         if self.used < 1e-9:
             self.used = 0.0
@@ -342,6 +350,7 @@ class ContentPool(Pool):
         if a.blks is None:
             return super().free(a)
         self.allocs.remove(a)
+        self.n_holders = None
         b = self.block
         nkeep = len(a.blks) if keep >= len(a.blks) * b else int(math.floor(keep / b + 1e-12))
         for j in range(len(a.blks) - 1, -1, -1):

@@ -792,6 +792,8 @@ class Sim(Iterations):
         self._finish(leg, refused)
         for a in leases:
             a.frame.sess = parent
+            for x in a.frame.allocs:  # their holder is another session now
+                x.pool.n_holders = None
             _push(parent, "leases", a)
         parent.live_legs -= 1
         if refused and parent.alive:  # a refused leg ends its session

@@ -75,7 +75,7 @@ class TimeAverage:
     two bisections at the end, whatever the number of changes. Past SWITCH change points, all but
     the last go to disk (Column), and the end reads them back in one pass: the same figures."""
 
-    __slots__ = ("start", "v", "t", "vals", "cum", "disk", "cap")
+    __slots__ = ("start", "v", "t", "vals", "cum", "disk", "cap", "last", "acc")
 
     def __init__(self, start: float, v0: float = 0.0):
         self.start = start
@@ -85,21 +85,43 @@ class TimeAverage:
         self.cum = array("d", [0.0])    # the integral up to each change
         self.disk = None                # (times, values, integrals) on disk, once spilled
         self.cap = SWITCH
+        self.last = 0.0                 # the last change's time and integral (t[-1], cum[-1])
+        self.acc = 0.0
 
     def set(self, t: float, v: float):
         if v == self.v:
             return
-        ts = self.t
-        last = ts[-1]
+        last = self.last
         if last == t:  # a second change at one instant: the instant's last state is what is held
             self.vals[-1] = v
         else:
-            self.cum.append(self.cum[-1] + self.v * (t - last))
+            self.acc = acc = self.acc + self.v * (t - last)
+            self.last = t
+            self.cum.append(acc)
+            ts = self.t
             ts.append(t)
             self.vals.append(v)
             if len(ts) >= self.cap:
                 self._flush()
         self.v = v
+
+    def split(self, t: float):
+        """set(t, 0.0) then set(t, 1.0) on a signal at 1.0 (a busy stage that idles and starts again
+        at one instant): a change point at t, its integral summed there, the value unchanged."""
+        if self.v != 1.0:
+            self.set(t, 0.0)
+            self.set(t, 1.0)
+            return
+        last = self.last
+        if last != t:
+            self.acc = acc = self.acc + (t - last)  # 1.0 * (t - last)
+            self.last = t
+            self.cum.append(acc)
+            ts = self.t
+            ts.append(t)
+            self.vals.append(1.0)
+            if len(ts) >= self.cap:
+                self._flush()
 
     def _flush(self):
         """All but the last change point onto disk (the last may still change at its instant)."""

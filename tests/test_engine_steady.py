@@ -1,0 +1,163 @@
+"""The fast-forward of steady decoding (serq/interp/engine.py, _steady) reads the execute expression
+as generated source, with what does not change between the iterations read once and min and max
+written out: for execute expressions of every shape it gives the report that reading the
+expression as compiled gives, and the one that running the iterations one at a time gives."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from serq import api
+from serq.interp.sim import Sim
+from serq.ir.model import Settings
+
+EX = os.path.join(os.path.dirname(__file__), "..", "examples", "multi-turn", "vllm.sq")
+ORIG = "execute (c0 + max(hbm(batch.kv_decode + batch.kv_prefill), compute(batch.tokens)));"
+EXECUTES = [
+    ORIG,
+    # a branch on a changing value; min on one side; the attention sum
+    "execute (c0 + (batch.kv_decode > 2000 ? max(hbm(batch.kv_decode), compute(batch.tokens)) "
+    ": min(hbm(batch.attention / 64), 0.02)));",
+    # && (its right side read only when the left holds), values that do not change
+    "execute (c0 + max(hbm(batch.kv_decode), compute(batch.tokens)) "
+    "+ (running.count > 1 && batch.decoding > 1 ? 0.0001 : 0));",
+    # max and min whose sides change, nested in arithmetic
+    "execute (max(c0, 0.004 - batch.kv_decode * 0.0000001) + min(omega, beta * batch.attention));",
+]
+
+
+def _report(text, mode):
+    sim = Sim(api.load_text(text, "steady.sq"), Settings(arrivals=150))
+    if mode == "one at a time":
+        sim.fast_forward = False
+    elif mode == "as compiled":
+        for spec in sim.engine_specs.values():
+            spec["steady_cost"] = (None, spec["steady_cost"][1])
+    rep = sim.run()
+    rep.pop("_sim", None)
+    return json.dumps(rep, sort_keys=True), sim.engines[0].iterations, sim.engines[0].served_total
+
+
+@pytest.mark.parametrize("execute", EXECUTES)
+def test_steady_source_gives_the_same_report(execute):
+    src = open(EX).read()
+    assert ORIG in src
+    text = src.replace(ORIG, execute)
+    fast = _report(text, "as source")
+    assert fast[1] > 10000  # steady runs were fast-forwarded
+    assert fast == _report(text, "as compiled")
+    assert fast == _report(text, "one at a time")
+
+
+def test_steady_source_reads_the_changing_values_as_locals():
+    """The generated loop adds to the one value vLLM's execute reads (batch.kv_decode) and gives
+    back the others as they came; the same costs and ends as the expression as compiled."""
+    sim = Sim(api.load(EX), Settings(arrivals=5))
+    run, stored = sim.engine_specs["vllm"]["steady_cost"]
+    assert run is not None and run.named == ("_bk",)
+    eng = sim.engines[0]
+    sim.cur_engine = eng
+    eng.batch = {"Ndec": 2.0, "Kvb": 100.0, "Kvp": 0.0}
+    eng.vars.update(Ntok=2.0, Kvb=100.0, Attn=300.0)
+    for nxt, stops in ((1.0, False), (0.01, True)):
+        a = run(sim.machine, eng, 100.0, 100.0, 300.0, 2.0, 0.0, nxt, 50)
+        b = stored(sim.machine, eng, 100.0, 100.0, 300.0, 2.0, 0.0, nxt, 50)
+        assert a[:3] == b[:3] and a[5] == b[5] == stops
+        adds = a[0] + stops  # stopped before an iteration whose values it had added
+        assert a[3:5] == (100.0, 300.0) and b[3:5] == (100.0 + 2 * adds, 300.0 + 2 * adds)
+
+
+def test_a_value_the_steady_source_cannot_read_is_the_diagnostic_of_one_iteration_at_a_time():
+    """execute reads an unset value only once batch.kv_decode passes 6000, inside a steady run: the
+    source misses it, the run is read again as compiled, and the diagnostic is the one running
+    the iterations one at a time gives, at the same instant."""
+    from serq.interp.compile import RunError
+    from serq.interp.engine import _Miss
+    from serq.ir import model as I
+    prog = api.load(EX)
+    i, st = next((i, s) for i, s in enumerate(prog.stages) if s.kind.k == "step")
+    cost = I.If(c=I.Bin(op=">", l=I.StepVar(name="Kvb", batch=True), r=I.Num(v=6000.0)),
+                a=I.Ctx(name="waited"), b=st.kind.cost)
+    stages = list(prog.stages)
+    stages[i] = st.model_copy(update={"kind": st.kind.model_copy(update={"cost": cost})})
+    prog = prog.model_copy(update={"stages": stages})
+    out = []
+    for ff in (True, False):
+        sim = Sim(prog, Settings(arrivals=300))
+        sim.fast_forward = ff
+        with pytest.raises(RunError) as err:
+            sim.run()
+        out.append((str(err.value), sim.now))
+        if ff:
+            run, _ = sim.engine_specs["vllm"]["steady_cost"]
+            sim.cur_engine = eng = sim.engines[0]
+            with pytest.raises(_Miss):
+                run(sim.machine, eng, 6000.0, 0.0, 0.0, 1.0, 0.0, 1e9, 10)
+    assert out[0] == out[1] and "`waited` has no value here" in out[0][0]
+
+
+def test_holders_follow_a_lease_a_leg_passes_to_its_session():
+    """holders() is kept until a pool's holders change; a leg that ends leasing passes its lease to
+    its session, which then holds both allocations: one holder, not two."""
+    text = """fn main() {
+      pool p { cap 4; }
+      stage s : delay;
+      workload { arrive batch(1); }
+      server {
+        hold p (cost(p, 1)) {
+          fork { hold p (cost(p, 1)) { run s (cost(s, 1)); } lease p (10); }
+          run s (cost(s, 3));
+          observe h = holders(p);
+          join;
+        }
+      }
+      gauge g = holders(p);
+    }"""
+    sim = Sim(api.load_text(text, "lease.sq"), Settings(horizon=20))
+    rep = sim.run()
+    # 0..1 the session and its leg (2), 1..3 the session with the leg's lease (1), then the lease
+    # alone until 11
+    assert list(sim.obs["h"].v) == [1.0]
+    assert rep["gauges"]["g"]["max"] == 2.0
+
+
+@pytest.mark.parametrize("x, n, k", [(100.0, 3.0, 1000), (0.5, 2.0, 7), (2.0 ** 53 - 4, 1.0, 10), (1e300, 1.0, 3),
+                                     (float("inf"), 2.0, 4), (7.0, 0.1, 9), (12.0, 5.0, 0)])
+def test_adv_adds_as_one_addition_at_a_time(x, n, k):
+    from serq.interp.engine import _adv
+    y = x
+    for _ in range(k):
+        y += n
+    assert _adv(x, n, k) == y or (y != y and _adv(x, n, k) != _adv(x, n, k))
+
+
+def test_a_fast_forward_from_a_turns_first_token_to_a_runs_last_changes_nothing():
+    """A steady run may begin with the iteration that commits a turn's first token: its end is
+    recorded (the token's time, a change point of the engine's busy time) and applied when the run
+    ends. It may end with the iteration that ends a run: its start is a change point of the busy
+    time. The ttft samples, the first of them past the warm-up (which their times decide) and the
+    report are those of one iteration at a time."""
+    out = []
+    for ff in (True, False):
+        sim = Sim(api.load(EX), Settings(arrivals=200, warmup=300.0))
+        sim.fast_forward = ff
+        began, tails = [], []
+        steady = sim._steady
+
+        def counted(eng, spec, end, steady=steady, began=began, tails=tails):
+            had = eng.batch_reqs and any(r.sess.turn_rec is not None and r.sess.turn_rec.first is None
+                                         for r in eng.batch_reqs)
+            end1 = steady(eng, spec, end)
+            began.append(bool(had and end1 != end))
+            tails.append(eng.tail_start is not None)
+            return end1
+        sim._steady = counted
+        rep = sim.run()
+        rep.pop("_sim", None)
+        ttft = sim.client["ttft"]
+        out.append((json.dumps(rep, sort_keys=True), list(ttft.v), ttft.warm, sum(began), sum(tails)))
+    # fast-forwards that began at a first token, that ended with a run's last iteration
+    assert out[0][3] > 100 and out[0][4] > 100 and out[1][3:] == (0, 0)
+    assert out[0][2] > 0 and out[0][:3] == out[1][:3]
