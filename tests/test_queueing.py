@@ -155,3 +155,15 @@ def test_progress_is_reported_at_the_same_instants():
     assert [c[:2] for c in general] == [c[:2] for c in queueing] and len(general) > 300
     ahead = [q[2] - g[2] for g, q in zip(general, queueing)]
     assert set(ahead) == {0, 1} and all(q[2] + q[3] == q[1] for q in queueing)
+
+
+def test_gauges_past_the_switch_to_disk_are_the_same(monkeypatch):
+    # the written-out TimeAverage.set flushes its change points to disk as set does
+    from serq.interp import stats as S
+    monkeypatch.setattr(S, "SWITCH", 300)
+    monkeypatch.setattr(S, "CHUNK", 70)
+    a, b = both("fn main() { stage s : ps(1); stage f : fifo(2); workload { arrive poisson(0.9); } "
+                "server { run s (cost(s, ~exp(0.6))); run f (cost(f, ~exp(1))); } "
+                "gauge g = queue(s); gauge h = busy(f) + queue(f); }", arrivals=2000, seed=4, warmup=20)
+    assert a == b
+    assert json.loads(a)["gauges"]["g"]["mean"] > 0

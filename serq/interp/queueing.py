@@ -154,28 +154,40 @@ def _source(sim) -> str:
 def _loop(sim):
     """Sim._events without what a network of queues never has (engines to start, pools to retry, a
     recorder), its settling and its gauges (Sim._gauges) written out: a gauge of a stage's queue
-    reads the stage's count (Stage.queue_of) without a call. The next event is popped first, and
-    put back when it is past the horizon."""
-    gauges = []
+    reads the stage's count (Stage.queue_of) without a call, and each gauge's TimeAverage.set is
+    written out on locals (its value, last change and integral; its arrays appended to in place),
+    put back on the TimeAverage when the loop ends. The next event is popped first, and put back
+    when it is past the horizon."""
+    n = len(sim.gauges)
+    gauges, load, store = [], [], []
     for i, (_, f, _) in enumerate(sim.gauges):
         read = f"float(GST{i}.n)" if getattr(f, "__func__", None) is Stage.queue_of else f"GF{i}(machine)"
         gauges += [f"                v = {read}",
-                   f"                if v != GAVG{i}.v:",
-                   f"                    GAVG{i}.set(now, v)"]
-    return ["def events(progress, hz):",
-            "    last_t = 0.0",
-            "    now = sim.now",
-            "    stall_t, stall, stall_at = None, 0, STALL",
-            "    while True:",
+                   f"                if v != gv{i}:",
+                   f"                    if gl{i} == now:  # a second change at one instant",
+                   f"                        gvals{i}[-1] = v",
+                   "                    else:",
+                   f"                        ga{i} = ga{i} + gv{i} * (now - gl{i})",
+                   f"                        gl{i} = now",
+                   f"                        gcum{i}.append(ga{i})",
+                   f"                        gt{i}.append(now)",
+                   f"                        gvals{i}.append(v)",
+                   f"                        if len(gt{i}) >= gcap{i}:",
+                   f"                            GAVG{i}._flush()",
+                   f"                            gcap{i} = GAVG{i}.cap",
+                   f"                    gv{i} = v"]
+        load.append(f"    gv{i}, gl{i}, ga{i}, gcap{i} = GAVG{i}.v, GAVG{i}.last, GAVG{i}.acc, GAVG{i}.cap")
+        load.append(f"    gt{i}, gvals{i}, gcum{i} = GAVG{i}.t, GAVG{i}.vals, GAVG{i}.cum")
+        store.append(f"        GAVG{i}.v, GAVG{i}.last, GAVG{i}.acc = gv{i}, gl{i}, ga{i}")
+    body = ["    while True:",
             "        if pending:  # settle: the sessions whose jobs ended, in order",
             "            for sess in pending:",
             "                resume[sess.pc](sess)",
             "            pending.clear()",
             "        if not heap:",
-            "            sim._gauges()",
             "            break",
             "        t, seq, fn, arg = heappop(heap)",
-            "        if t > now:"] + (["            if True:  # the instant is over: its gauges"] + gauges if gauges else []) + [
+            "        if t > now:"] + (["            if True:  # the instant is over: its gauges"] + gauges if n else []) + [
             "            if t > hz:",
             "                heappush(heap, (t, seq, fn, arg))",
             "                break",
@@ -194,6 +206,16 @@ def _loop(sim):
             "        if progress is not None and t - last_t > 0:",
             "            progress(sim)",
             "            last_t = t"]
+    out = ["def events(progress, hz):",
+           "    last_t = 0.0",
+           "    now = sim.now",
+           "    stall_t, stall, stall_at = None, 0, STALL"] + load
+    if n:
+        out += ["    try:"] + ["    " + ln for ln in body] + ["    finally:"] + store
+    else:
+        out += body
+    # the run drained: the last instant's gauges (Sim._events reads them before it stops)
+    return out + ["    if not heap:", "        sim._gauges()"]
 
 
 def _lets(sim):
