@@ -7,7 +7,8 @@ iterations per CPU second with its min and max.
 vLLM: the shared oracle's driver (../shared/oracle/vllm/drive.py, its `bench_one`) runs vLLM
 0.33.0's real v1 Scheduler, `schedule()` + `update_from_output()` for 1000 steps after 50 warm-up
 steps (ENGINE_STEPS; the fake model runner's output is built outside the timed region), in a child process in
-that folder's venv (made by `bash ../shared/oracle/vllm/setup.sh`). The child times those two
+that folder's venv (made by `bash ../shared/oracle/vllm/setup.sh`; where that folder is read-only,
+`VENV=DIR bash ../shared/oracle/vllm/setup.sh` and SERQ_VLLM_PYTHON=DIR/bin/python). The child times those two
 calls with time.process_time (drive.py's own clock, perf_counter, is swapped for it: CPU, not wall
 time). When that venv is missing the bench says so and falls back to the figures recorded in
 that folder's README (wall time, median of 3 runs, this machine kind).
@@ -37,7 +38,8 @@ SIZES = (64, 256)
 TARGET_ONE, TARGET_FF = 10.0, 40.0
 
 ORACLE = os.path.normpath(os.path.join(ROOT, "..", "shared", "oracle", "vllm"))
-VENV_PY = os.path.join(ORACLE, ".venv", "bin", "python")
+# the oracle's venv, or one made elsewhere by its setup.sh (VENV=DIR) where the folder is read-only
+VENV_PY = os.environ.get("SERQ_VLLM_PYTHON") or os.path.join(ORACLE, ".venv", "bin", "python")
 # ../shared/oracle/vllm/README.md, "Speed of the scheduler": prefix caching off, log_stats on
 RECORDED = {64: 1940.0, 256: 488.0}
 

@@ -376,7 +376,8 @@ def test_a_scheduler_output_becomes_a_row():
 
 
 ORACLE = os.path.join(ROOT, "..", "shared", "oracle", "vllm")
-ORACLE_PY = os.path.join(ORACLE, ".venv", "bin", "python")
+# the oracle's venv, or one its setup.sh made elsewhere (VENV=DIR) where the folder is read-only
+ORACLE_PY = os.environ.get("SERQ_VLLM_PYTHON") or os.path.join(ORACLE, ".venv", "bin", "python")
 # run in the oracle's venv: vLLM 0.33.0's own Scheduler, driven by the oracle's fake model runner
 # (../shared/oracle/vllm/drive.py); each SchedulerOutput through step_row, against the scheduler's
 # requests as schedule() left them (num_computed_tokens already advanced by the step's tokens,
@@ -417,7 +418,7 @@ print(json.dumps({"steps": len(rows), "differ": sum(r != t or r["tokens"] != n f
 '''
 
 
-@pytest.mark.skipif(not os.path.exists(ORACLE_PY), reason="the vLLM oracle's venv (../shared/oracle/vllm/setup.sh)")
+@pytest.mark.skipif(not os.path.exists(ORACLE_PY), reason="the vLLM oracle's venv (../shared/oracle/vllm/setup.sh, or SERQ_VLLM_PYTHON)")
 def test_step_row_reads_vllms_own_scheduler_output(tmp_path):
     import subprocess
     script = tmp_path / "check.py"
