@@ -14,7 +14,7 @@ from math import log
 
 from serq.interp.rng import GOLDEN, M1, M2, MASK, SCALE, Stream, state1
 from serq.interp.sessions import SessionEnd
-from serq.interp.stages import PS, Fifo, Job, Stage
+from serq.interp.stages import Job, Stage
 from serq.link.exprs import const_value
 
 # a session here runs at most MAX_TURN + MAX_RUNS statements without blocking (a turn block holds
@@ -41,38 +41,23 @@ def plan(sim):
 class Queueing:
     def __init__(self, sim):
         self.sim = sim
-        self.pending: list = []  # sessions whose job ended in this event, in the order they ended
 
     def install(self):
-        """Take the arrivals, the jobs' ends and the settling over from the general path."""
+        """Take the arrivals, the jobs' ends and the event loop over from the general path.
+
+        A job's end is the last act of its event (a fifo's), or the ends of a ps's jobs are its
+        event's last acts, each session's state final but for the stage's completed count, which
+        no expression reads: each session goes on at once, in the order settling would run them
+        (Sim.settle after the event), so nothing waits in a ready queue."""
         sim = self.sim
-        code = _source(sim)
-        env = _env(sim, self.pending)
-        exec(compile(code, "<serq queueing path>", "exec"), env)
-        self.arrive, self.resume, self.job_done_now = env["arrive"], env["resume"], env["done_now"]
-        self.events = env["events"]
+        env = _env(sim)
+        exec(compile(_source(sim), "<serq queueing path>", "exec"), env)
+        self.arrive, self.done, self.events = env["arrive"], env["done"], env["events"]
         sim._arrive_open = self.arrive
-        sim.job_done = self.job_done
-        sim.settle = self.settle
-        sim.ready = self.pending
+        sim.job_done = self.done
         sim._events = self.events
-        # a job's end is the last act of its event (a fifo's), or the ends of a ps's jobs are its
-        # event's last acts, each session's state final but for the stage's completed count, which
-        # no expression reads: each session goes on at once, in the order settling would run them
-        for st in sim.stages:
-            if st.__class__ in (Fifo, PS):
-                st.done = self.job_done_now
-
-    def job_done(self, job):
-        """A stage ended a job: its session goes on once the event is over (Sim.wake)."""
-        self.pending.append(job.sess)
-
-    def settle(self):
-        pending = self.pending
-        resume = self.resume
-        for sess in pending:  # the list grows while it is read: each one is read in turn
-            resume[sess.pc](sess)
-        pending.clear()
+        for st in sim.stages:  # fifo and ps (delay too): plan() admits no other stage
+            st.done = self.done
 
 
 # ---------------------------------------------------------------- the session's path, as source
@@ -137,13 +122,9 @@ def _source(sim) -> str:
     for k in range(1, n + 1):
         out += ["", f"def resume{k}(sess):"] + _runs(sim, k, "    ")
     out += ["", "resume = [None] + [" + ", ".join(f"resume{k}" for k in range(1, n + 1)) + "]",
-            "", "def done_now(job):",
-            '    """A stage ended a job (Queueing.install): the session goes on now, as settling',
-            '    would run it next (unless others already wait to, then after them)."""',
-            "    sess = job.sess",
-            "    if pending:",
-            "        pending.append(sess)",
-            "        return"]
+            "", "def done(job):",
+            '    """A stage ended a job: the session goes on now (Queueing.install)."""',
+            "    sess = job.sess"]
     if n == 1:
         out += _runs(sim, 1, "    ")
     else:
@@ -153,7 +134,7 @@ def _source(sim) -> str:
 
 def _loop(sim):
     """Sim._events without what a network of queues never has (engines to start, pools to retry, a
-    recorder), its settling and its gauges (Sim._gauges) written out: a gauge of a stage's queue
+    recorder, sessions to settle: Queueing.install), its gauges (Sim._gauges) written out: a gauge of a stage's queue
     reads the stage's count (Stage.queue_of) without a call, and each gauge's TimeAverage.set is
     written out on locals (its value, last change and integral; its arrays appended to in place),
     put back on the TimeAverage when the loop ends. The next event is popped first, and put back
@@ -180,10 +161,6 @@ def _loop(sim):
         load.append(f"    gt{i}, gvals{i}, gcum{i} = GAVG{i}.t, GAVG{i}.vals, GAVG{i}.cum")
         store.append(f"        GAVG{i}.v, GAVG{i}.last, GAVG{i}.acc = gv{i}, gl{i}, ga{i}")
     body = ["    while True:",
-            "        if pending:  # settle: the sessions whose jobs ended, in order",
-            "            for sess in pending:",
-            "                resume[sess.pc](sess)",
-            "            pending.clear()",
             "        if not heap:",
             "            break",
             "        t, seq, fn, arg = heappop(heap)",
@@ -271,11 +248,11 @@ def _runs(sim, k, ind):
                   f"{ind}sim.sessions_completed += 1"]
 
 
-def _env(sim, pending) -> dict:
+def _env(sim) -> dict:
     x = sim.compiler
     env = {"sim": sim, "heap": sim.heap, "heappush": heapq.heappush, "log": log, "Job": Job,
            "Session": sim.Session, "SessionEnd": SessionEnd, "state1": state1, "turn_set": sim.turn_set,
-           "B_SESSION": sim.b_session, "B_TURN": sim.b_turn, "pending": pending,
+           "B_SESSION": sim.b_session, "B_TURN": sim.b_turn,
            "arrival_random": sim.arrival_rng.random, "RATE": sim.rate if sim.poisson else None,
            "turn_stream": Stream(0), "response_add": sim.c_response.add, "GOLDEN": GOLDEN, "MASK": MASK,
            "SCALE": SCALE}
