@@ -89,6 +89,7 @@ class TimeAverage:
         self.acc = 0.0
 
     def set(self, t: float, v: float):
+        # queueing.py's event loop writes this out for each gauge (_loop): a change here goes there
         if v == self.v:
             return
         last = self.last
