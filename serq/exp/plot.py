@@ -283,13 +283,7 @@ def _pool_bars(ax, pools: dict):
         extra = [f"{k} {p[k]:,}" for k in ("rejected", "evicted", "preempted") if p.get(k)]
         ax.text(max(t, 0) + 1, v + 0.18, f"{_num(p['max_used'] or 0)}" + (f"  ({', '.join(extra)})" if extra else ""),
                 va="center", fontsize=8)
-    ax.set_yticks(y)
-    ax.set_yticklabels([f"pool {n}" for n in capped])
-    ax.invert_yaxis()
-    ax.set_xlim(0, 135)
-    ax.set_xticks([0, 25, 50, 75, 100])
-    ax.set_xlabel("% of the pool's cap")
-    ax.grid(axis="y", visible=False)
+    _percent_axes(ax, y, [f"pool {n}" for n in capped], "% of the pool's cap")
     title = "pools: units used"
     if uncapped:
         title += "\nno cap: " + ", ".join(f"{n} (mean {_num(pools[n]['mean_used'] or 0)}, "
@@ -299,6 +293,17 @@ def _pool_bars(ax, pools: dict):
         ax.legend(loc="lower right", frameon=False)
 
 
+def _percent_axes(ax, y, labels, xlabel):
+    """A horizontal bar chart's axes in percent, room on the right for the bars' labels."""
+    ax.set_yticks(y)
+    ax.set_yticklabels(labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 135)
+    ax.set_xticks([0, 25, 50, 75, 100])
+    ax.set_xlabel(xlabel)
+    ax.grid(axis="y", visible=False)
+
+
 def _stage_bars(ax, stages: dict):
     names = list(stages)
     util = [100 * (stages[n]["utilisation"] or 0) for n in names]
@@ -306,13 +311,7 @@ def _stage_bars(ax, stages: dict):
     ax.barh(y, util, height=0.5, color="C2")
     for v, n, u in zip(y, names, util):
         ax.text(u + 1, v, f"{u:.1f}%  ({stages[n]['completed']:,} completed)", va="center", fontsize=8)
-    ax.set_yticks(y)
-    ax.set_yticklabels([f"stage {n}" for n in names])
-    ax.invert_yaxis()
-    ax.set_xlim(0, 135)
-    ax.set_xticks([0, 25, 50, 75, 100])
-    ax.set_xlabel("% of the time busy, after the warm-up")
-    ax.grid(axis="y", visible=False)
+    _percent_axes(ax, y, [f"stage {n}" for n in names], "% of the time busy, after the warm-up")
     ax.set_title("stages: utilisation")
 
 
