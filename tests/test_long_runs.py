@@ -11,6 +11,8 @@ import pytest
 
 from serq import api
 from serq.diagnostics import SerqError
+from serq.interp import queueing
+from serq.interp import sim as sim_module
 from serq.interp.sim import Sim
 from serq.interp.stages import PS, FlowNet
 from serq.ir.model import Settings
@@ -167,8 +169,27 @@ AGAIN = {PS: lambda self: self.sim.at(self.sim.now, self.fire),
 @pytest.mark.parametrize("cls,text,names", [(PS, ONE % 1, "stage `a`"), (FlowNet, TWO % ("maxmin", 1), "`a`, `b`")])
 def test_the_watchdog_names_the_stages_whose_events_stand_still(monkeypatch, cls, text, names):
     monkeypatch.setattr(cls, "_fire", AGAIN[cls])
+    monkeypatch.setattr(sim_module, "plan", lambda sim: None)  # the general path: the stage's own _fire
     with pytest.raises(SerqError) as info:
         run_text(text, horizon=10)
     err = info.value
     assert err.code == "R022" and names in str(err) and "100,101 events" in str(err), err.render()
     assert err.span.line == 2  # stage a's declaration
+
+
+def test_on_the_queueing_path_the_watchdog_names_the_ps_stage(monkeypatch):
+    # the path holds a ps stage's next end outside the event heap (queueing._ps_source): the watchdog
+    # still names the stage when its end is the event that trips it. Here it trips on the second
+    # event of an instant (the first, which moves the clock, is not counted): the arrival at k + 1,
+    # then the end of job k (work 1) at that instant
+    monkeypatch.setattr(sim_module, "STALL", 0)
+    monkeypatch.setattr(sim_module, "STALL_PER", 0)
+    text = ("fn main() {\n  stage a : ps(1);\n  workload { arrive renewal(~det(1)); }\n"
+            "  server { run a (cost(a, 1)); }\n}")
+    sim = Sim(api.load_text(text, "t.sq", {}), Settings(arrivals=5))
+    assert queueing.plan(sim) is not None
+    with pytest.raises(SerqError) as info:
+        sim.run()
+    err = info.value
+    assert err.code == "R022" and "stage `a`" in str(err) and "stood at 2 for 1 events" in str(err), err.render()
+    assert err.span.line == 2

@@ -138,10 +138,12 @@ def test_a_run_time_error_is_the_same_diagnostic(server, code):
     assert rendered[0] == rendered[1]
 
 
-def test_progress_is_reported_at_the_same_instants():
-    # `serq run` on a terminal draws its progress from the run's clock: the same calls on both paths;
-    # the queueing path has answered the session whose job ended in the event itself (the general
-    # path answers it when it settles, after the call), so its completed count may be ahead by those
+def test_progress_is_reported_at_the_instants_something_happens():
+    # `serq run` on a terminal draws its progress from the run's clock: the same calls on both paths,
+    # but for the instants where the general path handles only a replaced ps end (an event that does
+    # nothing, which the queueing path does not hold: queueing._ps_source); the queueing path has
+    # answered the session whose job ended in the event itself (the general path answers it when it
+    # settles, after the call), so its completed count may be ahead by those
     prog = api.load_text("fn main() { stage s : ps(1); workload { arrive poisson(0.8); } "
                          "server { run s (cost(s, ~exp(1))); } gauge g = queue(s); }", "q.sq")
     seen = []
@@ -152,8 +154,11 @@ def test_progress_is_reported_at_the_same_instants():
         sim.run(lambda s: clock.append((s.now, s.sessions_arrived, s.sessions_completed, s.live)))
         seen.append(clock)
     general, queueing = seen
-    assert [c[:2] for c in general] == [c[:2] for c in queueing] and len(general) > 300
-    ahead = [q[2] - g[2] for g, q in zip(general, queueing)]
+    at = {c[0]: i for i, c in enumerate(general)}
+    assert all(c[0] in at and general[at[c[0]]][1] == c[1] for c in queueing) and len(queueing) > 300
+    skipped = [i for i, c in enumerate(general) if c[0] not in {q[0] for q in queueing}]
+    assert skipped and all(general[i][1] == general[i - 1][1] for i in skipped)  # no arrival there
+    ahead = [q[2] - general[at[q[0]]][2] for q in queueing]
     assert set(ahead) == {0, 1} and all(q[2] + q[3] == q[1] for q in queueing)
 
 
@@ -167,3 +172,25 @@ def test_gauges_past_the_switch_to_disk_are_the_same(monkeypatch):
                 "gauge g = queue(s); gauge h = busy(f) + queue(f); }", arrivals=2000, seed=4, warmup=20)
     assert a == b
     assert json.loads(a)["gauges"]["g"]["mean"] > 0
+
+
+@pytest.mark.parametrize("kw, end", [(dict(arrivals=2), 11), (dict(arrivals=2, warmup=0.5), 11),
+                                     (dict(arrivals=2, horizon=12), 11), (dict(arrivals=2, horizon=10.75), "R032"),
+                                     (dict(horizon=10.9), 10.9)])
+def test_a_replaced_ps_end_after_the_last_job_still_sets_the_runs_end(kw, end):
+    # ps(present * present) serves faster with more present: the second job (work 1, at 2) makes the
+    # first's end (at 11) come sooner, so its replaced end at 11 lies after everything real (the
+    # first job ends at 10.5): the general path's clock reaches 11 with it, and with a horizon before
+    # 11 that event keeps the run from draining; the queueing path, which holds no such event, must
+    # end the run at the same instant, drained or not (queueing._ps_source)
+    text = ("fn main() { stage s : ps(present * present); workload { arrive renewal(~det(1)); "
+            "turn { Size w = serial == 0 ? 10 : 1; } } server { run s (cost(s, w)); } gauge g = queue(s); }")
+    if end == "R032":  # the sessions are done by 10.5, but an event at 11 is still to come
+        with pytest.raises(SerqError) as info:
+            both(text, **kw)
+        assert info.value.code == "R032"
+        return _same_error(text, kw, info.value)
+    a, b = both(text, **kw)
+    assert a == b
+    rep = json.loads(a)
+    assert rep["end"] == end and (rep["client"]["response"]["max"] == 9.5 or "horizon" in kw)

@@ -14,7 +14,7 @@ from math import log
 
 from serq.interp.rng import GOLDEN, M1, M2, MASK, SCALE, Stream, state1
 from serq.interp.sessions import SessionEnd
-from serq.interp.stages import Job, Stage
+from serq.interp.stages import PS, Job, Stage
 from serq.link.exprs import const_value
 
 # a session here runs at most MAX_TURN + MAX_RUNS statements without blocking (a turn block holds
@@ -53,6 +53,9 @@ class Queueing:
         env = _env(sim)
         exec(compile(_source(sim), "<serq queueing path>", "exec"), env)
         self.arrive, self.done, self.events = env["arrive"], env["done"], env["events"]
+        for st, k in _ps_index(sim).items():
+            st.qsubmit = env[f"SUBMIT{k}"] = env[f"submit{k}"]
+            env["OWNER"][env[f"fire{k}"]] = st.fire  # the watchdog names the stage (Sim._stalled)
         sim._arrive_open = self.arrive
         sim.job_done = self.done
         sim._events = self.events
@@ -129,7 +132,104 @@ def _source(sim) -> str:
         out += _runs(sim, 1, "    ")
     else:
         out.append("    resume[sess.pc](sess)")
-    return "\n".join(out + [""] + _loop(sim)) + "\n"
+    return "\n".join(out + _ps_source(sim) + [""] + _loop(sim)) + "\n"
+
+
+def _ps_index(sim) -> dict:
+    """Each ps stage (delay too) and its number k in the source: SUBMITk, FIREk, its pending end Pk."""
+    return {st: k for k, st in enumerate(x for x in sim.stages if isinstance(x, PS))}
+
+
+def _ps_source(sim) -> list:
+    """Each ps stage's submit and end (PS.submit, _schedule, _fire) written for the path.
+
+    A job here is its session: (finish tag, sequence number, session) on the stage's heap (no
+    preemption takes a job off, so each entry is live until it ends, and its session with it).
+    The stage's next end is not pushed onto the event heap but held in Pk (time, sequence number),
+    which the loop compares with the heap's head: PS._schedule pushes an event at every arrival
+    and departure, and the one it replaces stays on the heap to do nothing when it comes up. Those
+    events change nothing but the clock, so the path only notes the latest such time within the
+    horizon (SHI: the run's last instant, when it drains after it) and whether one lies beyond it
+    (SGT: the run does not drain). The clock's watchdog does not count them (Sim._stalled)."""
+    ps = _ps_index(sim)
+    n_runs = len(sim.prog.server)
+    out = []
+    for st, k in ps.items():
+        if st.phi is None:
+            rate = "1.0"
+        elif st.phi_const is not None:
+            rate = f"PHI{k} / n"
+        else:
+            rate = "st._rate()"  # φ(present) / present, its checks with it
+        resched = [f"        sim.seq = seq = sim.seq + 1",
+                   f"        P{k}T = now + (dt if dt > 0.0 else 0.0)",
+                   f"        P{k}S = st.version = seq"]
+        out += ["", f"def submit{k}(sess, work):",
+                f"    global P{k}T, P{k}S, SHI, SGT",
+                f"    st = ST{k}",
+                "    now = sim.now",
+                "    seq = sim.seq = sim.seq + 1  # the job's number",
+                "    n = st.n",
+                "    v = st.v",
+                "    if n:",
+                "        st.v = v = v + st.rate * (now - st.last)",
+                "    st.last = now",
+                "    st.n = n = n + 1",
+                "    h = st.heap",
+                "    heappush(h, (v + work, seq, sess))",
+                f"    st.rate = rate = {rate}",
+                "    busy = st.busy_avg",
+                "    if busy.v != 1.0:",
+                "        busy.set(now, 1.0)",
+                f"    if P{k}T != INF:  # the end it held is replaced",
+                f"        if P{k}T <= HZ:",
+                f"            if P{k}T > SHI:",
+                f"                SHI = P{k}T",
+                "        else:",
+                "            SGT = True",
+                f"        P{k}T = INF",
+                "    if rate > 0:",
+                "        dt = (h[0][0] - v) / rate"] + resched + [
+                "    else:",
+                "        st.version = None",
+                "",
+                f"def fire{k}():",
+                f"    global P{k}T, P{k}S",
+                f"    st = ST{k}",
+                "    now = sim.now",
+                "    v = st.v",
+                "    n = st.n",
+                "    if n:",
+                "        v += st.rate * (now - st.last)",
+                "    st.last = now",
+                "    # the head job has received its work exactly, whatever the rounding of v (PS._fire)",
+                "    h = st.heap",
+                "    if h and h[0][0] > v:",
+                "        v = h[0][0]",
+                "    st.v = v",
+                "    done = []",
+                "    while h and h[0][0] <= v:",
+                "        done.append(heappop(h)[2])",
+                "        n -= 1",
+                "    st.n = n",
+                "    if n:",
+                f"        st.rate = rate = {rate}",
+                "    else:",
+                "        st.rate = rate = 0.0",
+                "        busy = st.busy_avg",
+                "        if busy.v != 0.0:",
+                "            busy.set(now, 0.0)",
+                "    if h and rate > 0:",
+                "        dt = (h[0][0] - v) / rate"] + resched + [
+                "    else:",
+                "        st.version = None",
+                "    after = now >= sim.warmup",
+                "    for sess in done:",
+                "        st.completed += 1",
+                "        if after:",
+                "            st.completed_after_warmup += 1"]
+        out += _runs(sim, 1, "        ") if n_runs == 1 else ["        resume[sess.pc](sess)"]
+    return out
 
 
 def _loop(sim):
@@ -160,10 +260,41 @@ def _loop(sim):
         load.append(f"    gv{i}, gl{i}, ga{i}, gcap{i} = GAVG{i}.v, GAVG{i}.last, GAVG{i}.acc, GAVG{i}.cap")
         load.append(f"    gt{i}, gvals{i}, gcum{i} = GAVG{i}.t, GAVG{i}.vals, GAVG{i}.cum")
         store.append(f"        GAVG{i}.v, GAVG{i}.last, GAVG{i}.acc = gv{i}, gl{i}, ga{i}")
-    body = ["    while True:",
-            "        if not heap:",
-            "            break",
-            "        t, seq, fn, arg = heappop(heap)",
+    ps = list(_ps_index(sim).values())
+    if not ps:
+        pick = ["        if not heap:",
+                "            break",
+                "        t, seq, fn, arg = heappop(heap)"]
+    elif len(ps) == 1:  # the heap's head or the stage's end, whichever is first
+        pick = ["        if heap:",
+                "            t, seq, fn, arg = heap[0]",
+                "            if P0T < t or (P0T == t and P0S < seq):",
+                "                t, seq, fn, arg = P0T, P0S, fire0, None",
+                "                P0T = INF",
+                "            else:",
+                "                heappop(heap)",
+                "        elif P0T != INF:",
+                "            t, seq, fn, arg = P0T, P0S, fire0, None",
+                "            P0T = INF",
+                "        else:",
+                "            break"]
+    else:
+        pick = ["        if heap:",
+                "            t, seq, fn, arg = heap[0]",
+                "        else:",
+                "            t, seq = INF, -1",
+                "        k = -1"]
+        for k in ps:
+            pick += [f"        if P{k}T < t or (P{k}T == t and P{k}S < seq):",
+                     f"            t, seq, k = P{k}T, P{k}S, {k}"]
+        pick += ["        if k < 0:",
+                 "            if not heap:",
+                 "                break",
+                 "            heappop(heap)"]
+        for k in ps:
+            pick += [f"        elif k == {k}:",
+                     f"            fn, arg, P{k}T = fire{k}, None, INF"]
+    body = ["    while True:"] + pick + [
             "        if t > now:"] + (["            if True:  # the instant is over: its gauges"] + gauges if n else []) + [
             "            if t > hz:",
             "                heappush(heap, (t, seq, fn, arg))",
@@ -174,8 +305,8 @@ def _loop(sim):
             "                stall_t, stall, stall_at = now, 0, STALL",
             "            stall += 1",
             "            if stall > stall_at:",
-            "                stall_at = sim._stalled(fn, arg, stall)",
-            "        sim.event_seq = seq",
+            "                stall_at = sim._stalled(OWNER.get(fn, fn), arg, stall)"] + (
+            [] if ps else ["        sim.event_seq = seq"]) + [
             "        if arg is not None:",
             "            fn(arg)",
             "        else:",
@@ -183,16 +314,25 @@ def _loop(sim):
             "        if progress is not None and t - last_t > 0:",
             "            progress(sim)",
             "            last_t = t"]
-    out = ["def events(progress, hz):",
-           "    last_t = 0.0",
+    out = ["def events(progress, hz):"]
+    if ps:
+        out += ["    global HZ, " + ", ".join(f"P{k}T" for k in ps), "    HZ = hz"]
+    out += ["    last_t = 0.0",
            "    now = sim.now",
            "    stall_t, stall, stall_at = None, 0, STALL"] + load
     if n:
         out += ["    try:"] + ["    " + ln for ln in body] + ["    finally:"] + store
     else:
         out += body
-    # the run drained: the last instant's gauges (Sim._events reads them before it stops)
-    return out + ["    if not heap:", "        sim._gauges()"]
+    # the run drained: the last instant's gauges (Sim._events reads them before it stops); then
+    # the clock as the ps stages' replaced ends would have left it (_ps_source)
+    out += ["    if not heap:", "        sim._gauges()"]
+    if ps:
+        out += ["        if SGT:  # one lies past the horizon: the run has not drained",
+                "            heappush(heap, (INF, 0, NOTHING, None))",
+                "    if SHI > sim.now:",
+                "        sim.now = SHI"]
+    return out
 
 
 def _lets(sim):
@@ -223,6 +363,7 @@ def _runs(sim, k, ind):
     """The runs from the k-th on, then the answer: a run of no work goes on at once."""
     out = []
     known = set(_lets(sim) or ()) | {"serial", "turn_no", "cached", "computed"}  # set before any run
+    ps = _ps_index(sim)
     for j, s in enumerate(sim.prog.server[k:], start=k):
         stage = f"STAGE{j}" if s.stages[0].index is None else f"PICK{j}(sess)"
         e = s.work.e if s.work.k == "cost" else s.work
@@ -232,11 +373,16 @@ def _runs(sim, k, ind):
                 f"{ind}if not work >= 0:",
                 f"{ind}    sim.amount(work, AT{j}, \"a run's work\")",
                 f"{ind}if work > 0:",
-                f"{ind}    st = {stage}",
-                f"{ind}    sim.seq += 1",
-                f"{ind}    sess.pc = {j + 1}",
-                f"{ind}    st.submit(Job(sess, work, st.alone, sim.seq, None))",
-                f"{ind}    return"]
+                f"{ind}    sess.pc = {j + 1}"]
+        member = sim.members(s.stages[0].name)[0]
+        if member in ps:  # the stage's own submit (_ps_source); an array's members are all ps
+            call = f"SUBMIT{ps[member]}" if s.stages[0].index is None else f"{stage}.qsubmit"
+            out.append(f"{ind}    {call}(sess, work)")
+        else:
+            out += [f"{ind}    st = {stage}",
+                    f"{ind}    sim.seq += 1",
+                    f"{ind}    st.submit(Job(sess, work, st.alone, sim.seq, None))"]
+        out.append(f"{ind}    return")
     # the turn is answered (Sim.turn_end: a run of stages gives no token) and the session ends
     # (Sim._finish: it holds nothing, nothing waits on it)
     return out + [f"{ind}now = sim.now",
@@ -248,6 +394,10 @@ def _runs(sim, k, ind):
                   f"{ind}sim.sessions_completed += 1"]
 
 
+def _nothing():
+    """What stands for a replaced ps end beyond the horizon (_ps_source)."""
+
+
 def _env(sim) -> dict:
     x = sim.compiler
     env = {"sim": sim, "heap": sim.heap, "heappush": heapq.heappush, "log": log, "Job": Job,
@@ -257,7 +407,10 @@ def _env(sim) -> dict:
            "turn_stream": Stream(0), "response_add": sim.c_response.add, "GOLDEN": GOLDEN, "MASK": MASK,
            "SCALE": SCALE}
     from serq.interp.sim import STALL
-    env.update(STALL=STALL, heappop=heapq.heappop, machine=sim.machine)
+    env.update(STALL=STALL, heappop=heapq.heappop, machine=sim.machine, INF=INF, HZ=INF, SHI=-INF, SGT=False,
+               NOTHING=_nothing, OWNER={})
+    for st, k in _ps_index(sim).items():
+        env[f"ST{k}"], env[f"PHI{k}"], env[f"P{k}T"], env[f"P{k}S"] = st, st.phi_const, INF, 0
     for i, (_, f, avg) in enumerate(sim.gauges):
         env[f"GST{i}"], env[f"GF{i}"], env[f"GAVG{i}"] = getattr(f, "__self__", None), f, avg
     lets = _lets(sim)
