@@ -194,3 +194,15 @@ def test_a_replaced_ps_end_after_the_last_job_still_sets_the_runs_end(kw, end):
     assert a == b
     rep = json.loads(a)
     assert rep["end"] == end and (rep["client"]["response"]["max"] == 9.5 or "horizon" in kw)
+
+
+def test_a_ps_capacity_that_fails_is_the_same_diagnostic_on_the_path():
+    # the path's ps submit and end read φ(present) through the stage's own _rate: R010 at the same
+    # arrival, with the same text and place, when the fourth job is present
+    text = ("fn main() { stage s : ps(4 - present); workload { arrive poisson(3); } "
+            "server { run s (cost(s, ~exp(1))); } }")
+    assert takes_path(text)
+    with pytest.raises(SerqError) as info:
+        both(text, arrivals=500, seed=1)
+    assert info.value.code == "R010"
+    _same_error(text, dict(arrivals=500, seed=1), info.value)
