@@ -220,11 +220,18 @@ def _fold_left(f):
 
 def _pow(a, b):
     import numpy as np
-    p = np.power(a, b)
-    fin = np.isfinite(a) & np.isfinite(b)
-    # math.pow raises where numpy answers: 0 to a negative power, and an overflow below base 1
-    bad = fin & (((a == 0) & (b < 0)) | (np.isinf(p) & ~(a > 1)))
-    return np.where(bad, math.nan, p)
+    from serq.lang.lower.constants import _pow as pow1
+    # the language's own pow, element by element: numpy's power answers 0 to a negative power and
+    # overflows where math.pow raises, and where it takes a SIMD path (AVX-512 here) it is off libm's
+    # pow by an ulp (2.5 ** 2.5): a fit must read the model the simulator runs
+    return np.asarray(np.frompyfunc(pow1, 2, 1)(a, b), dtype=float)
+
+
+def _log(x):
+    import numpy as np
+    from serq.lang.lower.constants import log as log1
+    # likewise: numpy's SIMD log is off math.log by an ulp on about 0.1% of arguments (AVX-512)
+    return np.asarray(np.frompyfunc(log1, 1, 1)(x), dtype=float)
 
 
 def _reusable(n, b):
@@ -240,7 +247,7 @@ def _numpy_fns():
         "min": _fold_left(np.minimum), "max": _fold_left(np.maximum), "sum": _fold_left(lambda a, b: a + b),
         "floor": np.floor, "ceil": np.ceil, "round": lambda x: np.floor(x + 0.5), "abs": np.abs,
         "sqrt": lambda x: np.where(x >= 0, np.sqrt(np.where(x >= 0, x, 0.0)), math.nan),
-        "log": np.log, "pow": _pow, "reusable": _reusable,
+        "log": _log, "pow": _pow, "reusable": _reusable,
     }
 
 
