@@ -206,3 +206,40 @@ def test_a_ps_capacity_that_fails_is_the_same_diagnostic_on_the_path():
         both(text, arrivals=500, seed=1)
     assert info.value.code == "R010"
     _same_error(text, dict(arrivals=500, seed=1), info.value)
+
+
+LEAN = [
+    # one exp let read by the first run and by a later one (kept on the customer), a constant run
+    "fn main() { stage a : ps(1); stage b : fifo(2); stage c : delay; workload { arrive poisson(0.7); "
+    "turn { Size w = ~exp(1); } } server { run a (cost(a, w)); run b (cost(b, 0.5)); run c (cost(c, w)); } "
+    "gauge q = queue(a); gauge wb = queue(b) + busy(b); gauge d = busy(c); }",
+    # a constant let between two drawn ones (the stream advances only on the draws), zero work
+    "fn main() { stage a : fifo; stage b : ps(2); workload { arrive renewal(~exp(1.2)); "
+    "turn { Size x = ~exp(0.5); Cost k = cost(b, 0); Cost y = cost(b, ~exp(2)); } } "
+    "server { run a (cost(a, x)); run b (k); run b (cost(b, y)); } gauge g = queue(b); }",
+    # no draw in the turn at all
+    "fn main() { stage s : ps(min(present, 2)); workload { arrive poisson(1.5); turn { Size w = 1; } } "
+    "server { run s (cost(s, w)); } }",
+]
+
+
+@pytest.mark.parametrize("text", LEAN)
+def test_a_session_no_closure_reads_is_a_customer_with_the_same_report(text):
+    from serq.interp.queueing import _lean
+    assert _lean(Sim(api.load_text(text, "q.sq"), Settings(arrivals=1))) is not None
+    for kw in (dict(arrivals=3000, seed=2), dict(horizon=400.5, warmup=30, seed=0)):
+        a, b = both(text, **kw)
+        assert a == b
+        assert json.loads(a)["sessions"]["completed"] > 100
+
+
+def test_a_session_a_closure_reads_is_not_lean():
+    from serq.interp.queueing import _lean
+    for text in ["fn main() { stage s : ps(1); workload { arrive poisson(1); turn { Size w = ~exp(1); } } "
+                 "server { run s (cost(s, w + 1)); } }",          # the work is an expression of the let
+                 "fn main() { stage q[2] : fifo; workload { arrive poisson(1); turn { Size w = ~exp(1); } } "
+                 "server { run q[1] (cost(q, w)); } }",          # a stage picked by an index
+                 "fn main() { stage s : ps(1); workload { arrive poisson(1); turn { Size w = ~uniform(0, 2); } } "
+                 "server { run s (cost(s, w)); } }"]:           # a let's closure draws
+        sim = Sim(api.load_text(text, "q.sq"), Settings(arrivals=1))
+        assert plan(sim) is not None and _lean(sim) is None

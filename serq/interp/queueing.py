@@ -71,15 +71,19 @@ class Queueing:
 def _source(sim) -> str:
     n = len(sim.prog.server)
     lets = _lets(sim)
+    lean = _lean(sim)
     out = ["def arrive():",
            "    serial = sim.sessions_arrived",
            f"    if serial >= {int(sim.max_arrivals)}:",
            "        sim.too_many_arrivals()",
            "    sim.sessions_arrived = serial + 1",
            "    sim.next_id += 1",
-           "    now = sim.now",
-           "    a = {'serial': float(serial), 'turn_no': 0.0, 'cached': 0.0, 'computed': 0.0}",
-           "    sess = Session(serial, serial, a)"]
+           "    now = sim.now"]
+    if lean is not None:
+        out.append("    sess = Customer()")
+    else:
+        out += ["    a = {'serial': float(serial), 'turn_no': 0.0, 'cached': 0.0, 'computed': 0.0}",
+                "    sess = Session(serial, serial, a)"]
     if sim.session_draws:
         out += ["    sess.s = state1(B_SESSION, serial)", "    sess.rng = sess"]
     out.append("    sim.live += 1")
@@ -102,11 +106,14 @@ def _source(sim) -> str:
                     f"    z = ((z ^ (z >> 27)) * {M2}) & MASK",
                     "    s = z ^ (z >> 31)"]
         for i, name in enumerate(lets):
+            into = f"a[{name!r}]" if lean is None else f"L{i}"  # a lean customer's lets are locals
             if rates[i] is not None:  # ~exp of a constant mean: Stream.expovariate written out
                 out += ["    s = (s + GOLDEN) & MASK",
                         f"    z = ((s ^ (s >> 30)) * {M1}) & MASK",
                         f"    z = ((z ^ (z >> 27)) * {M2}) & MASK",
-                        f"    a[{name!r}] = -log(1.0 - ((z ^ (z >> 31)) >> 11) * SCALE) / RATE{i}"]
+                        f"    {into} = -log(1.0 - ((z ^ (z >> 31)) >> 11) * SCALE) / RATE{i}"]
+            elif lean is not None:  # a constant
+                out.append(f"    {into} = CONST{i}")
             elif sim.turn_draws:  # the let's closure draws from the stream object
                 out += ["    turn_stream.s = s", "    sess.rng = turn_stream",
                         f"    a[{name!r}] = LET{i}(sess)", "    s = turn_stream.s"]
@@ -114,8 +121,9 @@ def _source(sim) -> str:
                 out.append(f"    a[{name!r}] = LET{i}(sess)")
         if sim.session_draws:
             out.append("    sess.rng = sess")
-        elif sim.turn_draws and not all(r is not None for r in rates):
+        elif sim.turn_draws and not all(r is not None for r in rates) and lean is None:
             out.append("    sess.rng = None")
+        out += [f"    sess.L{i} = L{i}  # read by a later run" for i in sorted(lean or {}) if lean[i]]
         out.append("    sess.turn_rec = now  # the turn's start: all its record holds here")
     else:
         out += ["    try:", "        turn_set(sess)", "    except SessionEnd as e:",
@@ -132,6 +140,8 @@ def _source(sim) -> str:
         out += _runs(sim, 1, "    ")
     else:
         out.append("    resume[sess.pc](sess)")
+    if lean is not None:
+        out += _customer(lean)
     return "\n".join(out + _ps_source(sim) + [""] + _loop(sim)) + "\n"
 
 
@@ -335,6 +345,49 @@ def _loop(sim):
     return out
 
 
+def _lean(sim):
+    """When no closure of the program reads a session (every let of the turn an ~exp of a constant
+    mean or a constant, written out; every run's work one of those lets or a constant; no stage
+    picked by an index; no draw of the session's own), its session is a Customer: the turn's start,
+    the run it is at, and the lets a later run reads. {let's number: read by a run after the first},
+    or None when a session is needed."""
+    lets = _lets(sim)
+    if lets is None or sim.session_draws:
+        return None
+    rates = _exp_rates(sim)
+    consts = _const_lets(sim)
+    if any(r is None and c is None for r, c in zip(rates, consts)):
+        return None
+    later = {i: False for i in range(len(lets))}
+    for j, s in enumerate(sim.prog.server):
+        e = s.work.e if s.work.k == "cost" else s.work
+        if s.stages[0].index is not None:
+            return None
+        if e.k == "attr" and e.name in lets:
+            later[lets.index(e.name)] |= j > 0
+        elif const_value(e) is None:
+            return None
+    return later
+
+
+def _const_lets(sim):
+    """Each let's value when it is a constant (under cost(…)), else None."""
+    out = []
+    for st in sim.prog.workload.turn:
+        e = st.e.e if st.e.k == "cost" else st.e
+        c = const_value(e)
+        out.append(float(c) if c is not None else None)
+    return out
+
+
+def _customer(lean) -> list:
+    """The session of a program no closure reads it in (_lean): what the path itself reads of it.
+    A ps stage reads `alive` of its entries (work_left): a customer is live while it has one."""
+    return ["", "class Customer:",
+            "    __slots__ = (" + "".join(f"{x!r}, " for x in ["turn_rec", "pc"] + [f"L{i}" for i in sorted(lean) if lean[i]]) + ")",
+            "    alive = True"]
+
+
 def _lets(sim):
     turn = sim.prog.workload.turn
     return [s.name for s in turn] if all(s.k == "set" for s in turn) else None
@@ -362,13 +415,17 @@ def _exp_rates(sim):
 def _runs(sim, k, ind):
     """The runs from the k-th on, then the answer: a run of no work goes on at once."""
     out = []
-    known = set(_lets(sim) or ()) | {"serial", "turn_no", "cached", "computed"}  # set before any run
+    lets, lean = _lets(sim), _lean(sim)
+    known = set(lets or ()) | {"serial", "turn_no", "cached", "computed"}  # set before any run
     ps = _ps_index(sim)
     for j, s in enumerate(sim.prog.server[k:], start=k):
         stage = f"STAGE{j}" if s.stages[0].index is None else f"PICK{j}(sess)"
         e = s.work.e if s.work.k == "cost" else s.work
         # the work is an attribute the session has: read, as its closure would (Compiler._attr)
         work = f"sess.a[{e.name!r}]" if e.k == "attr" and e.name in known else f"WORK{j}(sess)"
+        if lean is not None:  # a let of the arrival's (a local there, on the customer after), or a constant
+            i = lets.index(e.name) if e.k == "attr" else None
+            work = f"WORKC{j}" if i is None else f"L{i}" if k == 0 else f"sess.L{i}"
         out += [f"{ind}work = {work}",
                 f"{ind}if not work >= 0:",
                 f"{ind}    sim.amount(work, AT{j}, \"a run's work\")",
@@ -385,11 +442,9 @@ def _runs(sim, k, ind):
         out.append(f"{ind}    return")
     # the turn is answered (Sim.turn_end: a run of stages gives no token) and the session ends
     # (Sim._finish: it holds nothing, nothing waits on it)
+    end = [f"{ind}sess.turn_rec = None", f"{ind}sess.turn_idx += 1", f"{ind}sess.alive = False"]
     return out + [f"{ind}now = sim.now",
-                  f"{ind}response_add(now, now - sess.turn_rec)",
-                  f"{ind}sess.turn_rec = None",
-                  f"{ind}sess.turn_idx += 1",
-                  f"{ind}sess.alive = False",
+                  f"{ind}response_add(now, now - sess.turn_rec)"] + (end if lean is None else []) + [
                   f"{ind}sim.live -= 1",
                   f"{ind}sim.sessions_completed += 1"]
 
@@ -415,12 +470,15 @@ def _env(sim) -> dict:
         env[f"GST{i}"], env[f"GF{i}"], env[f"GAVG{i}"] = getattr(f, "__self__", None), f, avg
     lets = _lets(sim)
     if lets is not None:
-        for i, (s, rate) in enumerate(zip(sim.prog.workload.turn, _exp_rates(sim))):
+        for i, (s, rate, c) in enumerate(zip(sim.prog.workload.turn, _exp_rates(sim), _const_lets(sim))):
             env[f"LET{i}"] = x.expr(s.e)
             env[f"RATE{i}"] = rate
+            env[f"CONST{i}"] = c
     for j, s in enumerate(sim.prog.server):
         t = s.stages[0]
         env[f"WORK{j}"] = x.expr(s.work)
+        e = s.work.e if s.work.k == "cost" else s.work
+        env[f"WORKC{j}"] = None if const_value(e) is None else float(const_value(e))
         env[f"AT{j}"] = s.at
         if t.index is None:
             env[f"STAGE{j}"] = sim.members(t.name)[0]
