@@ -243,3 +243,58 @@ def test_a_session_a_closure_reads_is_not_lean():
                  "server { run s (cost(s, w)); } }"]:           # a let's closure draws
         sim = Sim(api.load_text(text, "q.sq"), Settings(arrivals=1))
         assert plan(sim) is not None and _lean(sim) is None
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs())
+def test_a_ps_end_that_rides_on_the_event_the_heap_holds_changes_no_report(case):
+    # the general path's ps stage (PS._schedule): an end at the same time as the event already on
+    # the heap does not push one of its own; that event, when it comes up, lets what lies between
+    # come first (ties: deterministic arrivals and work). The report is the one of pushing every end
+    from serq.interp.stages import PS
+    text, run = case
+    prog = api.load_text(text, "q.sq")
+    out = []
+    for share in (True, False):
+        sim = Sim(prog, Settings(**run))
+        sim.queueing = False
+        try:
+            PS.share_ends = share
+            out.append(json.dumps(sim.run(), sort_keys=True, default=str))
+        except SerqError as e:
+            out.append(e.render())
+        finally:
+            PS.share_ends = True
+    assert out[0] == out[1]
+
+
+@pytest.mark.parametrize("text", [
+    # an even session's delay (3) ends at the arrival of the third after it, and the next even
+    # one, arriving in between, set that end anew after the arrival was scheduled: the end rides
+    # on the event set first, and the arrival comes before it. The odd session arriving then (no
+    # delay) joins the fifo before the even one whose delay ends: serving the end early swaps them
+    "fn main() { stage idle : delay; stage f : fifo; workload { arrive renewal(~det(1)); "
+    "turn { Cost w = cost(f, ~exp(0.9)); } } "
+    "server { run idle (cost(idle, serial % 2 == 0 ? 3 : 0)); run f (w); } gauge g = queue(f); }",
+    # a closed workload thinking on a delay stage, then holding a pool around a ps stage: ties at
+    # every turn (deterministic think and work), pools settled between the events of an instant
+    "fn main() { pool p { cap 2; } stage idle : delay; stage s : ps(2); workload { arrive closed(40); "
+    "turn { Cost w = cost(s, 1); } session { loop { run idle (cost(idle, 3)); turn; } } } "
+    "server { hold p (cost(p, 1)) { run s (w); } } gauge g = queue(s); }",
+    "fn main() { pool p { cap 3; } stage idle : delay; stage s : ps(min(present, 2)); workload { arrive closed(25); "
+    "turn { Cost w = cost(s, ~exp(1)); } session { loop { run idle (cost(idle, ~exp(2))); turn; } } } "
+    "server { hold p (cost(p, 1)) { run s (w); run idle (cost(idle, 0.5)); } } gauge g = queue(idle); }",
+])
+def test_a_ps_end_that_rides_changes_no_report_with_ties_and_pools(text):
+    from serq.interp.stages import PS
+    prog = api.load_text(text, "q.sq")
+    out = []
+    for share in (True, False):
+        try:
+            PS.share_ends = share
+            sim = Sim(prog, Settings(horizon=300, seed=1))
+            sim.queueing = False  # the general path's ps stage
+            out.append(json.dumps(sim.run(), sort_keys=True, default=str))
+        finally:
+            PS.share_ends = True
+    assert out[0] == out[1] and json.loads(out[0])["sessions"]["arrived"] > 0

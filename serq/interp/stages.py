@@ -171,6 +171,8 @@ class PS(Stage):
     """Every job at once, each at φ(present)/present. Virtual time: every job's finish tag is the
     virtual time at its start plus its work; ties finish in the order they started."""
 
+    share_ends = True  # an end at the time of the one on the heap rides on it (_schedule; a test turns it off)
+
     def __init__(self, sim, name, index, phi, phi_const: float | None):
         super().__init__(sim, name, index)
         self.phi = phi              # closure of `present`, or None when φ is present itself (delay)
@@ -180,6 +182,8 @@ class PS(Stage):
         self.last = 0.0
         self.rate = 0.0
         self.version = None         # the sequence number of the event that ends the head job
+        self.due = 0.0              # and its time
+        self.carrier = None         # the number of the event on the heap at `due` that stands for it
         self.ctx = sim.machine_ctx({"present": 0.0})
         self.fire = self._fire  # one bound method for every event it schedules
         self.done = sim.job_done  # what a job's end tells (queueing.py: the session goes on at once)
@@ -228,10 +232,17 @@ class PS(Stage):
         if heap and rate > 0:
             dt = (heap[0][0] - self.v) / rate
             sim.seq += 1
-            heapq.heappush(sim.heap, (sim.now + (dt if dt > 0.0 else 0.0), sim.seq, self.fire, None))
+            t = sim.now + (dt if dt > 0.0 else 0.0)
             self.version = sim.seq
+            # an end at the same time as the one the heap holds (a delay stage's arrival that is not
+            # its first to finish, a ps below its capacity's knee): that event stands for this one
+            # (_fire), rather than each arrival leaving a replaced event on the heap (a million at
+            # a closed workload's start)
+            if self.carrier is None or t != self.due or not self.share_ends:
+                heapq.heappush(sim.heap, (t, sim.seq, self.fire, None))
+                self.carrier, self.due = sim.seq, t
         else:
-            self.version = None
+            self.version = self.carrier = None
 
     def submit(self, job):
         now = self.sim.now
@@ -246,8 +257,18 @@ class PS(Stage):
 
     def _fire(self):
         sim = self.sim
-        if sim.event_seq != self.version:
-            return
+        seq = sim.event_seq
+        if seq != self.version:
+            if seq != self.carrier:
+                return  # replaced
+            # the event standing for a later one at its time (_schedule): what comes between them
+            # comes first, then the end, as if that later event had been on the heap
+            head = sim.heap[0] if sim.heap else None
+            if head is not None and (head[0] < self.due or (head[0] == self.due and head[1] < self.version)):
+                heapq.heappush(sim.heap, (self.due, self.version, self.fire, None))
+                self.carrier = self.version
+                return
+        self.carrier = None
         now = sim.now
         v = self.v
         if self.n:  # _advance
