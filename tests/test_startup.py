@@ -39,7 +39,7 @@ def test_outputs_alike_cold_warm_damaged_and_without_a_cache(tmp_path):
     cache = tmp_path / "cache"
     cold = outputs(cache, broken)   # the first command writes both files
     files = sorted(glob.glob(str(cache / "serq" / "*.pickle")))
-    assert [os.path.basename(f).split("-")[0] for f in files] == ["ir", "parser"]
+    assert [os.path.basename(f).split("-")[0] for f in files] == ["ir", "parser", "records"]
     assert oct(os.stat(cache / "serq").st_mode & 0o777) == "0o700"
     inodes = [os.stat(f).st_ino for f in files]
     warm = outputs(cache, broken)
@@ -118,3 +118,20 @@ def test_files_unused_for_a_month_are_removed_when_one_is_written(tmp_path, monk
                                      "parser-recent.pickle"]
     _cache.save(str(d / "ir-schemas-new.pickle"), lambda fh: fh.write(b"z"))
     assert "ir-schemas-old.pickle" in os.listdir(d)  # used today
+
+
+def test_the_command_line_loads_no_pydantic_plugins_unless_told(tmp_path):
+    """Finding plugins scans every installed package's metadata (cli.md): a check does not, and a
+    PYDANTIC_DISABLE_PLUGINS the user set is theirs."""
+    code = ("import os, importlib.metadata as m; scans = []; found = m.entry_points\n"
+            "m.entry_points = lambda **kw: scans.append(kw) or found(**kw)\n"
+            "import serq.cli; serq.cli.main(['check', %r])\n"
+            "print(os.environ['PYDANTIC_DISABLE_PLUGINS'], len(scans))" % VLLM)
+    for preset, said in ((None, "__all__ 0"), ("logfire", "logfire 1")):
+        env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+        env["XDG_CACHE_HOME"] = str(tmp_path)
+        if preset:
+            env["PYDANTIC_DISABLE_PLUGINS"] = preset
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines()[-1] == said

@@ -4,34 +4,36 @@ Lowering (serq/lang/lower/) rewrites the sugar away; the linker turns what is le
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Union
 
+from serq._records import Records as _Records
 from serq.diagnostics import Span
+
+_record = _Records()  # dataclass(frozen=True), compiled together at the end (serq/_records.py)
 
 # ---------------------------------------------------------------- expressions
 
 
-@dataclass(frozen=True)
+@_record
 class Num:
     value: float
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Str:
     value: str
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Seg:
     name: str
     index: Optional["Expr"]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Ref:
     """A name path, `kv`, `kv[k]`, `D[j].kv`, `running.count`, `P.nic.latency[j]`."""
 
@@ -51,28 +53,28 @@ class Ref:
         return len(self.segs) == 1 and self.segs[0].index is None
 
 
-@dataclass(frozen=True)
+@_record
 class Call:
     fn: Ref
     args: tuple["Expr", ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Draw:
     dist: str
     args: tuple["Expr", ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Unary:
     op: str  # '-' or '!'
     e: "Expr"
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Binary:
     op: str  # + - * / % == != < <= > >= && ||
     l: "Expr"
@@ -80,7 +82,7 @@ class Binary:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Cond:
     c: "Expr"
     a: "Expr"
@@ -88,7 +90,7 @@ class Cond:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Aggregate:
     op: str  # max, min, sum
     var: str
@@ -102,12 +104,12 @@ Expr = Union[Num, Str, Ref, Call, Draw, Unary, Binary, Cond, Aggregate]
 # ---------------------------------------------------------------- statements
 
 
-@dataclass(frozen=True)
+@_record
 class Turn:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Set:
     name: str
     e: Expr
@@ -115,21 +117,21 @@ class Set:
     kind: str = "set"  # set | Size | Cost
 
 
-@dataclass(frozen=True)
+@_record
 class CostFields:
     name: str
     fields: tuple[tuple[str, Expr], ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Observe:
     name: str
     e: Expr
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class HoldPool:
     pool: Ref
     units: Expr
@@ -137,7 +139,7 @@ class HoldPool:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Hold:
     pools: tuple[HoldPool, ...]
     reuse: Optional[Expr]
@@ -149,33 +151,33 @@ class Hold:
     content: Optional[tuple] = None  # (stream, parent, at) of `cache (…) content (…)`, parent and at None when absent
 
 
-@dataclass(frozen=True)
+@_record
 class Grow:
     pool: Ref
     e: Expr
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Drop:
     pool: Ref
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Release:
     pool: Ref
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Load:
     pool: Ref
     e: Expr
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Run:
     """`run S [mode] (e) [growing P]`, `run S1, S2 (e)`, or `run (e)` (stages empty: the queue's own)."""
 
@@ -186,7 +188,7 @@ class Run:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Branch:
     cond: Expr
     then: tuple["Stmt", ...]
@@ -195,31 +197,31 @@ class Branch:
     with_: bool = False  # branch with (p): sugar for branch (~bernoulli(p))
 
 
-@dataclass(frozen=True)
+@_record
 class While:
     cond: Expr
     body: tuple["Stmt", ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Loop:
     body: tuple["Stmt", ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Fork:
     body: tuple["Stmt", ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Join:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Choose:
     name: str
     count: Expr
@@ -227,18 +229,18 @@ class Choose:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class End:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Mark:
     name: str
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class CallStmt:
     """`NAME(args);` (a def or an engine's request) or `Q[i].VERB(args) [from Q[j]] [to P(e)];`."""
 
@@ -248,7 +250,7 @@ class CallStmt:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Transfer:
     index: Optional[Expr]
     on: Optional[tuple[Ref, ...]]
@@ -259,7 +261,7 @@ class Transfer:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Tool:
     index: Optional[Expr]
     on: Optional[tuple[Ref, ...]]
@@ -268,7 +270,7 @@ class Tool:
 
 
 # items of an engine's request only
-@dataclass(frozen=True)
+@_record
 class EngineRun:
     mode: str  # prefill | decode
     e: Expr
@@ -276,13 +278,13 @@ class EngineRun:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class AtAdmission:
     bindings: tuple[tuple[str, Expr, Span], ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class CacheItem:
     e: Expr
     span: Span
@@ -296,14 +298,14 @@ Stmt = Union[Turn, Set, CostFields, Observe, Hold, Grow, Drop, Release, Load, Ru
 # ---------------------------------------------------------------- declarations
 
 
-@dataclass(frozen=True)
+@_record
 class PoolOpt:
     kind: str  # cap block evict_lru evict_by preempt_none preempt_lifo preempt_by queue_fifo queue_by reserve_held spill
     args: tuple  # expressions, plus requeue / spill refs
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Pool:
     name: str
     count: Optional[Expr]
@@ -313,14 +315,14 @@ class Pool:
     owner_dev: Optional[str] = None  # pool NAME on ENGINE.DEVICE
 
 
-@dataclass(frozen=True)
+@_record
 class Kind:
     kind: str  # fifo | ps | delay
     arg: Optional[Expr]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Stage:
     name: str
     count: Optional[Expr]
@@ -328,7 +330,7 @@ class Stage:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class TimeResource:
     name: str
     params: tuple[str, ...]
@@ -336,14 +338,14 @@ class TimeResource:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class CapResource:
     name: str
     e: Expr
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Device:
     name: str
     count: Optional[Expr]
@@ -351,7 +353,7 @@ class Device:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Advance:
     only: Optional[Expr]
     order: Optional[tuple[str, tuple[Expr, ...]]]  # ('admission'|'by'|'decode_first', keys)
@@ -359,7 +361,7 @@ class Advance:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Take:
     pool: Ref
     units: Expr
@@ -367,7 +369,7 @@ class Take:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Admit:
     only: Optional[Expr]
     while_: Optional[Expr]
@@ -376,13 +378,13 @@ class Admit:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Exclusive:
     each: Optional[Expr]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class SBranch:
     cond: Expr
     then: tuple
@@ -390,7 +392,7 @@ class SBranch:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class SSet:
     name: str
     e: Expr
@@ -400,21 +402,21 @@ class SSet:
 SStmt = Union[Advance, Admit, Exclusive, SBranch, SSet]
 
 
-@dataclass(frozen=True)
+@_record
 class Schedule:
     lets: tuple[tuple[str, Expr, Span], ...]
     body: tuple[SStmt, ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Request:
     params: tuple[str, ...]
     items: tuple[Stmt, ...]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class EngineCap:
     name: str
     count: Optional[Expr]
@@ -422,7 +424,7 @@ class EngineCap:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Engine:
     name: str
     count: Optional[Expr]
@@ -438,7 +440,7 @@ class Engine:
     items_spans: tuple = ()  # (clause, span) for duplicate detection
 
 
-@dataclass(frozen=True)
+@_record
 class Workload:
     arrive: Optional[tuple[str, Optional[Expr], Span]]
     trace: Optional[tuple[str, bool, Span]]
@@ -450,13 +452,13 @@ class Workload:
     dups: tuple = ()  # (what, span) written twice
 
 
-@dataclass(frozen=True)
+@_record
 class Server:
     body: tuple
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Entry:
     verb: str
     params: Optional[tuple[str, ...]]
@@ -465,14 +467,14 @@ class Entry:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Serve:
     kind: Kind
     latency: Optional[Expr]
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Queue:
     name: str
     count: Optional[Expr]
@@ -487,13 +489,13 @@ class Queue:
     order: tuple = ()  # the items' kinds in written order, for the declaration-order rules
 
 
-@dataclass(frozen=True)
+@_record
 class Share:
     policy: str
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Relation:
     left: str
     kind: str  # pull | push
@@ -503,14 +505,14 @@ class Relation:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Gauge:
     name: str
     e: Expr
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Claim:
     name: str
     given: Optional[Expr]
@@ -520,7 +522,7 @@ class Claim:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Let:
     name: str
     e: Expr
@@ -528,7 +530,7 @@ class Let:
     input: Optional[tuple[str, Expr]] = None  # args.number("name", default)
 
 
-@dataclass(frozen=True)
+@_record
 class Def:
     name: str
     params: tuple[str, ...]
@@ -537,24 +539,26 @@ class Def:
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Use:
     path: str
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Main:
     name: str
     items: tuple
     span: Span
 
 
-@dataclass(frozen=True)
+@_record
 class Program:
     items: tuple  # top-level: Let, Def, Use, Main
     span: Span
     file: str = "<input>"
 
+
+_record.finish()
 
 __all__ = [n for n in dir() if not n.startswith("_")]
