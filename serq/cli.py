@@ -9,6 +9,11 @@ import math
 import os
 import sys
 
+# The IR's models are serQ's own: pydantic plugins installed beside it are not loaded (finding them
+# scans every installed package's entry points at the first validation, ~40 ms a command) unless
+# the user's environment says which (PYDANTIC_DISABLE_PLUGINS, docs/reference/cli.md).
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
 # Importing builds long-lived objects only (modules, classes, the IR's models): the cyclic collector,
 # run ~80 times meanwhile, finds nothing to free (~20 ms of a check's CPU time), and frozen after,
 # they are not walked again by a full collection or the one at exit (~20 ms more).
