@@ -160,3 +160,25 @@ def test_poisson_arrivals_are_the_workloads(tmp_path):
     res = ref.evaluate(p, ref.workload(p, 3, arrivals=[0, 5, 5], draws=[(8, 3)] * 3))
     assert res.requests == ((0, 0, 1, 3, 0, 0), (1, 0, 6, 8, 0, 0), (2, 0, 6, 8, 0, 0))
     assert res.end == 8 and res.iterations == 6
+
+
+def test_the_kernels_structure_update_is_dataclasses_replace():
+    """exec.replace (Lean's `{ s with f := v }`) builds what dataclasses.replace builds, for every
+    record of the kernel, and refuses a name that is not a field."""
+    import dataclasses
+
+    from serq.ref import exec as X
+    records = [c for c in vars(X).values() if isinstance(c, type) and dataclasses.is_dataclass(c)
+               and c.__module__ == X.__name__]
+    assert len(records) >= 15
+    for cls in records:
+        names = [f.name for f in dataclasses.fields(cls)]
+        rec = cls(**{n: (n, 1) for n in names})
+        for n in names:
+            new = X.replace(rec, **{n: (n, 2)})
+            assert type(new) is cls and new == dataclasses.replace(rec, **{n: (n, 2)})
+            assert hash(new) == hash(dataclasses.replace(rec, **{n: (n, 2)}))
+            assert getattr(rec, n) == (n, 1)  # the record itself is unchanged
+        assert X.replace(rec) == rec and X.replace(rec) is not rec
+        with pytest.raises(TypeError, match="no field"):
+            X.replace(rec, not_a_field=0)
