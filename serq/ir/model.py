@@ -7,8 +7,8 @@ interpreter, the Lean generator, the drawer and `serq target` read only these mo
 Numbers are JSON numbers; infinity is its own node (`{"k": "inf"}`) so the JSON stays strict.
 Every statement and expression keeps where it came from (`at`: file index, line, column).
 """
-from __future__ import annotations
-
+# No `from __future__ import annotations`: pydantic would evaluate every annotation from its text,
+# a fifth of this module's import; forward references are written as strings instead.
 from typing import Annotated, Literal, Optional, Union
 
 import pydantic
