@@ -39,7 +39,7 @@ def test_outputs_alike_cold_warm_damaged_and_without_a_cache(tmp_path):
     cache = tmp_path / "cache"
     cold = outputs(cache, broken)   # the first command writes both files
     files = sorted(glob.glob(str(cache / "serq" / "*.pickle")))
-    assert [os.path.basename(f).split("-")[0] for f in files] == ["ir", "parser", "records"]
+    assert [os.path.basename(f).split("-")[0] for f in files] == ["ir", "parser", "records", "regexes"]
     assert oct(os.stat(cache / "serq").st_mode & 0o777) == "0o700"
     inodes = [os.stat(f).st_ino for f in files]
     warm = outputs(cache, broken)
@@ -135,3 +135,25 @@ def test_the_command_line_loads_no_pydantic_plugins_unless_told(tmp_path):
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
         assert r.returncode == 0, r.stderr
         assert r.stdout.splitlines()[-1] == said
+
+
+def test_the_regular_expressions_kept_are_those_re_compiles():
+    """serq/_regexes.py: a pattern made from the kept compiler output is the one re.compile makes
+    (Pattern equality compares the compiled code), and matches alike."""
+    import re
+
+    from serq import _regexes
+    patterns = [r"(?P<NAME>[a-z_][a-z_0-9]*)|(?P<NUMBER>[0-9]+(\.[0-9]*)?)", r"\s+", r"(?i:fifo)|ps\b"]
+    snap = _regexes.snapshot([(str, p, 0) for p in patterns] + [(bytes, b"x", 0)])
+    assert [s[0] for s in snap] == patterns  # bytes patterns are left to re
+    for p in patterns:
+        re._cache.pop((str, p, 0), None)
+    _regexes.install(snap)
+    for p in patterns:
+        made = re._cache[(str, p, 0)]
+        assert re.compile(p) is made
+        re._cache.pop((str, p, 0))
+        assert made == re.compile(p)
+        for text in ("abc_1", "12.5", "  x", "FIFO", "ps x"):
+            m1, m2 = made.match(text), re.compile(p).match(text)
+            assert (m1 and (m1.span(), m1.groupdict())) == (m2 and (m2.span(), m2.groupdict()))

@@ -30,19 +30,53 @@ def _parser() -> Lark:
     from serq import _cache
     with open(_GRAMMAR, encoding="utf-8") as fh:
         text = fh.read()
-    path = _cache.path("parser", text, repr(sorted(_OPTIONS.items())), lark.__version__, sys.version)
+    key = (text, repr(sorted(_OPTIONS.items())), lark.__version__, sys.version)
+    path = _cache.path("parser", *key)
+    parser = None
     if path is not None:
         try:
             with open(path, "rb") as fh:
                 parser = Lark.load(fh)
             _cache.used(path)
-            return parser
         except Exception:  # absent, unreadable or damaged: build it again (and mend the cache)
-            pass
-    parser = Lark(text, **_OPTIONS)
-    if path is not None:
-        _cache.save(path, parser.save)
+            parser = None
+    if parser is None:
+        parser = Lark(text, **_OPTIONS)
+        if path is not None:
+            _cache.save(path, parser.save)
+    _scanners(parser, key)
     return parser
+
+
+def _scanners(parser: Lark, key: tuple) -> None:
+    """The lexer's regular expressions, compiled from the per-user cache (serq/_regexes.py): made
+    at first use by building every state's scanner and keeping what the re module compiled."""
+    import pickle
+    import re
+
+    from serq import _cache, _regexes
+    path = _cache.path("regexes", *key)
+    if path is None:
+        return
+    try:
+        with open(path, "rb") as fh:
+            snap = pickle.load(fh)
+        _regexes.install(snap)
+        _cache.used(path)
+        return
+    except Exception:  # absent, unreadable or damaged: made again, and the file mended
+        pass
+    if not _cache.writable(path):
+        return
+    try:
+        before = set(re._cache)
+        lexer = parser.parser.lexer  # lark's contextual lexer: a basic lexer per parser state
+        for basic in list(lexer.lexers.values()) + [lexer.root_lexer]:
+            basic.scanner  # built now, as a parse would at the state's first token
+        snap = _regexes.snapshot([k for k in list(re._cache) if k not in before])
+    except Exception:  # another lark, another Python: its regular expressions compile as usual
+        return
+    _cache.save(path, lambda fh: pickle.dump(snap, fh, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 # names the user reads in a parse error, instead of lark's terminal names
