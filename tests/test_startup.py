@@ -137,12 +137,13 @@ def test_the_command_line_loads_no_pydantic_plugins_unless_told(tmp_path):
         assert r.stdout.splitlines()[-1] == said
 
 
-def test_the_regular_expressions_kept_are_those_re_compiles():
+def test_the_regular_expressions_kept_are_those_re_compiles(monkeypatch):
     """serq/_regexes.py: a pattern made from the kept compiler output is the one re.compile makes
-    (Pattern equality compares the compiled code), and matches alike."""
+    (Pattern equality compares the compiled code), and matches alike; a full cache takes none."""
     import re
 
     from serq import _regexes
+    monkeypatch.setattr(re, "_cache", {})
     patterns = [r"(?P<NAME>[a-z_][a-z_0-9]*)|(?P<NUMBER>[0-9]+(\.[0-9]*)?)", r"\s+", r"(?i:fifo)|ps\b"]
     snap = _regexes.snapshot([(str, p, 0) for p in patterns] + [(bytes, b"x", 0)])
     assert [s[0] for s in snap] == patterns  # bytes patterns are left to re
@@ -157,3 +158,6 @@ def test_the_regular_expressions_kept_are_those_re_compiles():
         for text in ("abc_1", "12.5", "  x", "FIFO", "ps x"):
             m1, m2 = made.match(text), re.compile(p).match(text)
             assert (m1 and (m1.span(), m1.groupdict())) == (m2 and (m2.span(), m2.groupdict()))
+    monkeypatch.setattr(re, "_cache", {("filler", i, 0): None for i in range(re._MAXCACHE - 32)})
+    _regexes.install(snap)
+    assert len(re._cache) == re._MAXCACHE - 32
