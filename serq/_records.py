@@ -37,7 +37,8 @@ class Records:
     def finish(self) -> None:
         classes, self._pending = self._pending, []
         lines: list[str] = []
-        env: dict = {"_set": object.__setattr__, "_Frozen": dataclasses.FrozenInstanceError, "_NotImplemented": NotImplemented}
+        env: dict = {"_set": object.__setattr__, "_Frozen": dataclasses.FrozenInstanceError,
+                     "_NotImplemented": NotImplemented}
         for i, (cls, _) in enumerate(classes):
             _source(i, cls, lines, env)
         exec(_compiled("\n".join(lines), f"<records {classes[0][0].__module__ if classes else ''}>"), env)

@@ -10,7 +10,7 @@ import os
 import sys
 
 # The IR's models are serQ's own: pydantic plugins installed beside it are not loaded (finding them
-# scans every installed package's entry points at the first validation, ~40 ms a command) unless
+# scans every installed package's entry points at the first validation, ~10 ms a command) unless
 # the user's environment says which (PYDANTIC_DISABLE_PLUGINS, docs/reference/cli.md).
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
