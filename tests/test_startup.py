@@ -37,7 +37,7 @@ def test_outputs_alike_cold_warm_damaged_and_without_a_cache(tmp_path):
     broken = tmp_path / "broken.sq"
     broken.write_text(BROKEN)
     cache = tmp_path / "cache"
-    cold = outputs(cache, broken)   # the first command writes both files
+    cold = outputs(cache, broken)   # the first command writes all four files
     files = sorted(glob.glob(str(cache / "serq" / "*.pickle")))
     assert [os.path.basename(f).split("-")[0] for f in files] == ["ir", "parser", "records", "regexes"]
     assert oct(os.stat(cache / "serq").st_mode & 0o777) == "0o700"

@@ -198,8 +198,8 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
 
 
 PROBE_SHARE = 0.1   # of the timeout, the most the first look at values 0..1 may take
-INDUCT_SHARE = 0.7  # of the timeout, the most the proof over every state may take (bari_tiling.sq's
-                    # `tiled` took 22 CPU s of its 30 on a slow day at 0.5: a machine's speed changed its verdict)
+INDUCT_SHARE = 0.7  # of the timeout, the most the proof over every state may take (at 0.5, bari_tiling.sq's
+                    # `tiled` ran out of its 30 CPU s on a slow day: a machine's speed changed its verdict)
 REPLAY_TRIES = 20  # deciding workloads tried through the interpreter before one it refuses is named
 
 
