@@ -13,6 +13,40 @@ import sys
 # scans every installed package's entry points at the first validation, ~10 ms a command) unless
 # the user's environment says which (PYDANTIC_DISABLE_PLUGINS, docs/reference/cli.md).
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+_PLUGINS_OFF = ("__all__", "1", "true")  # the values with which pydantic loads none
+
+
+def _plugin_loader_stand_in():
+    """With plugins off, pydantic's plugin loader is imported at the first validation only to say
+    there are none, yet importing it imports importlib.metadata (with email and socket: ~25 ms of a
+    check). Its place in sys.modules is taken by a module that says the same, while the variable
+    says off; anything else asked of it comes from the real loader, imported then."""
+    name = "pydantic.plugin._loader"
+    if name in sys.modules or os.environ.get("PYDANTIC_DISABLE_PLUGINS") not in _PLUGINS_OFF:
+        return
+    stand_in = type(sys)(name)
+
+    def real():
+        if sys.modules.get(name) is stand_in:
+            del sys.modules[name]
+        return importlib.import_module(name)
+
+    def get_plugins():
+        if os.environ.get("PYDANTIC_DISABLE_PLUGINS") in _PLUGINS_OFF:
+            return ()
+        return real().get_plugins()
+
+    def other(attr):
+        if attr.startswith("__"):  # the import system asking whether this is a package
+            raise AttributeError(attr)
+        return getattr(real(), attr)
+
+    stand_in.get_plugins = get_plugins
+    stand_in.__getattr__ = other
+    sys.modules[name] = stand_in
+
+
+_plugin_loader_stand_in()
 
 # Importing builds long-lived objects only (modules, classes, the IR's models): the cyclic collector,
 # run ~80 times meanwhile, finds nothing to free (~20 ms of a check's CPU time), and frozen after,

@@ -161,3 +161,63 @@ def test_the_regular_expressions_kept_are_those_re_compiles(monkeypatch):
     monkeypatch.setattr(re, "_cache", {("filler", i, 0): None for i in range(re._MAXCACHE - 32)})
     _regexes.install(snap)
     assert len(re._cache) == re._MAXCACHE - 32
+
+
+def _parses(parser, texts):
+    """What a parser makes of each text: its tree, or its error's class, place and expected set."""
+    from lark.exceptions import UnexpectedInput
+    out = []
+    for text, start in texts:
+        try:
+            out.append(parser.parse(text, start=start))
+        except UnexpectedInput as e:
+            out.append((type(e).__name__, e.line, e.column, sorted(getattr(e, "expected", None) or
+                                                                    getattr(e, "allowed", None) or [])))
+    return out
+
+
+def test_the_cached_parser_object_parses_as_lark_builds_it(tmp_path, monkeypatch):
+    """parse._parser keeps the parser object pickled (actions by identity, modules by name): read
+    back, it makes the same trees and the same errors as the parser lark builds from the grammar, on
+    every example and on broken text; a file in lark's own format is read as well."""
+    from lark import Lark
+
+    from serq.lang import parse as P
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    with open(P._GRAMMAR, encoding="utf-8") as fh:
+        built = Lark(fh.read(), **P._OPTIONS)
+    texts = [(open(f, encoding="utf-8").read(), "start")
+             for f in sorted(glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"), recursive=True))]
+    texts += [(BROKEN, "start"), ("fn main() { stage s : fifo; ]", "start"), ("1 + * 2", "frag_expr"),
+              ("a = 1; b = ;", "frag_stmts"), ("x @ y", "frag_expr")]
+    want = _parses(built, texts)
+    assert sum(isinstance(w, tuple) for w in want) >= 4
+    P._parser.cache_clear()
+    try:
+        cold = P._parser()                       # built, and written as the object
+        [path] = glob.glob(str(tmp_path / "serq" / "parser-*.pickle"))
+        P._parser.cache_clear()
+        warm = P._parser()                       # read back
+        assert warm is not cold and isinstance(warm, Lark)
+        assert _parses(cold, texts) == _parses(warm, texts) == want
+        with open(path, "wb") as fh:             # lark's own format in the file: read too
+            built.save(fh)
+        P._parser.cache_clear()
+        assert _parses(P._parser(), texts) == want
+    finally:
+        P._parser.cache_clear()
+
+
+def test_the_plugin_loader_stand_in_says_what_pydantic_would(tmp_path):
+    """cli._plugin_loader_stand_in: with plugins off, a check imports no importlib.metadata; the
+    stand-in's get_plugins is empty as pydantic's is, and any other name comes from the real loader."""
+    code = ("import sys, serq.cli; serq.cli.main(['check', %r])\n"
+            "loader = sys.modules['pydantic.plugin._loader']\n"
+            "print('importlib.metadata' in sys.modules, list(loader.get_plugins()))\n"
+            "print(loader.PYDANTIC_ENTRY_POINT_GROUP, 'importlib.metadata' in sys.modules)\n"
+            "import pydantic.plugin._loader as real; print(real is not loader, real.get_plugins())" % VLLM)
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    env["XDG_CACHE_HOME"] = str(tmp_path)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-3:] == ["False []", "pydantic True", "True ()"]

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import os
+import pickle
 import sys
 
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from lark.parsers import lalr_analysis
 
 from serq.diagnostics import SerqError, Span
 from serq.lang import ast as A
@@ -24,34 +27,78 @@ _OPTIONS = dict(parser="lalr", lexer="contextual", propagate_positions=True, may
 @functools.lru_cache(maxsize=1)
 def _parser() -> Lark:
     """The LALR parser, from the per-user cache when it is there (serq/_cache.py): building its
-    tables is most of a short check's CPU time, loading them a small part of it."""
+    tables is most of a short check's CPU time. The file holds the parser object itself, pickled
+    (_LarkPickler): unpickling it takes a quarter of what lark's own load (Lark.load, which builds
+    the lexers and tables again from a description) takes. A file in lark's format is read too."""
     import lark
 
     from serq import _cache
     with open(_GRAMMAR, encoding="utf-8") as fh:
         text = fh.read()
     key = (text, repr(sorted(_OPTIONS.items())), lark.__version__, sys.version)
-    path = _cache.path("parser", *key)
+    path = _cache.path("parser", *key, "object")  # the object, not lark's format as before
     parser = None
     if path is not None:
         try:
             with open(path, "rb") as fh:
-                parser = Lark.load(fh)
+                parser = _LarkUnpickler(fh).load()
+            if not isinstance(parser, Lark):  # lark's own format, {data, memo}
+                parser = Lark.load(parser)
             _cache.used(path)
         except Exception:  # absent, unreadable or damaged: build it again (and mend the cache)
             parser = None
     if parser is None:
         parser = Lark(text, **_OPTIONS)
         if path is not None:
-            _cache.save(path, parser.save)
+            parser = _save_parser(parser, path)
     _scanners(parser, key)
     return parser
+
+
+def _save_parser(built: Lark, path: str) -> Lark:
+    """Save the parser, returned as a cache reader will have it: lark's save and load first (the
+    form lark itself keeps), then that object pickled; where it cannot be, lark's format."""
+    import io
+
+    from serq import _cache
+    saved = io.BytesIO()
+    built.save(saved)
+    parser = Lark.load(io.BytesIO(saved.getvalue()))
+    try:
+        whole = io.BytesIO()
+        _LarkPickler(whole, protocol=pickle.HIGHEST_PROTOCOL).dump(parser)
+        data = whole.getvalue()
+    except Exception:  # another lark, holding what does not pickle
+        data = saved.getvalue()
+    _cache.save(path, lambda fh: fh.write(data))
+    return parser
+
+
+class _LarkPickler(pickle.Pickler):
+    """Modules (the lexer's `re`) by name, and the parse table's actions as themselves: the parser
+    tests `action is Shift`, so a copy of either would be neither."""
+
+    def persistent_id(self, obj):
+        if isinstance(obj, type(sys)):
+            return ("module", obj.__name__)
+        if obj is lalr_analysis.Shift or obj is lalr_analysis.Reduce:
+            return ("action", str(obj))
+        return None
+
+
+class _LarkUnpickler(pickle.Unpickler):
+    def persistent_load(self, pid):
+        kind, name = pid
+        if kind == "module":
+            return importlib.import_module(name)
+        if kind == "action" and name in ("Shift", "Reduce"):
+            return getattr(lalr_analysis, name)
+        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
 
 
 def _scanners(parser: Lark, key: tuple) -> None:
     """The lexer's regular expressions, compiled from the per-user cache (serq/_regexes.py): made
     at first use by building every state's scanner and keeping what the re module compiled."""
-    import pickle
     import re
 
     from serq import _cache, _regexes
