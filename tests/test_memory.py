@@ -121,6 +121,28 @@ def test_time_average_spilled_as_in_memory(small, monkeypatch, seed):
     assert list(spilled.points) == list(held.points)
 
 
+
+@pytest.mark.parametrize("seed", range(8))
+def test_time_average_whole_span_extremes_are_the_windows(seed):
+    """TimeAverage.result takes the whole span's least and greatest from its 20 windows' (their
+    change points join up into the span's): the same as scanning the span's own, with sparse
+    signals (windows with no change), changes on a window's edge and a start after the first."""
+    from bisect import bisect_left, bisect_right
+    rng = random.Random(seed)
+    avg = S.TimeAverage(rng.choice([0.0, 5.0]))
+    t = 0.0
+    for _ in range(rng.choice([3, 15, 400])):
+        t += rng.choice([0.5, 1.0, rng.expovariate(0.3)])
+        avg.set(t, rng.choice([0.0, 1.0, 7.0, rng.random()]))
+    end = rng.choice([t, t + 10.0, 20.0 + t * rng.random()])
+    got = avg.result(end)
+    span = end - avg.start
+    edges = [avg.start + span * i / S.BATCHES for i in range(S.BATCHES + 1)]
+    held = avg.vals[max(0, bisect_right(avg.t, edges[0]) - 1):bisect_left(avg.t, edges[-1])]
+    mean = (avg.integral(edges[-1]) - avg.integral(edges[0])) / span
+    assert (got["min"], got["max"]) == ((min(held), max(held)) if held else (None, None))
+    assert got["mean"] == (S._within(mean, min(held), max(held)) if held else mean)
+
 CHILD = r"""
 import resource, sys, tracemalloc
 from serq import api

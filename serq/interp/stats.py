@@ -164,19 +164,30 @@ class TimeAverage:
                                            zip(*self._columns()))  # an infinite span: read it all back
             self.disk = None
         ints = [self.integral(x) for x in edges]
-
-        def mean(k0, k1, width):
-            """The average over [edges[k0], edges[k1]], within the values held there for a positive time
-            (none when the span is infinite)."""
-            held = vs[max(0, bisect_right(ts, edges[k0]) - 1):bisect_left(ts, edges[k1])]
-            x = (ints[k1] - ints[k0]) / width
-            return (_within(x, min(held), max(held)) if held else x), held
-
         ts, vs = self.t, self.vals
-        means = [mean(k, k + 1, span / BATCHES)[0] for k in range(BATCHES)]
-        m, held = mean(0, BATCHES, span)
-        return {"mean": m, "ci95": _half_width(means), "min": min(held) if held else None,
-                "max": max(held) if held else None}
+        # the values held within each window for a positive time (none when the span is infinite):
+        # the change points from the last at or before its start to the last before its end. The
+        # windows' ranges join up into the whole span's (a window starts where the one before ends,
+        # or one point earlier), so its least and greatest are theirs
+        los, his = [], []
+        for k in range(BATCHES):
+            held = vs[max(0, bisect_right(ts, edges[k]) - 1):bisect_left(ts, edges[k + 1])]
+            if held:
+                los.append(min(held))
+                his.append(max(held))
+            else:
+                los.append(None)
+                his.append(None)
+
+        def mean(x, lo, hi):
+            return x if lo is None else _within(x, lo, hi)
+
+        width = span / BATCHES
+        means = [mean((ints[k + 1] - ints[k]) / width, los[k], his[k]) for k in range(BATCHES)]
+        lo = min((x for x in los if x is not None), default=None)
+        hi = max((x for x in his if x is not None), default=None)
+        return {"mean": mean((ints[BATCHES] - ints[0]) / span, lo, hi), "ci95": _half_width(means),
+                "min": lo, "max": hi}
 
     def _result_spilled(self, edges, span):
         """result() over change points on disk, in one pass of CHUNK: per edge the last change at or
