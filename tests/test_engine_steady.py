@@ -161,3 +161,27 @@ def test_a_fast_forward_from_a_turns_first_token_to_a_runs_last_changes_nothing(
     # fast-forwards that began at a first token, that ended with a run's last iteration
     assert out[0][3] > 100 and out[0][4] > 100 and out[1][3:] == (0, 0)
     assert out[0][2] > 0 and out[0][:3] == out[1][:3]
+
+
+def test_gauges_a_growth_cannot_change_are_not_read_at_its_instants():
+    """_grow_steady reads at each growth's instant only the gauges that may change there (sim.py,
+    _growth_reads): with gauges of every observable a gauge reads, the fast-forward's report is the one running
+    the iterations one at a time gives, and only those reading used, free, work or budget_left,
+    or a member by an index, are read again."""
+    src = open(EX).read()
+    extra = """
+  gauge g_free = free(kv);
+  gauge g_mix = holders(reqs) + used(kv) / 1000;
+  gauge g_hold = holders(kv);
+  gauge g_queued = queued(reqs) + queued(kv);
+  gauge g_queue = queue(vllm);
+  gauge g_busy = busy(vllm) * 2 - 1;
+  gauge g_block = max(blocksize(kv), 1) > 8 ? 1 : 0;
+}"""
+    text = src.rstrip().rstrip("}") + extra
+    fast = _report(text, "as source")
+    assert fast[1] > 10000
+    assert fast == _report(text, "one at a time")
+    sim = Sim(api.load_text(text, "steady.sq"), Settings(arrivals=5))
+    names = [n for (n, f, avg) in sim.gauges if (f, avg) in sim.growth_gauges]
+    assert names == ["kv_used", "g_free", "g_mix"]

@@ -936,7 +936,10 @@ class Iterations:
         grows, eng.grows = eng.grows, []
         end = self.now
         split = eng.busy_avg.split
-        gauges = self._gauges if self.gauges else None
+        if self.recorder is not None:  # --dump reads the queues with the gauges at every instant
+            gauges = self._gauges if self.gauges else None
+        else:
+            gauges = self._growth_gauges if self.growth_gauges else None
         t = None
         for t1, r in grows:
             if t1 != t:

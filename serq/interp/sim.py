@@ -153,6 +153,9 @@ class Sim(Iterations):
         else:
             self.server_gen = lambda sess: run_block(sess, sops)
         self.gauges = [(g.name, self.compiler.expr(g.e), TimeAverage(self.warmup)) for g in prog.gauges]
+        # those a fast-forward's growths can change (engine.py, _grow_steady): the others read only
+        # what a growth leaves as it was, so their value at each of its instants is the one before
+        self.growth_gauges = [(f, avg) for g, (_, f, avg) in zip(prog.gauges, self.gauges) if _growth_reads(g.e)]
         self.recorder = None  # `--dump`: read with the gauges at each instant's end (dump.Recorder)
         self.trace = load_trace(wl.trace.file) if wl.trace is not None else None
         self.trace_rng = LongStream(self.seed, "trace")
@@ -740,6 +743,15 @@ class Sim(Iterations):
             s = self.obs[name] = Series(self.warmup, rows=True)
         s.add(self.now, v, sess.serial, sess.turn_idx)
 
+    def _growth_gauges(self):
+        """_gauges at an instant where only pools grew (and evicted): the gauges that can change."""
+        c = self.machine
+        now = self.now
+        for f, avg in self.growth_gauges:
+            v = f(c)
+            if v != avg.v:
+                avg.set(now, v)
+
     def _gauges(self):
         c = self.machine
         now = self.now
@@ -1206,3 +1218,30 @@ def _push(sess, field, x):
         lst.append(x)
     else:
         setattr(sess, field, [x])
+
+
+# observables a pool's growth or eviction leaves unchanged: who holds and waits, a stage's or an
+# engine's jobs (*Observables*); used, free, work (a ps stage's drains with time) and budget_left
+# (a tokens cap may read a pool) are read again
+_GROWTH_STILL = frozenset({"holders", "queued", "queue", "busy", "blocksize"})
+_PLAIN = frozenset({"num", "inf", "un", "bin", "if", "fn"})
+
+
+def _growth_reads(e) -> bool:
+    """Whether a gauge's expression may read something a growth changes: an observable not in
+    _GROWTH_STILL, or any node but numbers, operators, functions and observables (read as may)."""
+    k = getattr(e, "k", None)
+    if k == "obs":
+        if e.fn not in _GROWTH_STILL:
+            return True
+        return e.of.index is not None and _growth_reads(e.of.index)
+    if k not in _PLAIN:
+        return True
+    for name in type(e).model_fields:
+        if name in ("k", "at"):
+            continue
+        v = getattr(e, name)
+        for x in (v if isinstance(v, list) else [v]):
+            if hasattr(x, "k") and _growth_reads(x):
+                return True
+    return False
