@@ -22,13 +22,16 @@ def _keep(f):
     return lambda x: float(f(x)) if math.isfinite(x) else x
 
 
+_floor = _keep(math.floor)  # made once: reusable() is read at every admission
+
+
 def _reusable(n: float, b: float) -> float:
     # catalogue: the whole blocks of n tokens a prefix hit may reuse, the last token recomputed
     if n != n or not b > 0:
         return NAN
     if n < 1:
         return 0.0
-    k = _keep(math.floor)((n - 1) / b)
+    k = _floor((n - 1) / b)
     return 0.0 if k == 0 else k * b  # no whole block of an infinite size: 0, not 0 * inf
 
 
@@ -75,7 +78,7 @@ FUNCS = {
     "min": (1, None, _min),
     "max": (1, None, _max),
     "sum": (1, None, _sum),
-    "floor": (1, 1, _keep(math.floor)),
+    "floor": (1, 1, _floor),
     "ceil": (1, 1, _keep(math.ceil)),
     "round": (1, 1, _keep(lambda x: math.floor(x + 0.5))),
     "abs": (1, 1, abs),
