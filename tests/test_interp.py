@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -134,10 +135,52 @@ def test_what_reuse_leaves_of_the_entry_is_dead():
     _, sim = run(CACHE % "4")
     assert by_serial(sim, "hit") == {0: [0.0, 4.0, 4.0]}
     kv = sim.pools[0]
-    dead = [e for e in kv.entries if e.owner is None]
+    dead = [e for e in kv.entries if e.alive and e.owner is None]
     assert sum(e.units for e in dead) == 4.0 + 16.0
     assert kv.cachedin(type("S", (), {"cid": 0})()) == 28.0  # session 0's (a session's id is its serial)
 
+
+def test_entries_gone_from_the_cache_wait_in_the_list_and_are_swept():
+    """pools._gone: an entry consumed whole or dropped leaves the cache at once (cached, cachedin,
+    eviction) but the list only as an eviction's scan passes it or when the gone are half of it;
+    the report is the one removing each at once gives."""
+    from serq.interp import pools as P
+    text = """fn main() {
+      pool kv { cap 400; block 4; }
+      stage s : delay;
+      workload { arrive renewal(0.5); turn { Size n = 8 + 4 * turn_no; } session { turn; turn; turn; } }
+      server {
+        hold kv (cost(kv, n)) reuse (cost(kv, n)) { observe hit = cached; run s (cost(s, 3)); }
+          cache (cost(kv, n));
+        branch (serial % 3 == 0 && turn_no == 2) { drop kv; }
+      }
+    }"""
+    seen = []
+    orig = P.Pool._gone
+
+    def gone(self, e):
+        orig(self, e)
+        n = sum(not x.alive for x in self.entries)
+        seen.append((n == self.n_gone, len(self.entries) <= 2 * (len(self.entries) - n) + 33))
+    P.Pool._gone = gone
+    try:
+        rep, sim = run(text, arrivals=300)
+    finally:
+        P.Pool._gone = orig
+    assert len(seen) > 300 and all(a and b for a, b in seen)
+    kv = sim.pools[0]
+    assert math.isclose(sum(e.units for e in kv.entries if e.alive), kv.cached)
+    assert rep["pools"]["kv"]["evicted"] > 0
+
+    def at_once(self, e):  # as before: removed from the list at once
+        e.alive = False
+        self.entries.remove(e)
+    P.Pool._gone = at_once
+    try:
+        before, _ = run(text, arrivals=300)
+    finally:
+        P.Pool._gone = orig
+    assert before == rep
 
 def test_lru_eviction_takes_the_oldest_entry_block_by_block():
     text = """fn main() {
@@ -151,7 +194,7 @@ def test_lru_eviction_takes_the_oldest_entry_block_by_block():
     # s1's 8 and 4 of s2's; s3 caches 16 at 4.5
     rep, sim = run(text, arrivals=4)
     kv = sim.pools[0]
-    left = sorted((e.owner.serial, e.units) for e in kv.entries if e.owner is not None)
+    left = sorted((e.owner.serial, e.units) for e in kv.entries if e.alive and e.owner is not None)
     assert left == [(2, 4.0), (3, 16.0)]
     assert kv.used + kv.cached == kv.cap and rep["pools"]["kv"]["evicted"] == 4
 
@@ -509,7 +552,7 @@ def test_evict_by_keys_and_drop():
     # least key; s3 caches its 4, then drops it
     rep, sim = run(text.replace("arrive renewal(1); turn", "arrive renewal(1); turn"), arrivals=4)
     kv = sim.pools[0]
-    owners = sorted((e.owner.serial, e.units) for e in kv.entries if e.owner is not None)
+    owners = sorted((e.owner.serial, e.units) for e in kv.entries if e.alive and e.owner is not None)
     assert owners == [(0, 2.0), (2, 4.0)]
     assert rep["pools"]["kv"]["evicted"] == 1
 
@@ -548,7 +591,7 @@ def test_spill_writes_an_evicted_prefix_to_a_tier():
     # prefix is s0's in host at 21
     rep, sim = run(text, arrivals=2)
     host = [p for p in sim.pools if p.name == "host"][0]
-    assert [(e.owner.serial, e.units) for e in host.entries] == [(0, 8.0)]
+    assert [(e.owner.serial, e.units) for e in host.entries if e.alive] == [(0, 8.0)]
     assert rep["stages"]["link"]["completed"] == 1
 
 

@@ -73,6 +73,7 @@ class Pool:
         self.entries: list[Entry] = []   # the cache, live and dead entries
         self.own: dict = {}              # session id -> its live entry
         self.cached = 0.0
+        self.n_gone = 0                  # entries gone from the cache still in the list (_gone)
         self.queue: list = []            # waiting hold frames
         self.growers: list = []          # stalled growths, in the order they stalled
         self.admitted = 0
@@ -124,7 +125,14 @@ class Pool:
         i = 0
         while over > 1e-9 and i < len(ents):
             e = ents[i]
-            if not e.alive or (keep_owner is not None and e.owner is keep_owner):
+            if not e.alive:
+                if ents is self.entries:  # gone (_gone): it leaves the list as the scan passes it
+                    del ents[i]
+                    self.n_gone -= 1
+                else:
+                    i += 1
+                continue
+            if keep_owner is not None and e.owner is keep_owner:
                 i += 1
                 continue
             take = e.units
@@ -160,8 +168,7 @@ class Pool:
         self.cached -= take
         e.owner = None  # what is left is dead: unusable until evicted
         if e.units <= 1e-9:
-            e.alive = False
-            self.entries.remove(e)
+            self._gone(e)
         return take
 
     def put_cache(self, sess, units: float):
@@ -183,8 +190,18 @@ class Pool:
         e = self.own.pop(sess.cid, None)
         if e is not None:
             self.cached -= e.units
-            e.alive = False
-            self.entries.remove(e)
+            self._gone(e)
+
+    def _gone(self, e: Entry):
+        """An entry leaves the cache: marked, and left in the list (every reader skips what is not
+        alive) until they are half of it. A session's own entry is near the list's young end, where
+        removing it at once would read the whole list."""
+        e.alive = False
+        e.units = 0.0
+        self.n_gone += 1
+        if self.n_gone > 32 and 2 * self.n_gone > len(self.entries):
+            self.entries = [x for x in self.entries if x.alive]
+            self.n_gone = 0
 
     # -- allocations
     def allocate(self, frame, units: float, reserve: float) -> Alloc:
