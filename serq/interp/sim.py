@@ -1221,8 +1221,8 @@ def _push(sess, field, x):
 
 
 # observables a pool's growth or eviction leaves unchanged: who holds and waits, a stage's or an
-# engine's jobs (*Observables*); used, free, work (a ps stage's drains with time) and budget_left
-# (a tokens cap may read a pool) are read again
+# engine's jobs (*Observables*). A gauge reads these, used and free (link/names.py, GAUGE); used and
+# free, and anything else, are read again
 _GROWTH_STILL = frozenset({"holders", "queued", "queue", "busy", "blocksize"})
 _PLAIN = frozenset({"num", "inf", "un", "bin", "if", "fn"})
 
