@@ -31,6 +31,21 @@ def path(kind: str, *parts: str) -> str | None:
     return os.path.join(base, "serq", f"{kind}-{h.hexdigest()[:32]}.pickle")
 
 
+def read(file: str | None, load):
+    """load(fh) of the cache file, which is then marked used; None when there is no file name, or
+    the file is absent, unreadable or damaged (load raised): the caller builds it again and saves
+    it, which mends the cache."""
+    if file is None:
+        return None
+    try:
+        with open(file, "rb") as fh:
+            value = load(fh)
+    except Exception:
+        return None
+    used(file)
+    return value
+
+
 def writable(file: str) -> bool:
     """Whether `file` could be saved: its directory made (private to the user) and writable."""
     d = os.path.dirname(file)

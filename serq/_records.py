@@ -61,14 +61,9 @@ def _compiled(source: str, name: str):
     """The code of `source`, from the per-user cache when it is there."""
     from serq import _cache
     path = _cache.path("records", name, source, sys.version)
-    if path is not None:
-        try:
-            with open(path, "rb") as fh:
-                code = marshal.load(fh)
-            _cache.used(path)
-            return code
-        except Exception:  # absent, unreadable or damaged: compile it (and mend the cache)
-            pass
+    code = _cache.read(path, marshal.load)
+    if code is not None:
+        return code
     code = compile(source, name, "exec")
     if path is not None:
         _cache.save(path, lambda fh: marshal.dump(code, fh))

@@ -549,17 +549,21 @@ def _schemas_from_cache():
     path = _cache.path("ir-schemas", source, pydantic.VERSION, pydantic_core.__version__, sys.version)
     if path is None:
         return
-    try:
-        with open(path, "rb") as fh:
-            schemas = pickle.load(fh)
-    except Exception:  # absent, unreadable or damaged: build them all (as before) and write them
-        schemas = None
     models = _models()
-    if schemas is not None and set(schemas) == {m.__name__ for m in models}:
+    names = {m.__name__ for m in models}
+
+    def load(fh):
+        schemas = pickle.load(fh)
+        if set(schemas) != names:
+            raise ValueError("another set of models")
+        return schemas
+
+    schemas = _cache.read(path, load)
+    if schemas is not None:
         for m in models:
             m.__pydantic_core_schema__ = schemas[m.__name__]
-        _cache.used(path)
         return
+    # absent, unreadable or damaged: all built (as before) and written
     if not _cache.writable(path):  # nowhere to keep them: build each at its first use only
         return
     for m in models:

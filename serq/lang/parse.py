@@ -37,21 +37,19 @@ def _parser() -> Lark:
         text = fh.read()
     key = (text, repr(sorted(_OPTIONS.items())), lark.__version__, sys.version)
     path = _cache.path("parser", *key, "object")  # the object, not lark's format as before
-    parser = None
-    if path is not None:
-        try:
-            with open(path, "rb") as fh:
-                parser = _LarkUnpickler(fh).load()
-            if not isinstance(parser, Lark):  # lark's own format, {data, memo}
-                parser = Lark.load(parser)
-            _cache.used(path)
-        except Exception:  # absent, unreadable or damaged: build it again (and mend the cache)
-            parser = None
+    parser = _cache.read(path, _load_parser)
     if parser is None:
         parser = Lark(text, **_OPTIONS)
         if path is not None:
             parser = _save_parser(parser, path)
     _scanners(parser, key)
+    return parser
+
+
+def _load_parser(fh) -> Lark:
+    parser = _LarkUnpickler(fh).load()
+    if not isinstance(parser, Lark):  # lark's own format, {data, memo}
+        parser = Lark.load(parser)
     return parser
 
 
@@ -103,17 +101,9 @@ def _scanners(parser: Lark, key: tuple) -> None:
 
     from serq import _cache, _regexes
     path = _cache.path("regexes", *key)
-    if path is None:
+    if path is None or _cache.read(path, lambda fh: _regexes.install(pickle.load(fh)) or True):
         return
-    try:
-        with open(path, "rb") as fh:
-            snap = pickle.load(fh)
-        _regexes.install(snap)
-        _cache.used(path)
-        return
-    except Exception:  # absent, unreadable or damaged: made again, and the file mended
-        pass
-    if not _cache.writable(path):
+    if not _cache.writable(path):  # made again only where the file can be mended
         return
     try:
         before = set(re._cache)
