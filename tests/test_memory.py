@@ -282,3 +282,47 @@ def test_a_live_session_weighs_under_a_kilobyte():
     lo, hi = 20_000, 60_000
     slope = (peak(hi) - peak(lo)) / (hi - lo)
     assert slope < 940, f"{slope:.0f} bytes a live session"
+
+
+@pytest.mark.parametrize("spill", [False, True])
+def test_time_average_over_a_span_of_a_few_subnormals(small, monkeypatch, spill):
+    """A run that ends a few subnormals after it starts (an execute of 5e-324, fuzz seed 24) has a
+    span whose twentieth is 0: the mean and extremes are the span's, the interval is null (no
+    division by a window of no width). Spilled or held, the same."""
+    monkeypatch.setattr(S, "SWITCH", 4 if spill else 10 ** 9)  # a span this short has few changes
+    monkeypatch.setattr(S, "CHUNK", 2)
+    avg = S.TimeAverage(0.0)
+    for i in range(1, 7):
+        avg.set(i * 5e-324, float(i % 2))
+    assert (avg.disk is not None) == spill
+    got = avg.result(7 * 5e-324)
+    assert got["ci95"] is None and got["min"] == 0.0 and got["max"] == 1.0
+    assert 0.0 <= got["mean"] <= 1.0
+    wide = avg.result(1.0)  # a span that cuts into windows still has its interval
+    assert wide["ci95"] is not None
+
+
+def test_a_run_of_subnormal_iterations_reports(tmp_path):
+    """The program fuzz seed 24 found: an engine's execute of 5e-324, one session; the run ends at
+    3.5e-323 and reports (it ended in an internal error, ZeroDivisionError)."""
+    import json
+    import subprocess
+    import sys
+    src = tmp_path / "tiny.sq"
+    src.write_text("""fn main() {
+  device gpu { }
+  engine llm on gpu {
+    tokens cap 16;
+    request (p, o) { decode (o - 1); }
+    schedule { advance running; }
+    execute (5e-324);
+  }
+  workload { arrive poisson(0.25); turn { Size p = 4; Size o = 8; } }
+  server { llm (p, o); }
+}
+""")
+    p = subprocess.run([sys.executable, "-m", "serq.cli", "run", str(src), "--arrivals", "1", "--json"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    rep = json.loads(p.stdout)
+    assert rep["end"] > 0 and rep["stages"]["llm"]["utilisation"] == 1.0

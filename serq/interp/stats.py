@@ -183,11 +183,12 @@ class TimeAverage:
             return x if lo is None else _within(x, lo, hi)
 
         width = span / BATCHES
-        means = [mean((ints[k + 1] - ints[k]) / width, los[k], his[k]) for k in range(BATCHES)]
+        ci = None
+        if width > 0:  # a span of a few subnormals is not cut into 20 windows: no interval
+            ci = _half_width([mean((ints[k + 1] - ints[k]) / width, los[k], his[k]) for k in range(BATCHES)])
         lo = min((x for x in los if x is not None), default=None)
         hi = max((x for x in his if x is not None), default=None)
-        return {"mean": mean((ints[BATCHES] - ints[0]) / span, lo, hi), "ci95": _half_width(means),
-                "min": lo, "max": hi}
+        return {"mean": mean((ints[BATCHES] - ints[0]) / span, lo, hi), "ci95": ci, "min": lo, "max": hi}
 
     def _result_spilled(self, edges, span):
         """result() over change points on disk, in one pass of CHUNK: per edge the last change at or
@@ -220,9 +221,10 @@ class TimeAverage:
             lo = v0 if lo is None or not lo < v0 else lo
             hi = v0 if hi is None or not hi > v0 else hi
             return _within((ints[k1] - ints[k0]) / width, lo, hi), lo, hi
-        means = [mean(w, span / BATCHES)[0] for w in range(BATCHES)]
+        width = span / BATCHES
+        ci = _half_width([mean(w, width)[0] for w in range(BATCHES)]) if width > 0 else None  # as result()
         m, lo, hi = mean(BATCHES, span)
-        return {"mean": m, "ci95": _half_width(means), "min": lo, "max": hi}
+        return {"mean": m, "ci95": ci, "min": lo, "max": hi}
 
 
 # Samples a statistic holds in memory (8 bytes each, array('d')); past this many, its samples go to
