@@ -19,6 +19,7 @@ import tempfile
 import time
 
 from serq.diagnostics import SerqError
+from serq.interp.stats import mean_of, squares
 from serq.lang.lower.inputs import UsageError
 from serq.staged import StagedDir
 
@@ -524,9 +525,10 @@ def _summary(rows, columns, names, t_ppf) -> str:
             n = len(xs)
             mean = ci = lo = hi = None
             if n:
-                mean = math.fsum(xs) / n
+                mean = mean_of(xs, n)  # fsum / n, total beyond the float range
                 if n >= 2:
-                    sd = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+                    sc, q = squares([x - mean for x in xs])
+                    sd = sc * math.sqrt(q / (n - 1))  # sc is 1.0 but beyond the float range
                     ci = t_ppf(n - 1) * sd / math.sqrt(n)
                     lo, hi = mean - ci, mean + ci
             w.writerow([*lead, c, n, _cell(mean), _cell(ci), _cell(lo), _cell(hi)])

@@ -15,7 +15,7 @@ from serq.interp.rng import LongStream, base, state1, stream, stream1
 from serq.interp.sessions import (BLOCK, MAX_STEPS, Flat, HoldFrame, Ops, Preempted, Session, SessionEnd, TurnRec,
                                   run_block, run_sync, too_many)
 from serq.interp.stages import PS, Fifo, FlowNet, FlowStage, MachineJob, Stage
-from serq.interp.stats import Series, TimeAverage
+from serq.interp.stats import Series, TimeAverage, sum_of
 from serq.interp.trace import load_trace
 from serq.ir import model as I
 from serq.lang.lower.constants import fmt
@@ -231,7 +231,7 @@ class Sim(Iterations):
             s = self.obs.get(name)
             return s.v if s is not None else []
         if fn == "total":
-            return lambda c: math.fsum(values())
+            return lambda c: sum_of(values())  # fsum, total beyond the float range
         if fn == "count":
             return lambda c: float(len(values()))
         if fn == "largest":

@@ -33,11 +33,101 @@ def _within(x: float, lo: float, hi: float) -> float:
     return lo if x < lo else hi if x > hi else x
 
 
+_ULP = 1 << 1074  # every finite float is a whole number of 2**-1074
+
+
+class _Exact:
+    """An exact sum, where math.fsum raises: the finite values as a whole number of 2**-1074, the
+    others as fsum takes them (an infinity decides the sum; NaN, or inf with -inf, makes it NaN)."""
+    __slots__ = ("n", "special")
+
+    def __init__(self):
+        self.n = 0
+        self.special = 0.0
+
+    def add(self, xs):
+        n, special = self.n, self.special
+        for x in xs:
+            if math.isfinite(x):
+                m, d = x.as_integer_ratio()  # d a power of two, at most 2**1074
+                n += m * (_ULP // d)
+            else:
+                special += x
+        self.n, self.special = n, special
+
+    def total(self) -> float:
+        """The sum correctly rounded, as math.fsum gives it where it does not raise: +-inf beyond
+        the float range."""
+        if self.special != 0.0:
+            return self.special
+        try:
+            return self.n / _ULP  # int / int: correctly rounded
+        except OverflowError:
+            return math.inf if self.n > 0 else -math.inf
+
+    def mean(self, count: int) -> float:
+        """total() / count, as math.fsum(xs) / count gives it where fsum does not raise; where the
+        sum is beyond the float range, the exact mean rounded once (it is within the range)."""
+        if self.special != 0.0:
+            return self.special / count
+        try:
+            return (self.n / _ULP) / count
+        except OverflowError:
+            return self.n / (count * _ULP)
+
+
+def sum_of(xs) -> float:
+    """math.fsum(xs), total: where fsum raises (finite partial sums beyond the float range: an
+    OverflowError even when the whole sum is within it; inf with -inf: ValueError), the exact sum
+    correctly rounded (+-inf beyond the range; NaN for inf with -inf). xs is read twice at most."""
+    try:
+        return math.fsum(xs)
+    except (OverflowError, ValueError):
+        e = _Exact()
+        e.add(xs)
+        return e.total()
+
+
+def mean_of(xs, n: int, chunks=None) -> float:
+    """math.fsum(xs) / n, total as sum_of is, and within the float range where the values are (the
+    exact mean rounded once when their sum is beyond it). `chunks` reads xs again chunk by chunk
+    (a spilled column); without it, xs is read twice at most."""
+    try:
+        return math.fsum(xs) / n
+    except (OverflowError, ValueError):
+        e = _Exact()
+        for ch in (chunks() if chunks is not None else (xs,)):
+            e.add(ch)
+        return e.mean(n)
+
+
+def square(d: float) -> float:
+    try:
+        return d ** 2
+    except OverflowError:  # beyond the float range: inf, as a correctly rounded square is
+        return math.inf
+
+
+def squares(devs) -> tuple:
+    """(s, q): s * s * q is the sum of the squares of devs. Where math.fsum of the squares is a float
+    (the common case), s is 1.0 and q that sum; where a square or their sum is beyond the float range,
+    s is the largest deviation and q the sum of the scaled squares, so that s * sqrt(q / k) is within
+    the range where it is (an interval's half-width, a standard deviation)."""
+    try:
+        return 1.0, math.fsum([d ** 2 for d in devs])
+    except OverflowError:
+        s = max(abs(d) for d in devs)
+        if not math.isfinite(s) or any(d != d for d in devs):  # inf or NaN among them decides
+            return 1.0, sum_of([square(d) for d in devs])
+        return s, math.fsum([(d / s) ** 2 for d in devs])
+
+
 def _half_width(means) -> float:
     """The batch-means 95% half-width over the 20 batch means."""
-    m = _within(math.fsum(means) / BATCHES, min(means), max(means))
-    var = math.fsum((x - m) ** 2 for x in means) / (BATCHES - 1)
-    return T19 * math.sqrt(var / BATCHES)
+    m = _within(mean_of(means, BATCHES), min(means), max(means))
+    s, q = squares([x - m for x in means])
+    var = q / (BATCHES - 1)
+    return T19 * (s * math.sqrt(var / BATCHES))  # s is 1.0 but beyond the float range
 
 
 def batch_ci(values) -> float | None:
@@ -51,7 +141,7 @@ def batch_ci(values) -> float | None:
     means = []
     for b in range(BATCHES):
         chunk = values[start + b * size:start + (b + 1) * size]
-        means.append(_within(math.fsum(chunk) / size, min(chunk), max(chunk)))
+        means.append(_within(mean_of(chunk, size), min(chunk), max(chunk)))
     return _half_width(means)
 
 
@@ -63,7 +153,7 @@ def summary(values) -> dict:
         return {"count": 0, "mean": None, "ci95": None, "p50": None, "p90": None, "p99": None,
                 "min": None, "max": None}
     s = sorted(values)
-    return {"count": n, "mean": _within(math.fsum(values) / n, s[0], s[-1]), "ci95": batch_ci(values), "p50": _pct(s, 0.5),
+    return {"count": n, "mean": _within(mean_of(values, n), s[0], s[-1]), "ci95": batch_ci(values), "p50": _pct(s, 0.5),
             "p90": _pct(s, 0.9), "p99": _pct(s, 0.99), "min": s[0], "max": s[-1]}
 
 
@@ -156,7 +246,10 @@ class TimeAverage:
         span = end - start
         if span <= 0:
             return {"mean": None, "ci95": None, "min": None, "max": None}
-        edges = [start + span * i / BATCHES for i in range(BATCHES + 1)]
+        if span * BATCHES < math.inf:
+            edges = [start + span * i / BATCHES for i in range(BATCHES + 1)]
+        else:  # span * i would overflow (a span near the float range's end): a window's width times i
+            edges = [start + span / BATCHES * i for i in range(BATCHES)] + [end]
         if self.disk is not None:
             if math.isfinite(span):
                 return self._result_spilled(edges, span)
@@ -415,28 +508,53 @@ def _parts(xs) -> list:
 
 class _Acc:
     """An exact running sum with the least and greatest value, of arrays fed one at a time; of equal
-    extremes (0.0 and -0.0), the first met, as min() and max() of the whole would give."""
-    __slots__ = ("parts", "lo", "hi")
+    extremes (0.0 and -0.0), the first met, as min() and max() of the whole would give. Where
+    math.fsum raises on the parts (sums beyond the float range, inf with -inf), the sum goes on
+    exactly (_Exact): the same mean as mean_of gives the values in memory."""
+    __slots__ = ("parts", "exact", "lo", "hi")
 
     def __init__(self):
         self.parts = []
+        self.exact = None
         self.lo = math.inf
         self.hi = -math.inf
 
     def feed(self, a):
         if not len(a):
             return
-        self.parts += _parts(a)
-        if len(self.parts) > 64:
-            self.parts = _parts(self.parts)
+        if self.exact is None:
+            try:
+                parts = self.parts + _parts(a)
+                if len(parts) > 64:
+                    parts = _parts(parts)
+                self.parts = parts
+            except (OverflowError, ValueError):
+                self._go_exact()
+                self.exact.add(a)
+        else:
+            self.exact.add(a)
         lo, hi = min(a), max(a)
         if lo < self.lo:
             self.lo = lo
         if hi > self.hi:
             self.hi = hi
 
+    def _go_exact(self):
+        self.exact = _Exact()
+        self.exact.add(self.parts)  # their exact sum is the values' so far
+        self.parts = None
+
+    def raw_mean(self, n):
+        """math.fsum of the values / n (mean_of's)."""
+        if self.exact is None:
+            try:
+                return math.fsum(self.parts) / n
+            except (OverflowError, ValueError):
+                self._go_exact()
+        return self.exact.mean(n)
+
     def mean(self, n):
-        return _within(math.fsum(self.parts) / n, self.lo, self.hi)
+        return _within(self.raw_mean(n), self.lo, self.hi)
 
 
 def _ranks(n, qs):
@@ -527,7 +645,7 @@ def _summary_spilled(sp: Spilled) -> dict:
         i += len(ch)
     means = [acc.mean(size) for acc in batches]
     at = _select(sp.chunks, sample, n_chunks, _ranks(n, (0.5, 0.9, 0.99)))
-    return {"count": n, "mean": _within(math.fsum(whole.parts) / n, lo, hi),
+    return {"count": n, "mean": _within(whole.raw_mean(n), lo, hi),
             "ci95": _half_width(means) if size >= 2 else None,
             "p50": _pct_at(at, n, 0.5), "p90": _pct_at(at, n, 0.9), "p99": _pct_at(at, n, 0.99),
             "min": lo, "max": hi}
