@@ -193,3 +193,72 @@ def test_a_drawn_gap_that_brings_too_many_sessions_stops_the_run(monkeypatch):
     with pytest.raises(SerqError) as info:
         Sim(prog, Settings(horizon=25)).run()
     assert info.value.code == "R036" and "at most 100 sessions" in str(info.value)
+
+
+REGS = """fn main() {
+  device gpu { kv cap 1000; }
+  engine llm on gpu {
+    reqs cap 4; tokens cap 8;
+    state turns = 0;
+    request (p) { prefill (p) growing kv; }
+    schedule { set turns = turns + 1; advance running; admit waiting while (running.preempted == 0) taking reqs (1), kv (1); }
+    execute (1 + 0 * llm.turns);
+  }
+  pool kv on gpu { block 1; preempt by (running.count); }
+  pool reqs on llm { queue fifo; }
+  workload { arrive poisson(1); turn { Size n = 10 + floor(~uniform(0, 4)); } }
+  server { llm (n); }
+  gauge t = llm.turns;
+  claim few: every iteration of llm (tokens <= 8);
+}"""
+
+
+def _regs_ir():
+    return json.loads(api.load_text(REGS, "t.sq").model_dump_json(exclude_none=True))
+
+
+def _first(d, k):
+    """The first node of kind k in the IR, depth first."""
+    if isinstance(d, dict):
+        if d.get("k") == k:
+            return d
+        d = list(d.values())
+    if isinstance(d, list):
+        for v in d:
+            got = _first(v, k)
+            if got is not None:
+                return got
+    return None
+
+
+@pytest.mark.parametrize("edit,code", [
+    (lambda d: _first(d["stages"], "reg").update(stage="nope"), "L084"),   # no such engine
+    (lambda d: _first(d["gauges"], "reg").update(name="zzz"), "L070"),     # no such register
+    (lambda d: d["workload"]["turn"][0].update(e={"k": "step", "name": "Nres"}), "L076"),
+    (lambda d: d["server"].insert(0, {"k": "set", "name": "q", "e": {"k": "step", "name": "Ntok"}}), "L076"),
+    (lambda d: d["gauges"][0].update(e={"k": "step", "name": "Nres"}), "L076"),
+    (lambda d: d["stages"][0]["kind"]["registers"][0].update(init={"k": "step", "name": "Nres"}), "L076"),
+    (lambda d: d["pools"][0].pop("memory"), "L076"),   # its preemption key reads the engine's values
+    (lambda d: d["pools"][1].update(admit_via="nope"), "L084"),
+    (lambda d: d["pools"][0].update(memory="/tmp/x.sq"), "L084"),
+    (lambda d: (d["stages"][0].update(count=2), d["pools"][1].update(count=3)), "L105"),
+])
+def test_an_ir_names_engines_registers_and_engine_values_as_a_program_does(tmp_path, edit, code):
+    # found by tools/fuzz.py (seed 26): an IR whose register read named a file instead of its engine
+    # ended in an internal error (KeyError); so did an engine value read in a session's statement, and
+    # a pool admitted by no engine
+    d = _regs_ir()
+    edit(d)
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(SerqError) as info:
+        api.load_ir(str(p))
+    assert info.value.code == code, info.value.render()
+
+
+def test_an_ir_with_registers_and_engine_values_in_their_places_runs(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(_regs_ir()))
+    rep = Sim(api.load_ir(str(p)), Settings(horizon=20)).run()
+    assert rep["sessions"]["completed"] > 0 and rep["gauges"]["t"]["max"] > 0
+    assert rep["claims"]["few"]["status"] == "held"

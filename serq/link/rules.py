@@ -360,6 +360,7 @@ def check_values(prog: I.Program):
         need(pool_cap_problem(const_value(p.cap)), "L241", p.cap.at, p.at)
         if p.block is not None:
             need(block_problem(const_value(p.block)), "L241", p.block.at, p.at)
+    _engine_reads(prog, fail)  # the engines first: the linker joins pools to them before any use
     _targets(prog, fail)
     _arities(prog, fail)
     kinds = {s.name: s.kind for s in prog.stages}
@@ -422,6 +423,63 @@ def _targets(prog: I.Program, fail):
             for v in x:
                 go(v, want, at)
     go(prog, None, None)
+
+
+def _engine_reads(prog: I.Program, fail):
+    """What names an engine in an IR given as a file: the engine a pool is admitted by or is the
+    memory of is a step stage of the program, joined member for member or a family of one (the
+    linker's L084, L105); a register read names a register its engine declares (L070); an engine
+    value (running.count, batch.tokens, ...) is read only in an engine's own clauses, where an
+    iteration is current, in a claim over its iterations and in the preemption keys of an engine's
+    memory (L076). The linker's
+    moments allow no other place (serq/link/names.py); the interpreter reads these with an
+    iteration at hand."""
+    steps = {s.name: s for s in prog.stages if s.kind.k == "step"}
+    for p in prog.pools:
+        for via, what in ((p.admit_via, "admitted by"), (p.memory, "the memory of")):
+            if via is None:
+                continue
+            st = steps.get(via)
+            if st is None:
+                fail("L084", f"pool `{p.name}` is {what} `{via}`, which is no engine (step stage) declared in "
+                     "the program", p.at)
+            if st.count not in (None, 1) and p.count != st.count:
+                fail("L105", f"pool `{p.name}` has {p.count or 1} member(s) and engine `{via}` {st.count}: "
+                     "families are joined member for member, or next to a family of one", p.at)
+    regs = {name: {r.name for r in st.kind.registers} for name, st in steps.items()}
+
+    def go(x, engine, at):
+        if isinstance(x, I.Node):
+            at = getattr(x, "at", None) or at
+            k = getattr(x, "k", None)
+            if k == "reg":
+                if x.stage not in regs:
+                    fail("L084", f"`{x.stage}.{x.name}` reads a register of `{x.stage}`, which is no engine "
+                         "declared in the program", at)
+                if x.name not in regs[x.stage]:
+                    fail("L070", f"unknown name `{x.stage}.{x.name}`: engine `{x.stage}` declares no register "
+                         f"`{x.name}`", at)
+            elif k == "step" and not engine:
+                fail("L076", f"an engine value (`{x.name}`) is read only in an engine's clauses, a claim over its "
+                     "iterations and the preemption keys of its memory", at)
+            if isinstance(x, I.Stage):
+                engine = x.kind.k == "step"
+            for name, v in x:
+                if isinstance(x, I.Step) and name in ("granule", "registers"):
+                    go(v, False, at)  # read before any iteration (the linker's moments)
+                elif isinstance(x, I.Pool):
+                    go(v, name == "preempt" and x.memory is not None, at)
+                elif isinstance(x, I.Claim):  # a claim over an engine's iterations reads its values
+                    go(v, name == "e" and x.stage is not None and x.stage.name in steps, at)
+                else:
+                    go(v, engine, at)
+        elif isinstance(x, list):
+            for v in x:
+                go(v, engine, at)
+        elif isinstance(x, dict):
+            for v in x.values():
+                go(v, engine, at)
+    go(prog, False, None)
 
 
 def _arities(node, fail):
