@@ -137,6 +137,12 @@ def _set(path, v):
     (_set(["server", 1, "stages", 0, "name"], "kv"), "L084"),  # a pool where a stage goes
     (_set(["server", 0, "pools", 0, "pool", "index", "v"], 2.0), "L087"),
     (_set(["server", 0, "pools", 0, "pool", "index"], None), "L085"),
+    # an observable names the kind of resource it reads (fuzz: each ended in an AttributeError)
+    (_set(["workload", "turn", 0, "e"], {"k": "obs", "fn": "used", "of": {"name": "c"}}), "L084"),
+    (_set(["workload", "turn", 0, "e"], {"k": "obs", "fn": "busy", "of": {"name": "kv", "index": {"k": "num", "v": 0}}}),
+     "L084"),
+    (_set(["workload", "turn", 0, "e"], {"k": "obs", "fn": "budget_left", "of": {"name": "c"}}), "L084"),
+    (_set(["workload", "turn", 0, "e"], {"k": "obs", "fn": "blocksize", "of": {"name": "a"}}), "L084"),
 ])
 def test_an_ir_file_is_checked_as_a_program_is(tmp_path, edit, code):
     path = _ir(tmp_path, edit)

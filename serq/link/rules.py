@@ -8,6 +8,7 @@ from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
 from serq.lang.lower.constants import fmt, whole
 from serq.link.exprs import const_value
+from serq.link.names import STAGE_OBS
 
 
 def span_of(prog: I.Program, at: I.Loc | None) -> Span | None:
@@ -389,7 +390,7 @@ def check_values(prog: I.Program):
                     need(amount_problem(const_value(hp.units), "a hold's units"), "L093", hp.units.at, s.at)
 
 
-# what a Target in a field of this name names (an observable's `of` names either)
+# what a Target in a field of this name names (an observable's `of`: by the observable, above)
 _TARGET_KIND = {"pool": "pool", "growing": "pool", "stages": "stage", "via": "stage", "stage": "stage"}
 
 
@@ -398,11 +399,15 @@ def _targets(prog: I.Program, fail):
     declaration is an array or not, a constant index in range (the linker's L084, L085, L087)."""
     from serq.link.exprs import check_index
     decls = {"pool": {p.name: p for p in prog.pools}, "stage": {s.name: s for s in prog.stages}}
+    steps = {s.name for s in prog.stages if s.kind.k == "step"}
 
     def check(t: I.Target, want, at):
         table = decls[want] if want else {**decls["pool"], **decls["stage"]}
         d = table.get(t.name)
         if d is None:
+            other = next((k for k in ("pool", "stage") if k != want and t.name in decls[k]), None) if want else None
+            if other:  # as the linker says it
+                fail("L084", f"`{t.name}` is a {other}; a {want} is named here", at)
             fail("L084", f"`{t.name}` is no {want or 'pool or stage'} declared in the program", at)
         if (t.index is None) != (d.count is None):
             fail("L085", f"`{t.name}` " + ("is an array: name a member" if t.index is None else
@@ -415,6 +420,11 @@ def _targets(prog: I.Program, fail):
         if isinstance(x, I.Target):
             check(x, want, at)
             go(x.index, None, at)
+        elif isinstance(x, I.Obs):  # an observable names a pool or a stage by its kind (serq/link/exprs.py)
+            at = x.at or at
+            go(x.of, "stage" if x.fn in STAGE_OBS else "pool", at)  # blocksize: a pool
+            if x.fn == "budget_left" and x.of.name not in steps:
+                fail("L084", f"`budget_left` reads a step engine; `{x.of.name}` is not one", at)
         elif isinstance(x, I.Node):
             at = getattr(x, "at", None) or at
             for k, v in x:
