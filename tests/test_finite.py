@@ -268,3 +268,26 @@ def test_an_ir_with_registers_and_engine_values_in_their_places_runs(tmp_path):
     rep = Sim(api.load_ir(str(p)), Settings(horizon=20)).run()
     assert rep["sessions"]["completed"] > 0 and rep["gauges"]["t"]["max"] > 0
     assert rep["claims"]["few"]["status"] == "held"
+
+
+LEASE = """fn main() {
+  pool kv { cap 100; }
+  pool other { cap 100; }
+  stage s : fifo(1);
+  workload { arrive poisson(1); turn { Size n = 1 + floor(~uniform(0, 4)); } }
+  server { hold kv (cost(kv, n)) { run s (cost(s, 0.1)); } lease kv (2); hold other (cost(other, 1)) { run s (cost(s, 0.1)); } }
+}"""
+
+
+def test_an_ir_lease_names_one_of_its_holds_pools(tmp_path):
+    # found by probing the IR's names (llmd_nixl_pull.sq's lease renamed to another pool): an
+    # internal error (StopIteration) where the linker says L226
+    d = json.loads(api.load_text(LEASE, "t.sq").model_dump_json(exclude_none=True))
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(d))
+    assert Sim(api.load_ir(str(p)), Settings(horizon=5)).run()["sessions"]["completed"] > 0
+    d["server"][0]["lease"]["pool"]["name"] = "other"
+    p.write_text(json.dumps(d))
+    with pytest.raises(SerqError) as info:
+        api.load_ir(str(p))
+    assert info.value.code == "L226", info.value.render()

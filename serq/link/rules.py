@@ -128,6 +128,8 @@ def _holds(prog, stmts):
                     if "cached" in attrs_read(e):
                         raise SerqError("L221", "a hold without `cache` reads `cached`, which is 0 in its body "
                                         "(`cache (0)` consumes the prefix and keeps nothing)", span_of(prog, b.at))
+        if s.lease is not None and all(p.pool.name != s.lease.pool.name for p in s.pools):
+            raise SerqError("L226", "`lease P (t)` names one of the hold's pools", span_of(prog, s.at))
         idx_attrs = set()
         for p in s.pools:
             if p.pool.index is not None:
