@@ -74,6 +74,8 @@ class Gen:
     ir_numbers: bool = True     # an IR file's numbers changed: the IR's rules re-checked on reading it (item 9)
     ir_nonfinite: bool = True   # Infinity and NaN written into an IR file
     ir_structural: bool = True  # IR fields deleted, retyped, strings swapped, list items duplicated
+    ir_exprs: bool = True       # an IR expression replaced by an observable of one of its pools or stages,
+                                # an engine value, a register or a context variable (each in every place)
     max_mutations: int = 3
 
 
@@ -276,7 +278,8 @@ def ir_mutations(d, g: Gen) -> list[list]:
     """Changes to an IR file, applied by tests/fuzzrun.apply_ir: [leaf index, op, value]. A leaf is
     counted among the IR's numbers (op "num") or all its leaves (the structural ops). None when both
     families are off: the case is then `serq ir`, its output read back, and run."""
-    ops = (["num"] if g.ir_numbers else []) + (["del", "retype", "str", "dup"] if g.ir_structural else [])
+    ops = (["num"] if g.ir_numbers else []) + (["del", "retype", "str", "dup"] if g.ir_structural else []) + \
+        (["expr"] if g.ir_exprs else [])
     if not ops:
         return []
     vals = ir_values(g)

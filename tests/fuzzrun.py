@@ -107,10 +107,55 @@ def _at(node, path):
     return node
 
 
+_EXPR_KINDS = {"num", "inf", "attr", "ctx", "step", "reg", "obs", "agg", "un", "bin", "if", "fn", "draw", "cost"}
+_CTX = ("now", "present", "waited", "decoding", "admission", "remaining", "position", "demand", "served", "arrived")
+_STEP = ("Nres", "Ndec", "Kvb", "Kvp", "Preempted", "Admitted", "Ntok", "Npre", "Attn", "Queued")
+_OBS = ("used", "free", "holders", "queued", "cachedin", "queue", "busy", "work", "budget_left", "blocksize")
+
+
+def _expr_paths(node, path=()):
+    """The paths of the IR's expression nodes, in document order."""
+    if isinstance(node, dict):
+        if path and isinstance(node.get("k"), str) and node["k"] in _EXPR_KINDS:
+            yield path
+        for k, v in node.items():
+            yield from _expr_paths(v, path + (k,))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _expr_paths(v, path + (i,))
+
+
+def _probes(ir: dict) -> list:
+    """Expressions that read the program's own resources and engines: every observable of every pool
+    and stage (member 0 of an array), every engine value, every register, every context variable."""
+    def dicts(v):  # an earlier mutation may have retyped any of these
+        return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+
+    out = [{"k": "ctx", "name": n} for n in _CTX]
+    out += [{"k": "step", "name": n, "batch": b} for n in _STEP for b in (False, True)]
+    for st in dicts(ir.get("stages")):
+        kind = st.get("kind") if isinstance(st.get("kind"), dict) else {}
+        for r in dicts(kind.get("registers")):
+            out.append({"k": "reg", "stage": st.get("name"), "name": r.get("name")})
+    for d in dicts(ir.get("pools")) + dicts(ir.get("stages")):
+        target = {"name": d.get("name")}
+        if d.get("count") is not None:
+            target["index"] = {"k": "num", "v": 0}
+        out += [{"k": "obs", "fn": fn, "of": target} for fn in _OBS]
+    return out
+
+
 def apply_ir(ir: dict, mutations: list) -> dict:
     """The case's IR mutations (tests/fuzzgen.ir_mutations): a leaf is chosen by index modulo the
-    leaves that the operation applies to."""
+    leaves that the operation applies to ("expr": an expression node, replaced by _probes' val-th)."""
     for leaf, op, val in mutations:
+        if op == "expr":
+            paths = list(_expr_paths(ir))
+            probes = _probes(ir)
+            if paths:
+                path = paths[leaf % len(paths)]
+                _at(ir, path[:-1])[path[-1]] = json.loads(json.dumps(probes[val % len(probes)]))
+            continue
         leaves = list(_leaves(ir))
         if op in ("num", "str"):  # the program's values, not its source positions or version
             kind = (int, float) if op == "num" else str

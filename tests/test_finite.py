@@ -291,3 +291,16 @@ def test_an_ir_lease_names_one_of_its_holds_pools(tmp_path):
     with pytest.raises(SerqError) as info:
         api.load_ir(str(p))
     assert info.value.code == "L226", info.value.render()
+
+
+def test_an_ir_blocksize_observable_reads_the_pools_block(tmp_path):
+    # the linker writes blocksize(P) as its number; an IR file may write the observable, which ended
+    # in an internal error (ValueError: blocksize), found by tools/fuzz.py's IR expressions (seed 27)
+    d = _regs_ir()
+    d["workload"]["turn"][0]["e"] = {"k": "bin", "op": "+", "l": {"k": "num", "v": 9.0},
+                                     "r": {"k": "obs", "fn": "blocksize", "of": {"name": "kv"}}}
+    d["server"].append({"k": "observe", "name": "size", "e": {"k": "attr", "name": "n"}})
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(d))
+    rep = Sim(api.load_ir(str(p)), Settings(horizon=10)).run()
+    assert rep["observe"]["size"]["min"] == rep["observe"]["size"]["max"] == 10.0  # 9 + block 1

@@ -222,6 +222,8 @@ class Sim(Iterations):
             return lambda c: tgt(c).work_left()
         if fn == "budget_left":
             return lambda c: tgt(c).budget_left()
+        if fn == "blocksize":  # the linker writes blocksize(P) as its number; an IR file may not
+            return lambda c: tgt(c).block or 1.0
         raise ValueError(fn)
 
     def end_aggregate(self, fn, name):
