@@ -151,6 +151,15 @@ def test_an_ir_file_is_checked_as_a_program_is(tmp_path, edit, code):
     assert info.value.code == code, info.value.render()
 
 
+def _refused(tmp_path, d: dict, code: str):
+    """The IR `d`, written to a file, is refused with `code` as it is read."""
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(SerqError) as info:
+        api.load_ir(str(p))
+    assert info.value.code == code, info.value.render()
+
+
 def test_an_unedited_ir_file_passes(tmp_path):
     prog = api.load_ir(_ir(tmp_path, lambda d: None))
     rep = Sim(prog, Settings(horizon=5)).run()
@@ -182,11 +191,7 @@ def test_an_engine_ir_with_a_bad_granule_or_arity_is_refused(tmp_path, where, v,
     # a draw of three parameters failed to unpack, both as internal errors
     d = json.loads(api.load_text(ENGINE, "t.sq").model_dump_json(exclude_none=True))
     where(d).update(v)
-    p = tmp_path / "x.json"
-    p.write_text(json.dumps(d))
-    with pytest.raises(SerqError) as info:
-        api.load_ir(str(p))
-    assert info.value.code == code, info.value.render()
+    _refused(tmp_path, d, code)
 
 
 def test_a_drawn_gap_that_brings_too_many_sessions_stops_the_run(monkeypatch):
@@ -255,11 +260,7 @@ def test_an_ir_names_engines_registers_and_engine_values_as_a_program_does(tmp_p
     # a pool admitted by no engine
     d = _regs_ir()
     edit(d)
-    p = tmp_path / "x.json"
-    p.write_text(json.dumps(d))
-    with pytest.raises(SerqError) as info:
-        api.load_ir(str(p))
-    assert info.value.code == code, info.value.render()
+    _refused(tmp_path, d, code)
 
 
 def test_an_ir_with_registers_and_engine_values_in_their_places_runs(tmp_path):
@@ -287,10 +288,7 @@ def test_an_ir_lease_names_one_of_its_holds_pools(tmp_path):
     p.write_text(json.dumps(d))
     assert Sim(api.load_ir(str(p)), Settings(horizon=5)).run()["sessions"]["completed"] > 0
     d["server"][0]["lease"]["pool"]["name"] = "other"
-    p.write_text(json.dumps(d))
-    with pytest.raises(SerqError) as info:
-        api.load_ir(str(p))
-    assert info.value.code == "L226", info.value.render()
+    _refused(tmp_path, d, "L226")
 
 
 def test_an_ir_blocksize_observable_reads_the_pools_block(tmp_path):

@@ -88,16 +88,15 @@ def sum_of(xs) -> float:
         return e.total()
 
 
-def mean_of(xs, n: int, chunks=None) -> float:
+def mean_of(xs, n: int) -> float:
     """math.fsum(xs) / n, total as sum_of is, and within the float range where the values are (the
-    exact mean rounded once when their sum is beyond it). `chunks` reads xs again chunk by chunk
-    (a spilled column); without it, xs is read twice at most."""
+    exact mean rounded once when their sum is beyond it; a spilled column's is _Acc's, the same).
+    xs is read twice at most."""
     try:
         return math.fsum(xs) / n
     except (OverflowError, ValueError):
         e = _Exact()
-        for ch in (chunks() if chunks is not None else (xs,)):
-            e.add(ch)
+        e.add(xs)
         return e.mean(n)
 
 
