@@ -294,6 +294,38 @@ def test_the_named_workload_replays_through_the_interpreter(tmp_path):
     assert (rep["claims"]["one"]["status"], rep["claims"]["one"]["at"]) == ("witnessed", v.at)
 
 
+def test_a_replay_stops_where_its_claim_is_decided(tmp_path):
+    """FasterTransformer with prompts of 1e9 tokens (found by mutating the papers' programs): the
+    kernel's path decides both claims at iteration 1 and runs past its fuel, and the interpreter's
+    replay of the workload stops where the claim is decided too, where it ran a billion tokens past
+    the timeout. A claim with a `given` (a later session may put it out of scope), or a path the
+    kernel ran to its end, is replayed whole, within the timeout."""
+    import time
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "examples", "papers", "li_dai_peng_fastertransformer.sq"), encoding="utf-8") as fh:
+        text = fh.read()
+    assert "Size p = 4 + 10 * a;" in text
+    prog = api.load_text(text.replace("Size p = 4 + 10 * a;", "Size p = 4 + 1e9 * a;"), "ft.sq")
+    t = time.process_time()
+    res = verify(prog, 2, 1, timeout=12)  # its paths run to the fuel: about 6 CPU s
+    assert time.process_time() - t < 24  # the timeout kept (the replays ran for hours)
+    for name, verdict in (("work_conserving", "counterexample"), ("starved", "witnessed")):
+        v = res.claims[name]
+        assert (v.verdict, v.reason, v.iteration) == (verdict, None, 1), (name, v)
+    from serq.verify import replays
+    wl = res.claims["starved"].workload
+    assert replays(prog, wl, "starved", "witnessed", res.claims["starved"].at, whole=False) is None
+    # with a given, or where the kernel's path ended, the replay runs on until the deadline, and says so
+    t = time.process_time()
+    why = replays(prog, wl, "starved", "witnessed", res.claims["starved"].at, t + 1.0)
+    assert why == "the timeout ran out replaying it" and time.process_time() - t < 3
+    given = api.load_text(text.replace("Size p = 4 + 10 * a;", "Size p = 4 + 1e9 * a;").replace(
+        "claim starved:", "claim starved given (bmax > 0):"), "ft.sq")
+    t = time.process_time()
+    why = replays(given, wl, "starved", "witnessed", res.claims["starved"].at, t + 1.0, whole=False)
+    assert why == "the timeout ran out replaying it" and time.process_time() - t < 3
+
+
 def test_a_path_past_the_fuel_is_unknown(tmp_path, monkeypatch):
     """A path that has not ended when the fuel runs out may still fail or witness later: the claims
     it leaves undecided are unknown, with the path's workload."""

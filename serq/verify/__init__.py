@@ -80,7 +80,8 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
         o = replace(o, at=concrete(o.at))  # a time that reads an arrival is a term: its value
         # the kernel subtracts naturally where the interpreter stops (R007, docs/lean.md): a
         # workload is named when its replay shows what the kernel found, else kept as a fallback
-        why = replays(prog, wl, v.name, "failed" if verdict == "counterexample" else "witnessed", o.at)
+        why = replays(prog, wl, v.name, "failed" if verdict == "counterexample" else "witnessed", o.at, deadline,
+                      whole=path.done)
         if why is not None and tried.get(v.name, 0) < REPLAY_TRIES:
             tried[v.name] = tried.get(v.name, 0) + 1
             fallback.setdefault(v.name, (verdict, wl, o, fam.n, why))
@@ -203,15 +204,40 @@ INDUCT_SHARE = 0.7  # of the timeout, the most the proof over every state may ta
 REPLAY_TRIES = 20  # deciding workloads tried through the interpreter before one it refuses is named
 
 
-def replays(prog: I.Program, wl: dict, claim: str, status: str, at) -> Optional[str]:
+class _Stop(Exception):
+    """A replay stops early: its claim is decided for good, or the timeout ran out."""
+
+
+def replays(prog: I.Program, wl: dict, claim: str, status: str, at, deadline: float | None = None,
+            whole: bool = True) -> Optional[str]:
     """None when the interpreter, replaying the workload, reports the claim as the kernel did; else
-    what it reports instead."""
+    what it reports instead. Where the kernel's path ran past its fuel (not `whole`), the replay
+    stops once the claim failed or was witnessed and no later session can put it out of scope (it
+    has no `given`): the kernel saw no further either, and the rest of the workload (a prompt of
+    1e9 tokens, say) may take the interpreter hours. Where the kernel's path ended, the replay runs
+    to its end too (a run error after the claim is decided is a disagreement). Either stops when
+    the CPU deadline passes: the workload is then not named for it."""
     from serq import api
+    decl = next((c for c in prog.claims if c.name == claim), None)
+    final = not whole and decl is not None and decl.given is None
+    seen: dict = {}
+
+    def progress(sim):
+        st = sim.claim_state.get(claim)
+        if final and st is not None and st["status"] in ("failed", "witnessed"):  # checked no further
+            seen.update(st)
+            raise _Stop()
+        if deadline is not None and clock() > deadline:
+            raise _Stop("timeout")
+
     try:
-        rep = api.run(prog, None, None, wl)
+        c = api.run(prog, None, progress, wl)["claims"][claim]
+    except _Stop as stop:
+        if stop.args:
+            return "the timeout ran out replaying it"
+        c = seen
     except SerqError as e:
         return f"the interpreter stops with {e.code}: {e.message}"
-    c = rep["claims"][claim]
     if c["status"] == status and c["at"] == at:
         return None
     return f"the interpreter reports {c['status']} at {c['at']}"
