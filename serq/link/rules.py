@@ -443,9 +443,8 @@ def _engine_reads(prog: I.Program, fail):
     linker's L084, L105); a register read names a register its engine declares (L070); an engine
     value (running.count, batch.tokens, ...) is read only in an engine's own clauses, where an
     iteration is current, in a claim over its iterations and in the preemption keys of an engine's
-    memory (L076). The linker's
-    moments allow no other place (serq/link/names.py); the interpreter reads these with an
-    iteration at hand."""
+    memory (L076): the linker's moments allow no other place (serq/link/names.py), and the
+    interpreter reads these with an iteration at hand."""
     steps = {s.name: s for s in prog.stages if s.kind.k == "step"}
     for p in prog.pools:
         for via, what in ((p.admit_via, "admitted by"), (p.memory, "the memory of")):
