@@ -8,7 +8,8 @@ vLLM: the shared oracle's driver (../shared/oracle/vllm/drive.py, its `bench_one
 0.33.0's real v1 Scheduler, `schedule()` + `update_from_output()` for 1000 steps after 50 warm-up
 steps (ENGINE_STEPS; the fake model runner's output is built outside the timed region), in a child process in
 that folder's venv (made by `bash ../shared/oracle/vllm/setup.sh`; where that folder is read-only,
-`VENV=DIR bash ../shared/oracle/vllm/setup.sh` and SERQ_VLLM_PYTHON=DIR/bin/python). The child times those two
+`VENV=DIR bash ../shared/oracle/vllm/setup.sh` and SERQ_VLLM_PYTHON=DIR/bin/python; for a clone that
+is not beside ../shared, SERQ_VLLM_ORACLE=FOLDER names the oracle's folder). The child times those two
 calls with time.process_time (drive.py's own clock, perf_counter, is swapped for it: CPU, not wall
 time). When that venv is missing the bench says so and falls back to the figures recorded in
 that folder's README (wall time, median of 3 runs, this machine kind).
@@ -37,7 +38,8 @@ STEPS = int(os.environ.get("ENGINE_STEPS", 1000))
 SIZES = (64, 256)
 TARGET_ONE, TARGET_FF = 10.0, 40.0
 
-ORACLE = os.path.normpath(os.path.join(ROOT, "..", "shared", "oracle", "vllm"))
+# the shared oracle beside the checkout; SERQ_VLLM_ORACLE names it for a clone elsewhere
+ORACLE = os.environ.get("SERQ_VLLM_ORACLE") or os.path.normpath(os.path.join(ROOT, "..", "shared", "oracle", "vllm"))
 # the oracle's venv, or one made elsewhere by its setup.sh (VENV=DIR) where the folder is read-only
 VENV_PY = os.environ.get("SERQ_VLLM_PYTHON") or os.path.join(ORACLE, ".venv", "bin", "python")
 # ../shared/oracle/vllm/README.md, "Speed of the scheduler": prefix caching off, log_stats on
@@ -122,7 +124,8 @@ def vllm_rates():
 
 
 def main():
-    measured = os.path.exists(VENV_PY) and os.path.exists(os.path.join(ORACLE, "drive.py"))
+    missing = [p for p in (VENV_PY, os.path.join(ORACLE, "drive.py")) if not os.path.exists(p)]
+    measured = not missing
     for n in SIZES:
         s = shape(n)
         print(f"workload, {n} decoding: prompt {s['prompt']} tokens, output {s['output']} tokens (none ends "
@@ -133,7 +136,8 @@ def main():
         print(f"vLLM: measured in this run, in {VENV_PY} (a child per round; CPU time of schedule() + "
               "update_from_output())")
     else:
-        print(f"vLLM: NOT measured: {VENV_PY} does not exist (make it with `bash {ORACLE}/setup.sh`); "
+        print(f"vLLM: NOT measured: {' and '.join(missing)} not found (the venv: `bash {ORACLE}/setup.sh`, "
+              "or SERQ_VLLM_PYTHON; the oracle's folder: SERQ_VLLM_ORACLE); "
               f"falling back to the RECORDED figures of {ORACLE}/README.md: "
               + ", ".join(f"{RECORDED[n]:,.0f} steps/s at {n}" for n in SIZES) + " (wall time)")
     progs = serq_programs()

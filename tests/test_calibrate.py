@@ -383,7 +383,7 @@ def test_a_scheduler_output_becomes_a_row():
                                     "time": 0.02}
 
 
-ORACLE = os.path.join(ROOT, "..", "shared", "oracle", "vllm")
+ORACLE = os.environ.get("SERQ_VLLM_ORACLE") or os.path.join(ROOT, "..", "shared", "oracle", "vllm")
 # the oracle's venv, or one its setup.sh made elsewhere (VENV=DIR) where the folder is read-only
 ORACLE_PY = os.environ.get("SERQ_VLLM_PYTHON") or os.path.join(ORACLE, ".venv", "bin", "python")
 # run in the oracle's venv: vLLM 0.33.0's own Scheduler, driven by the oracle's fake model runner
@@ -426,7 +426,9 @@ print(json.dumps({"steps": len(rows), "differ": sum(r != t or r["tokens"] != n f
 '''
 
 
-@pytest.mark.skipif(not os.path.exists(ORACLE_PY), reason="the vLLM oracle's venv (../shared/oracle/vllm/setup.sh, or SERQ_VLLM_PYTHON)")
+@pytest.mark.skipif(not (os.path.exists(ORACLE_PY) and os.path.exists(os.path.join(ORACLE, "drive.py"))),
+                    reason="the vLLM oracle's venv (../shared/oracle/vllm/setup.sh, or SERQ_VLLM_PYTHON) "
+                           "and its folder (or SERQ_VLLM_ORACLE)")
 def test_step_row_reads_vllms_own_scheduler_output(tmp_path):
     import subprocess
     script = tmp_path / "check.py"
