@@ -264,11 +264,57 @@ def test_an_ir_names_engines_registers_and_engine_values_as_a_program_does(tmp_p
 
 
 def test_an_ir_with_registers_and_engine_values_in_their_places_runs(tmp_path):
+    d = _regs_ir()
+    reg = {"k": "reg", "stage": "llm", "name": "turns"}
+    # the places the reference's *Engine* allows besides the engine's clauses, a gauge and a claim:
+    # the keys of a pool it admits, its memory's preemption keys, a header whose first pool it admits
+    d["pools"][1]["queue"] = {"k": "by", "keys": [reg]}
+    d["pools"][0]["preempt"]["keys"].append(reg)
+    d["server"][0]["pools"][0]["units"] = {"k": "bin", "op": "+", "l": {"k": "num", "v": 1.0},
+                                           "r": {"k": "bin", "op": "*", "l": {"k": "num", "v": 0.0}, "r": reg}}
     p = tmp_path / "x.json"
-    p.write_text(json.dumps(_regs_ir()))
+    p.write_text(json.dumps(d))
     rep = Sim(api.load_ir(str(p)), Settings(horizon=20)).run()
     assert rep["sessions"]["completed"] > 0 and rep["gauges"]["t"]["max"] > 0
     assert rep["claims"]["few"]["status"] == "held"
+
+
+_REG = {"k": "reg", "stage": "llm", "name": "turns"}
+
+
+def _second_engine(d):
+    """A second engine, `other`, a copy of llm that reads llm's register in its cost."""
+    st = json.loads(json.dumps(d["stages"][0]))
+    st["name"] = "other"
+    st["kind"]["registers"] = []
+    st["kind"]["iteration"] = [i for i in st["kind"]["iteration"] if i["k"] != "set"]
+    st["kind"]["cost"] = dict(_REG)
+    d["stages"].append(st)
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d["workload"]["turn"][0].update(e=dict(_REG)),                       # a session's statement
+    lambda d: d["server"].insert(0, {"k": "set", "name": "q", "e": dict(_REG)}),   # a server statement
+    lambda d: d["pools"][0].update(evict={"k": "by", "keys": [dict(_REG)]}),       # an eviction key
+    lambda d: d["server"][0].update(cache=dict(_REG)),                             # a hold's cache
+    lambda d: d["pools"][0].update(queue={"k": "by", "keys": [dict(_REG)]}),       # kv is not admitted by llm
+    lambda d: d["pools"][1].update(preempt={"k": "by", "keys": [dict(_REG)]}),     # reqs is not llm's memory
+    lambda d: d["stages"][0]["kind"]["registers"][0].update(init=dict(_REG)),     # a register's initial value
+    lambda d: d["workload"].update(init=[{"k": "set", "name": "q", "e": dict(_REG)}]),  # the init block
+    lambda d: d["claims"][0].update(given=dict(_REG)),                            # a claim's given
+    lambda d: d["claims"].append({"name": "e", "form": "end", "e": dict(_REG)}),   # a claim at the end
+    lambda d: d["server"][0]["body"][0].update(work=dict(_REG)),                  # a run in the hold's body
+    lambda d: d["server"][0]["pools"].reverse() or d["server"][0]["pools"][1].update(
+        units=dict(_REG)),                                                         # the first pool is kv
+    _second_engine,                                                                # another engine's clause
+])
+def test_an_ir_reads_a_register_only_where_the_reference_allows(tmp_path, edit):
+    # *Engine*: a register is read only by its engine, the keys of a pool it admits, the header of a
+    # hold whose first pool it admits, a gauge or a claim; an IR file that read one in a session's
+    # statement ran with member 0's register, where the linker says L083
+    d = _regs_ir()
+    edit(d)
+    _refused(tmp_path, d, "L083")
 
 
 LEASE = """fn main() {

@@ -491,6 +491,69 @@ def _engine_reads(prog: I.Program, fail):
             for v in x.values():
                 go(v, engine, at)
     go(prog, False, None)
+    _register_reads(prog, fail)
+
+
+_ANY = "*"  # a gauge or a claim over iterations reads any engine's registers
+
+
+def _register_reads(prog: I.Program, fail):
+    """Where an IR file reads a register: only in its engine's clauses (not its granule nor a
+    register's initial value), the queue keys of a pool it admits, the preemption keys of its
+    memory, the header (units, reserve, reuse) of a hold whose first pool it admits, a gauge and a
+    claim over iterations (the reference's *Engine*; the linker's moments, serq/link/names.py, L083).
+    Elsewhere no engine's iteration has a register to give."""
+    admitted = {p.name: p.admit_via for p in prog.pools}
+
+    def go(x, may, at):
+        if isinstance(x, list):
+            for v in x:
+                go(v, may, at)
+            return
+        if isinstance(x, dict):
+            for v in x.values():
+                go(v, may, at)
+            return
+        if not isinstance(x, I.Node):
+            return
+        loc = getattr(x, "at", None)
+        at = loc if isinstance(loc, I.Loc) else at  # a hold content's `at` is an expression
+        if isinstance(x, I.Reg):
+            if may is None:
+                fail("L083", f"the register `{x.stage}.{x.name}` is read only by its engine, the keys of a pool "
+                     "it admits, the header of a hold whose first pool it admits, a gauge or a claim over "
+                     "iterations", at)
+            elif may != _ANY and may != x.stage:
+                fail("L083", f"a register is read only by its engine: `{x.stage}.{x.name}` is `{x.stage}`'s, "
+                     f"read here for `{may}`", at)
+            return
+        if isinstance(x, I.Stage):
+            step = x.kind.k == "step"
+            for name, v in x.kind:
+                go(v, x.name if step and name not in ("granule", "registers") else None, at)
+            return
+        if isinstance(x, I.Pool):
+            for name, v in x:
+                go(v, x.admit_via if name == "queue" else x.memory if name == "preempt" else None, at)
+            return
+        if isinstance(x, I.Gauge):
+            go(x.e, _ANY, at)
+            return
+        if isinstance(x, I.Claim):
+            go(x.e, _ANY if x.stage is not None else None, at)
+            go(x.given, None, at)
+            return
+        if isinstance(x, I.Hold):
+            via = admitted.get(x.pools[0].pool.name) if x.pools else None
+            for hp in x.pools:
+                go(hp.pool, None, at)
+                go([hp.units, hp.reserve], via, at)
+            go(x.reuse, via, at)
+            go([x.body, x.cache, x.content, x.lease], None, at)
+            return
+        for _, v in x:
+            go(v, may, at)
+    go(prog, None, None)
 
 
 def _arities(node, fail):
