@@ -88,3 +88,34 @@ UNTESTABLE = {
     "R036",  # ten million sessions take minutes: tests/test_finite.py lowers the bound
     "T002",  # an unreadable trace: the linker checks it exists (L236); as root every file is readable
 }
+
+
+_BARE_REGISTER = """fn main() {
+  device gpu { kv cap 1000; }
+  engine llm on gpu {
+    reqs cap 4; tokens cap 8;
+    state turns = 0;
+    request (p) { BODY prefill (p) growing kv; }
+    schedule { set turns = turns + 1; advance running; admit waiting while (running.preempted == 0) taking reqs (TAKE), kv (1); }
+    execute (1);
+  }
+  pool kv on gpu { block 1; }
+  pool reqs on llm { queue fifo; }
+  workload { arrive poisson(1); turn { Size n = 10; } }
+  server { llm (n); }
+}"""
+
+
+@pytest.mark.parametrize("body,take,code,hint", [
+    ("", "1 + 0 * turns", "L174", "a header reads it as `llm.turns`"),
+    ("set q = turns;", "1", "L173", "which the request's statements do not read"),
+])
+def test_a_register_read_bare_in_a_request_is_named_as_one(body, take, code, hint):
+    # a header reads an engine's register as `llm.turns`; read bare, the name looked like a session's
+    # attribute set nowhere, and the message said only that
+    text = _BARE_REGISTER.replace("BODY", body).replace("TAKE", take)
+    with pytest.raises(SerqError) as info:
+        api.load_text(text, "t.sq")
+    assert info.value.code == code and "`turns` is a register of engine `llm`" in str(info.value)
+    assert hint in str(info.value)
+    api.load_text(_BARE_REGISTER.replace("BODY", "").replace("TAKE", "1 + 0 * llm.turns"), "t.sq")

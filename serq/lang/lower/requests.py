@@ -139,7 +139,8 @@ def check_request(info: EngineInfo, hidden: set[str], known: set[str], pools):
         return
     before, _, bindings, after, cache = split_request(req, "the request")
     names = [n for n, _, _ in bindings]
-    ck = ScopeCheck(f"engine `{info.name}`'s request", req.params, {info.name}, hidden, known, bindings=names)
+    ck = ScopeCheck(f"engine `{info.name}`'s request", req.params, {info.name}, hidden, known, bindings=names,
+                    registers=info.registers, engine=info.name)
     ck.check(tuple(req.items), sets_of(req.items))
     above = {s.name for s in before if isinstance(s, A.Set)}
     for i, (n, e, sp) in enumerate(bindings):

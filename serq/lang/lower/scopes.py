@@ -13,8 +13,10 @@ FUNCS = {"min", "max", "sum", "floor", "ceil", "round", "abs", "sqrt", "log", "p
 
 class ScopeCheck:
     def __init__(self, what: str, params, own: set[str], hidden: set[str], known: set[str], bindings=(),
-                 pools: set[str] | None = None, foreign: set[str] = frozenset()):
+                 pools: set[str] | None = None, foreign: set[str] = frozenset(), registers=(), engine=None):
         self.what = what
+        self.registers = set(registers)  # the engine's registers, read as ENGINE.NAME (a hint when bare)
+        self.engine = engine
         self.foreign = foreign  # other queues' attributes, Q.x
         self.pools = pools  # the pools its statements may hold, grow, load and release (None: any)
         self.params = set(params)
@@ -58,7 +60,7 @@ class ScopeCheck:
                         continue
                     raise SerqError("L173", f"{self.what} reads `{name}`, which the session set: it reads its "
                                     "parameters, what it sets itself, the request's hidden attributes, now, and "
-                                    "its pools and stage", x.span)
+                                    "its pools and stage" + self._register_hint(name, False), x.span)
         self._headers(items, set())
 
     def _headers(self, items, above: set[str]):
@@ -100,7 +102,16 @@ class ScopeCheck:
                 continue
             raise SerqError("L174", f"a hold's header in {self.what} reads `{name}`, which is not set above the "
                             "hold: the header reads the parameters, what the entry sets above it, the pools and "
-                            "stage, the constants, cached and computed", x.span)
+                            "stage, the constants, cached and computed" + self._register_hint(name, True), x.span)
+
+    def _register_hint(self, name, header):
+        """A register read bare: the header reads it as ENGINE.NAME, a statement not at all (*Engine*)."""
+        if name not in self.registers:
+            return ""
+        if header:
+            return f" (`{name}` is a register of engine `{self.engine}`: a header reads it as `{self.engine}.{name}`)"
+        return (f" (`{name}` is a register of engine `{self.engine}`, which the request's statements do not read; "
+                f"its hold's header reads it as `{self.engine}.{name}`)")
 
 
 def _all(items):
