@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import time
 
@@ -17,6 +18,8 @@ from serq.interp.sim import MAX_ARRIVALS, Sim
 from serq.ir.model import Settings
 from serq.lang.lower.inputs import UsageError
 from test_long_runs import budget
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_erlang_of_few_phases_is_the_sum_of_its_exponentials():
@@ -348,3 +351,34 @@ def test_an_ir_blocksize_observable_reads_the_pools_block(tmp_path):
     p.write_text(json.dumps(d))
     rep = Sim(api.load_ir(str(p)), Settings(horizon=10)).run()
     assert rep["observe"]["size"]["min"] == rep["observe"]["size"]["max"] == 10.0  # 9 + block 1
+
+
+def test_an_ir_error_inside_a_holds_content_is_placed_at_the_hold(tmp_path):
+    # found by tools/fuzz.py (seed 31): a hold content's `at` is an expression, not a place; the
+    # checks took it for the place of what lies under it, and an error there ended in an internal
+    # error (AttributeError: 'Obs' object has no attribute 'file')
+    prog = api.load(os.path.join(ROOT, "examples", "multi-turn", "vllm_chat_shared.sq"))
+    d = json.loads(prog.model_dump_json(exclude_none=True))
+    hold = _first_with(d, "content")
+    hold["content"]["at"] = {"k": "obs", "fn": "used", "of": {"name": "llm"}}  # llm is a stage
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(SerqError) as info:
+        api.load_ir(str(p))
+    err = info.value
+    assert err.code == "L084" and "`llm`" in str(err)
+    assert (err.span.line, err.span.col) == (hold["at"]["line"], hold["at"]["col"])
+
+
+def _first_with(d, key):
+    """The first node that has `key`, depth first."""
+    if isinstance(d, dict):
+        if key in d and d[key] is not None and d.get("k") == "hold":
+            return d
+        d = list(d.values())
+    if isinstance(d, list):
+        for v in d:
+            got = _first_with(v, key)
+            if got is not None:
+                return got
+    return None

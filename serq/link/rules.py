@@ -12,10 +12,16 @@ from serq.link.names import STAGE_OBS
 
 
 def span_of(prog: I.Program, at: I.Loc | None) -> Span | None:
-    if at is None:
+    if not isinstance(at, I.Loc):
         return None
     f = prog.files[at.file] if at.file < len(prog.files) else "<ir>"
     return Span(f, at.line, at.col, at.end_line, at.end_col)
+
+
+def own_at(x, at):
+    """x's own place, else the enclosing one (a hold content's `at` is an expression, not a place)."""
+    loc = getattr(x, "at", None)
+    return loc if isinstance(loc, I.Loc) else at
 
 
 def expr_nodes(e):
@@ -428,7 +434,7 @@ def _targets(prog: I.Program, fail):
             if x.fn == "budget_left" and x.of.name not in steps:
                 fail("L084", f"`budget_left` reads a step engine; `{x.of.name}` is not one", at)
         elif isinstance(x, I.Node):
-            at = getattr(x, "at", None) or at
+            at = own_at(x, at)
             for k, v in x:
                 go(v, _TARGET_KIND.get(k), at)
         elif isinstance(x, list):
@@ -461,7 +467,7 @@ def _engine_reads(prog: I.Program, fail):
 
     def go(x, engine, at):
         if isinstance(x, I.Node):
-            at = getattr(x, "at", None) or at
+            at = own_at(x, at)
             k = getattr(x, "k", None)
             if k == "reg":
                 if x.stage not in regs:
@@ -516,8 +522,7 @@ def _register_reads(prog: I.Program, fail):
             return
         if not isinstance(x, I.Node):
             return
-        loc = getattr(x, "at", None)
-        at = loc if isinstance(loc, I.Loc) else at  # a hold content's `at` is an expression
+        at = own_at(x, at)
         if isinstance(x, I.Reg):
             if may is None:
                 fail("L083", f"the register `{x.stage}.{x.name}` is read only by its engine, the keys of a pool "

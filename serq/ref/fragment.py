@@ -42,8 +42,9 @@ class _Conv:
 
     def _at(self, node):
         at = getattr(node, "at", None)
-        if at is not None:
-            self.loc = at
+        if not isinstance(at, I.Loc):  # a hold content's `at` is an expression, not a place
+            return None
+        self.loc = at
         return at
 
     # -- constants
