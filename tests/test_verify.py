@@ -326,6 +326,38 @@ def test_a_replay_stops_where_its_claim_is_decided(tmp_path):
     assert why == "the timeout ran out replaying it" and time.process_time() - t < 3
 
 
+def test_a_first_look_out_of_time_with_trouble_looks_again(monkeypatch):
+    """The first look at values 0..1 has a tenth of the timeout. Where it ran out of that share
+    after a path past the fuel (trouble: no proof), verify gave up on every level, so the same
+    program's verdict turned on the machine's speed: FasterTransformer with prompts of 1e9 tokens
+    was unknown where its first look ran a little slower (it did under one PYTHONHASHSEED in three),
+    and a counterexample where it did not. The first look that ran out looks again with the whole
+    timeout. Made deterministic here: the first look runs out right after its first path past the
+    fuel."""
+    from serq.verify import search as S
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "examples", "papers", "li_dai_peng_fastertransformer.sq"), encoding="utf-8") as fh:
+        text = fh.read()
+    prog = api.load_text(text.replace("Size p = 4 + 10 * a;", "Size p = 4 + 1e9 * a;"), "ft.sq")
+    explore, calls = S.explore, []
+
+    def first_look_runs_out(fam, until, visit):
+        calls.append(fam.n)
+
+        def see(path):
+            stop = visit(path)
+            if len(calls) == 1 and not path.done:
+                raise S.Deadline(1)
+            return stop
+        return explore(fam, until, see)
+    monkeypatch.setattr(S, "explore", first_look_runs_out)
+    res = verify(prog, 2, 1, timeout=30)
+    assert len(calls) > 1
+    for name, verdict in (("work_conserving", "counterexample"), ("starved", "witnessed")):
+        v = res.claims[name]
+        assert (v.verdict, v.reason, v.iteration) == (verdict, None, 1), (name, v)
+
+
 def test_a_path_past_the_fuel_is_unknown(tmp_path, monkeypatch):
     """A path that has not ended when the fuel runs out may still fail or witness later: the claims
     it leaves undecided are unknown, with the path's workload."""
