@@ -382,3 +382,39 @@ def _first_with(d, key):
             if got is not None:
                 return got
     return None
+
+
+_NUM = lambda v: {"k": "num", "v": v}  # noqa: E731
+
+
+def _serve(d):
+    return next(x for x in d["stages"][0]["kind"]["iteration"] if x["k"] == "serve")
+
+
+@pytest.mark.parametrize("edit,code", [
+    (lambda d: d["stages"][0]["kind"].update(chunk=_NUM(-math.inf)), "L115"),
+    (lambda d: _serve(d).update(chunk=_NUM(-1.0)), "L115"),
+    (lambda d: _serve(d).update(chunk=_NUM(math.nan)), "L115"),
+    (lambda d: _serve(d).update(chunk={"k": "if", "c": {"k": "ctx", "name": "decoding"}, "a": _NUM(8.0),
+                                       "b": _NUM(-8.0)}), "L115"),
+    (lambda d: _serve(d).update(chunk={"k": "attr", "name": "n"}), "L114"),
+    (lambda d: _serve(d).update(chunk={"k": "fn", "name": "max", "args": [_NUM(0.0), _NUM(4.0)]}), "L114"),
+])
+def test_an_ir_each_at_most_is_as_the_linker_writes_it(tmp_path, edit, code):
+    # found by tools/fuzz.py (seed 32): an `each at most` of -inf with a granule ended in an internal
+    # error (OverflowError: floor of -inf); the linker refuses a cap at or below 0 and one that is
+    # not chosen among constants or max(k, e) (L114, L115), and so now does an IR file's check
+    d = _regs_ir()
+    d["stages"][0]["kind"]["granule"] = _NUM(4.0)
+    edit(d)
+    _refused(tmp_path, d, code)
+
+
+def test_an_ir_each_at_most_of_max_k_e_or_0_runs(tmp_path):
+    d = _regs_ir()
+    d["stages"][0]["kind"]["granule"] = _NUM(2.0)
+    _serve(d)["chunk"] = {"k": "fn", "name": "max", "args": [_NUM(4.0), {"k": "step", "name": "Ntok"}]}
+    d["stages"][0]["kind"]["chunk"] = _NUM(0.0)  # the IR's no cap
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(d))
+    assert Sim(api.load_ir(str(p)), Settings(horizon=20)).run()["sessions"]["completed"] > 0

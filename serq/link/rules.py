@@ -327,6 +327,35 @@ def granule_problem(v) -> str | None:
     return None
 
 
+def chunk_problem(e) -> tuple | None:
+    """An IR's `each at most` as the linker writes it (L114, L115): constants chosen by conditions,
+    or max(k, e) with k a constant above 0, so a computed cap stays above 0. 0 is the IR's no cap
+    (a step's default), as the kernel reads it. (code, message, place) or None."""
+    if e.k == "if":
+        return chunk_problem(e.a) or chunk_problem(e.b)
+    if e.k == "fn" and e.name == "max" and len(e.args) == 2:
+        k = const_value(e.args[0])
+        if k is not None and k > 0:
+            return None
+        return ("L114", "`each at most (max(k, e))` needs k a constant above 0, so that a computed cap stays "
+                "above 0", e.at)
+    v = const_value(e)
+    if v is None:
+        return ("L114", "`each at most` chooses among constants, or max(k, e) with k a constant above 0", e.at)
+    if v != 0 and not v > 0:
+        return ("L115", f"`each at most ({fmt(v)})`: a cap below 0 (0 is no cap)", e.at)
+    return None
+
+
+def _istmts(body):
+    """An iteration's statements, those in its branches too."""
+    for x in body:
+        yield x
+        if x.k == "branch":
+            yield from _istmts(x.then)
+            yield from _istmts(x.else_)
+
+
 def amount_problem(v, what) -> str | None:
     if v is not None and (math.isnan(v) or v < 0):
         return f"{what} is an amount, not negative and not NaN: this one is {fmt(v)}"
@@ -363,8 +392,13 @@ def check_values(prog: I.Program):
             need(fifo_servers_problem(const_value(kd.servers)), "L022", kd.servers.at, s.at)
         elif kd.k == "ps":
             need(ps_cap_problem(const_value(kd.phi)), "L026", kd.phi.at, s.at)
-        elif kd.k == "step" and kd.granule is not None:
-            need(granule_problem(const_value(kd.granule)), "L118", kd.granule.at, s.at)
+        elif kd.k == "step":
+            if kd.granule is not None:
+                need(granule_problem(const_value(kd.granule)), "L118", kd.granule.at, s.at)
+            for e in [kd.chunk] + [x.chunk for x in _istmts(kd.iteration or []) if getattr(x, "chunk", None)]:
+                bad = chunk_problem(e)
+                if bad is not None:
+                    fail(bad[0], bad[1], bad[2], e.at, s.at)
     for p in prog.pools:
         need(pool_cap_problem(const_value(p.cap)), "L241", p.cap.at, p.at)
         if p.block is not None:
