@@ -418,3 +418,71 @@ def test_an_ir_each_at_most_of_max_k_e_or_0_runs(tmp_path):
     p = tmp_path / "x.json"
     p.write_text(json.dumps(d))
     assert Sim(api.load_ir(str(p)), Settings(horizon=20)).run()["sessions"]["completed"] > 0
+
+
+_MOMENTS = """fn main() {
+  device gpu { kv cap 1000; }
+  engine llm on gpu {
+    reqs cap 4; tokens cap 8;
+    request (p) { prefill (p) growing kv; }
+    schedule { advance running; admit waiting while (running.preempted == 0) taking reqs (1), kv (1); }
+    execute (1);
+  }
+  pool kv on gpu { block 1; }
+  pool reqs on llm { queue fifo; }
+  pool slots[2] { cap 3; }
+  stage cpu : ps(1);
+  workload { arrive poisson(1); turn { Size n = 10; } }
+  server { hold slots[0] (cost(slots, 1)) { run cpu (cost(cpu, 0.1)); } llm (n); observe got = n; }
+  gauge g = used(kv);
+  claim fine: at end (count(got) >= 0);
+}"""
+
+_BUSY = {"k": "obs", "fn": "busy", "of": {"name": "cpu"}}
+_LEFT = {"k": "obs", "fn": "budget_left", "of": {"name": "llm"}}
+_DRAW = {"k": "draw", "dist": "exp", "args": [{"k": "num", "v": 1.0}]}
+_AGG = {"k": "agg", "fn": "count", "name": "got"}
+
+
+def _moments_ir():
+    return json.loads(api.load_text(_MOMENTS, "t.sq").model_dump_json(exclude_none=True))
+
+
+def _stage(d, name):
+    return next(s for s in d["stages"] if s["name"] == name)
+
+
+@pytest.mark.parametrize("edit,code", [
+    (lambda d: _stage(d, "cpu")["kind"].update(phi=dict(_BUSY)), "L077"),       # a ps capacity reads none
+    (lambda d: _stage(d, "llm")["kind"].update(budget=dict(_LEFT)), "L077"),    # the tokens cap: none
+    (lambda d: d["workload"]["turn"][0].update(e=dict(_LEFT)), "L077"),         # budget_left: not a session's
+    (lambda d: d["gauges"][0].update(e={"k": "obs", "fn": "work", "of": {"name": "cpu"}}), "L077"),
+    (lambda d: d["server"][0]["pools"][0]["pool"].update(index=dict(_DRAW)), "L081"),  # an index
+    (lambda d: d["server"][0]["pools"][0].update(units=dict(_DRAW)), "L081"),   # a header
+    (lambda d: d["gauges"][0].update(e=dict(_DRAW)), "L081"),
+    (lambda d: _stage(d, "llm")["kind"].update(budget=dict(_DRAW)), "L081"),
+    (lambda d: d["gauges"][0].update(e=dict(_AGG)), "L077"),                    # aggregates: at end only
+    (lambda d: d["server"][2].update(e=dict(_AGG)), "L077"),
+])
+def test_an_ir_reads_in_each_place_what_its_moment_allows(tmp_path, edit, code):
+    # found by probing every expression of the fuzz programs' IR with every observable, a draw and an
+    # aggregate: an observable in a ps capacity (KeyError), budget_left in a tokens cap (RecursionError)
+    # and a draw in a hold's index (AttributeError) ended in internal errors; the linker's moments
+    # refuse each (serq/link/names.py), and so now does an IR file's check
+    d = _moments_ir()
+    edit(d)
+    _refused(tmp_path, d, code)
+
+
+def test_an_ir_with_reads_in_their_moments_runs(tmp_path):
+    d = _moments_ir()
+    d["pools"][0]["evict"] = {"k": "by", "keys": [dict(_DRAW)]}                 # an eviction key draws
+    d["pools"][1]["queue"] = {"k": "by", "keys": [{"k": "obs", "fn": "used", "of": {"name": "kv"}}]}
+    hold = next(s for s in d["server"] if s["k"] == "hold" and s["pools"][0]["pool"]["name"] == "reqs")
+    hold["pools"][0]["units"] = {"k": "bin", "op": "+", "l": {"k": "num", "v": 1.0},
+                                 "r": {"k": "bin", "op": "*", "l": {"k": "num", "v": 0.0}, "r": dict(_LEFT)}}
+    d["workload"]["turn"].append({"k": "set", "name": "q", "e": dict(_BUSY)})    # a session reads busy
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps(d))
+    rep = Sim(api.load_ir(str(p)), Settings(horizon=20)).run()
+    assert rep["sessions"]["completed"] > 0 and rep["gauges"]["g"]["max"] > 0

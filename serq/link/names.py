@@ -82,6 +82,7 @@ PREEMPT_KEY = Moment("a preemption key", ctx=F({"decoding", "admission", "remain
                                       "running.kv_prefill"}), registers=True)
 SPILL = Moment("a spill clause", ctx=F({"now"}), attrs=True, hidden=True, draws=True)
 CAP = Moment("a pool's capacity")
+INDEX = Moment("an index", attrs=True)  # a held, grown, loaded, released or leased pool's member
 STAGE_COUNT = Moment("a fifo's servers")
 
 

@@ -17,7 +17,7 @@ from serq.link.exprs import ExprLinker, Tables, const_value, same_target
 from serq.link import rules as R
 from serq.link.rules import attrs_read, check_program
 
-INDEX = N.Moment("an index", attrs=True)
+INDEX = N.INDEX
 AMOUNT_MAX = 1e18
 
 

@@ -8,6 +8,7 @@ from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
 from serq.lang.lower.constants import fmt, whole
 from serq.link.exprs import const_value
+from serq.link import names as N
 from serq.link.names import STAGE_OBS
 
 
@@ -406,6 +407,7 @@ def check_values(prog: I.Program):
     _engine_reads(prog, fail)  # the engines first: the linker joins pools to them before any use
     _targets(prog, fail)
     _arities(prog, fail)
+    _moment_reads(prog, fail)
     kinds = {s.name: s.kind for s in prog.stages}
     blocks = [prog.server, prog.workload.init, prog.workload.turn, prog.workload.session or []]
     for b in blocks:
@@ -593,6 +595,117 @@ def _register_reads(prog: I.Program, fail):
         for _, v in x:
             go(v, may, at)
     go(prog, None, None)
+
+
+def _moment_reads(prog: I.Program, fail):
+    """What each place of an IR file may read, as the linker's moments say (serq/link/names.py):
+    an observable only where its moment reads it (L077: none in a ps capacity or an engine's
+    tokens cap, budget_left only in a header or a queue key, ...), a draw only where a moment draws
+    (L081: a session's statements, an eviction key, a spill, a ps capacity, `execute`, a renewal
+    gap), an aggregate only in a claim at end (L077). The interpreter builds each place's reader
+    for what its moment allows: an observable read before the resources exist, a draw with no
+    stream, a tokens cap that reads the budget it sets ended in internal errors."""
+    sess = N.SESSION
+    choose = N.Moment("a choose key", obs=N.ALL_OBS - {"budget_left"})
+
+    def expr(e, m):
+        if isinstance(e, list):
+            for x in e:
+                expr(x, m)
+            return
+        if not isinstance(e, I.Node):
+            return
+        k = getattr(e, "k", None)
+        if k == "obs" and e.fn != "blocksize" and e.fn not in m.obs:
+            fail("L077", f"`{e.fn}(…)` is not read in {m.name}", e.at)
+        elif k == "draw" and not m.draws:
+            fail("L081", f"{m.name} may not draw: sample into an attribute first", e.at)
+        elif k == "agg" and not m.end_aggs:
+            fail("L077", f"`{e.fn}(…)` is read only in a claim at end", e.at)
+        for _, v in e:
+            if isinstance(v, (I.Node, list)):
+                expr(v, m)
+
+    def stmts(body):
+        for s in body or ():
+            k = s.k
+            if k == "hold":
+                for hp in s.pools:
+                    expr(hp.pool, N.INDEX)
+                    expr([hp.units, hp.reserve], N.HEADER)
+                expr(s.reuse, N.HEADER)
+                expr(s.cache, N.CACHE)
+                expr(s.content, N.CONTENT)
+                if s.lease is not None:
+                    expr(s.lease.pool, N.INDEX)
+                    expr(s.lease.duration, N.LEASE)
+                stmts(s.body)
+            elif k in ("grow", "load", "drop", "release"):
+                expr(s.pool, N.INDEX)
+                expr(getattr(s, "e", None), sess)
+            elif k == "choose":
+                expr(s.n, sess)
+                expr(s.keys, choose)
+            elif k == "branch":
+                expr(s.cond, sess)
+                stmts(s.then)
+                stmts(s.else_)
+            elif k in ("while", "loop", "fork"):
+                expr(getattr(s, "cond", None), sess)
+                stmts(s.body)
+            else:  # set, observe, run (its stages, work, growing), turn, join, end
+                for _, v in s:
+                    expr(v, sess)
+
+    def istmts(body, name):
+        for s in body or ():
+            key, sched, chunk = (N.engine_moment(w, name) for w in ("key", "schedule", "chunk"))
+            if s.k == "serve":
+                expr(s.only, key)
+                expr(s.order, key)
+                expr(s.chunk, chunk)
+            elif s.k == "admit":
+                expr(s.only, key)
+                expr(s.gate, sched)
+                expr(s.chunk, chunk)
+            elif s.k == "branch":
+                expr(s.cond, sched)
+                istmts(s.then, name)
+                istmts(s.else_, name)
+            else:
+                expr(s.e, sched)
+
+    for p in prog.pools:
+        expr([p.cap, p.block], N.CAP)
+        expr(p.evict, N.EVICT_KEY)
+        expr(p.preempt, N.PREEMPT_KEY)
+        expr(p.queue, N.QUEUE_KEY)
+        expr(p.spill, N.SPILL)
+    for st in prog.stages:
+        kd = st.kind
+        if kd.k == "fifo":
+            expr(kd.servers, N.STAGE_COUNT)
+        elif kd.k == "ps":
+            expr(kd.phi, N.PS_CAP)
+        elif kd.k == "step":
+            em = lambda w: N.engine_moment(w, st.name)  # noqa: E731
+            expr(kd.budget, em("tokens"))
+            expr(kd.chunk, em("chunk"))
+            expr(kd.granule, em("granule"))
+            expr(kd.serve, em("key"))
+            istmts(kd.iteration, st.name)
+            expr(kd.cost, em("execute"))
+            expr([r.init for r in kd.registers], em("register"))
+    arr = prog.workload.arrive
+    expr(getattr(arr, "rate", None), N.CONST)
+    expr(getattr(arr, "gap", None), N.Moment("an arrival law", draws=True))
+    for b in (prog.workload.init, prog.workload.turn, prog.workload.session, prog.server):
+        stmts(b)
+    for g in prog.gauges:
+        expr(g.e, N.GAUGE)
+    for c in prog.claims:
+        expr([c.stage, c.e], N.CLAIM_END if c.form == "end" else N.CLAIM_ITER)
+        expr(c.given, N.GIVEN)
 
 
 def _arities(node, fail):
