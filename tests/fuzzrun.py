@@ -127,11 +127,14 @@ def _expr_paths(node, path=()):
 
 def _probes(ir: dict) -> list:
     """Expressions that read the program's own resources and engines: every observable of every pool
-    and stage (member 0 of an array), every engine value, every register, every context variable."""
+    and stage (member 0 of an array), every engine value, every register, every context variable;
+    a draw and an aggregate."""
     def dicts(v):  # an earlier mutation may have retyped any of these
         return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
 
     out = [{"k": "ctx", "name": n} for n in _CTX]
+    # a draw and an aggregate, which only some moments read (L081, L077)
+    out += [{"k": "draw", "dist": "exp", "args": [{"k": "num", "v": 1.0}]}, {"k": "agg", "fn": "count", "name": "response"}]
     out += [{"k": "step", "name": n, "batch": b} for n in _STEP for b in (False, True)]
     for st in dicts(ir.get("stages")):
         kind = st.get("kind") if isinstance(st.get("kind"), dict) else {}
