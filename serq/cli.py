@@ -81,6 +81,25 @@ def _number(text: str, what: str) -> float:
     return v
 
 
+def seed_value(text) -> int:
+    """A seed as written: an integer literal exactly (any size), else a number that is a whole
+    number below 2^53, where a float is exact (1e30 is 1000000000000000019884624838656, not the
+    seed the user wrote, and two seeds written alike would be one)."""
+    t = str(text).strip()
+    try:
+        v = int(t, 10)
+    except ValueError:
+        sv = _number(t, "--seed")
+        if not whole(sv):
+            raise UsageError("--seed is a nonnegative integer") from None
+        if sv >= 2 ** 53:
+            raise UsageError(f"--seed {t} is beyond 2^53 as a number: write it as an integer (digits)") from None
+        v = int(sv)
+    if v < 0:
+        raise UsageError("--seed is a nonnegative integer")
+    return v
+
+
 def _binding(text: str) -> tuple[str, float]:
     if "=" not in text:
         raise UsageError(f"an input is NAME=VALUE, not {text!r}")
@@ -190,10 +209,7 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
     seed = flag("seed")
     s = {}
     if seed is not None:
-        sv = _number(str(seed), "--seed")
-        if not whole(sv):
-            raise UsageError("--seed is a nonnegative integer")
-        s["seed"] = int(sv)
+        s["seed"] = seed_value(seed)
     hz = flag("horizon")
     if hz is not None:
         hv = _number(str(hz), "--horizon")

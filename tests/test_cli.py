@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from serq import api
 from serq.ir import model as I
 
 from helpers import MINIMAL
@@ -189,6 +190,25 @@ def test_ir_forms_and_precedence(capsys, progk):
     # settings: a flag wins over the instance file, a default included
     assert _ir(capsys, f, "--instance", inst, "--seed", "1", "--warmup", "0", "--horizon", "10",
                "--arrivals", "1") == (4, (1, 10, 0, 1))
+
+
+def test_a_seed_is_the_integer_written(capsys, progk, tmp_path):
+    # `--seed 99999999999999999999999` ran as 99999999999999991611392 (read as a float): a seed is
+    # the integer written, any size; a number in float notation only below 2^53, where it is exact
+    f, _ = progk
+    for text, seed in (("99999999999999999999999", 99999999999999999999999), ("1e3", 1000), (" 7 ", 7),
+                       ("18446744073709551617", 2 ** 64 + 1)):
+        assert _ir(capsys, f, "--seed", text)[1][0] == seed
+    for text in ("1e30", "9.007199254740993e15", "-2", "1.5"):
+        rc, _, err = cli(capsys, "ir", f, "--seed", text)
+        assert rc == 2 and "--seed" in err, (text, err)
+    inst = tmp_path / "big.json"
+    inst.write_text('{"seed": 123456789012345678901234567890}')
+    assert _ir(capsys, f, "--instance", str(inst))[1][0] == 123456789012345678901234567890
+    # two seeds that differ beyond a float's precision draw differently
+    a = api.run(api.load(f), I.Settings(seed=2 ** 64 + 1, horizon=50))
+    b = api.run(api.load(f), I.Settings(seed=2 ** 64 + 2, horizon=50))
+    assert a["sessions"] != b["sessions"] or a["client"] != b["client"]
 
 
 def test_ir_schema_form(capsys):

@@ -602,8 +602,7 @@ def command(args) -> int:
     import json
     import os
 
-    from serq.cli import _number, _out, _say, settings_from
-    from serq.lang.lower.constants import whole
+    from serq.cli import _number, _out, _say, seed_value, settings_from
     from serq.lang.lower.inputs import UsageError
     try:
         import numpy  # noqa: F401
@@ -617,10 +616,7 @@ def command(args) -> int:
         raise UsageError(f"--holdout is a fraction from 0 below 1, not {args.holdout}")
     seed = 1
     if args.seed is not None:
-        sv = _number(args.seed, "--seed")
-        if not whole(sv):
-            raise UsageError("--seed is a nonnegative integer")
-        seed = int(sv)
+        seed = seed_value(args.seed)
     from serq.api import parse_instance
     inst = parse_instance(args.instance) if args.instance else {}
     supplied, _ = settings_from(args, inst)
