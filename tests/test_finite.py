@@ -486,3 +486,23 @@ def test_an_ir_with_reads_in_their_moments_runs(tmp_path):
     p.write_text(json.dumps(d))
     rep = Sim(api.load_ir(str(p)), Settings(horizon=20)).run()
     assert rep["sessions"]["completed"] > 0 and rep["gauges"]["g"]["max"] > 0
+
+
+def _vllm_tool_run(d):
+    """vllm.sq's `tool (…)`: a run on the ps stage `tool` in the session's loop."""
+    return d["workload"]["session"][1]["body"][1]
+
+
+@pytest.mark.parametrize("edit", [
+    lambda r: r["stages"][0].update(name="vllm"),                                # an engine, no mode
+    lambda r: r.update(mode="decode"),                                          # a mode on a ps stage
+    lambda r: r.update(mode="prefill", stages=[{"name": "vllm"}, {"name": "tool"}]),  # an engine and more
+])
+def test_an_ir_run_on_an_engine_names_it_alone_with_its_mode(tmp_path, edit):
+    # found by probing the IR's names (vllm.sq's tool run renamed to its engine): an internal error
+    # (AttributeError: 'Engine' object has no attribute 'alone'), where the linker says L089
+    d = json.loads(api.load(os.path.join(ROOT, "examples", "multi-turn", "vllm.sq")).model_dump_json(exclude_none=True))
+    r = _vllm_tool_run(d)
+    assert r["k"] == "run" and r["stages"] == [{"name": "tool"}]
+    edit(r)
+    _refused(tmp_path, d, "L089")

@@ -420,6 +420,14 @@ def check_values(prog: I.Program):
                             fail("L082", f"`~{x.dist}`: {bad}", x.at, s.at)
             if s.k == "run":
                 need(amount_problem(const_value(s.work), "a run's work"), "L093", s.work.at, s.at)
+                steps = [t.name for t in s.stages if getattr(kinds.get(t.name), "k", None) == "step"]
+                if steps and len(s.stages) > 1:
+                    fail("L089", "a run on a step engine names that engine alone", s.at)
+                if steps and s.mode is None:
+                    fail("L089", f"a run on engine `{steps[0]}` says its mode, prefill or decode", s.at)
+                if not steps and s.mode is not None:
+                    fail("L089", f"`{s.mode}` is the mode of a run on a step engine; `{s.stages[0].name}` is not one",
+                         s.at)
                 if len(s.stages) > 1:
                     for t in s.stages:
                         kd = kinds.get(t.name)
