@@ -396,7 +396,8 @@ def check_values(prog: I.Program):
         elif kd.k == "step":
             if kd.granule is not None:
                 need(granule_problem(const_value(kd.granule)), "L118", kd.granule.at, s.at)
-            for e in [kd.chunk] + [x.chunk for x in _istmts(kd.iteration or []) if getattr(x, "chunk", None)]:
+            chunks = [x.chunk for x in _istmts(kd.iteration or []) if getattr(x, "chunk", None) is not None]
+            for e in [kd.chunk] + chunks:
                 bad = chunk_problem(e)
                 if bad is not None:
                     fail(bad[0], bad[1], bad[2], e.at, s.at)
