@@ -3,6 +3,7 @@ table of rules): loops let time pass, the hidden rule, the lints, holds' indices
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
@@ -542,68 +543,6 @@ def _engine_reads(prog: I.Program, fail):
             for v in x.values():
                 go(v, engine, at)
     go(prog, False, None)
-    _register_reads(prog, fail)
-
-
-_ANY = "*"  # a gauge or a claim over iterations reads any engine's registers
-
-
-def _register_reads(prog: I.Program, fail):
-    """Where an IR file reads a register: only in its engine's clauses (not its granule nor a
-    register's initial value), the queue keys of a pool it admits, the preemption keys of its
-    memory, the header (units, reserve, reuse) of a hold whose first pool it admits, a gauge and a
-    claim over iterations (the reference's *Engine*; the linker's moments, serq/link/names.py, L083).
-    Elsewhere no engine's iteration has a register to give."""
-    admitted = {p.name: p.admit_via for p in prog.pools}
-
-    def go(x, may, at):
-        if isinstance(x, list):
-            for v in x:
-                go(v, may, at)
-            return
-        if isinstance(x, dict):
-            for v in x.values():
-                go(v, may, at)
-            return
-        if not isinstance(x, I.Node):
-            return
-        at = own_at(x, at)
-        if isinstance(x, I.Reg):
-            if may is None:
-                fail("L083", f"the register `{x.stage}.{x.name}` is read only by its engine, the keys of a pool "
-                     "it admits, the header of a hold whose first pool it admits, a gauge or a claim over "
-                     "iterations", at)
-            elif may != _ANY and may != x.stage:
-                fail("L083", f"a register is read only by its engine: `{x.stage}.{x.name}` is `{x.stage}`'s, "
-                     f"read here for `{may}`", at)
-            return
-        if isinstance(x, I.Stage):
-            step = x.kind.k == "step"
-            for name, v in x.kind:
-                go(v, x.name if step and name not in ("granule", "registers") else None, at)
-            return
-        if isinstance(x, I.Pool):
-            for name, v in x:
-                go(v, x.admit_via if name == "queue" else x.memory if name == "preempt" else None, at)
-            return
-        if isinstance(x, I.Gauge):
-            go(x.e, _ANY, at)
-            return
-        if isinstance(x, I.Claim):
-            go(x.e, _ANY if x.stage is not None else None, at)
-            go(x.given, None, at)
-            return
-        if isinstance(x, I.Hold):
-            via = admitted.get(x.pools[0].pool.name) if x.pools else None
-            for hp in x.pools:
-                go(hp.pool, None, at)
-                go([hp.units, hp.reserve], via, at)
-            go(x.reuse, via, at)
-            go([x.body, x.cache, x.content, x.lease], None, at)
-            return
-        for _, v in x:
-            go(v, may, at)
-    go(prog, None, None)
 
 
 def _moment_reads(prog: I.Program, fail):
@@ -611,11 +550,19 @@ def _moment_reads(prog: I.Program, fail):
     an observable only where its moment reads it (L077: none in a ps capacity or an engine's
     tokens cap, budget_left only in a header or a queue key, ...), a draw only where a moment draws
     (L081: a session's statements, an eviction key, a spill, a ps capacity, `execute`, a renewal
-    gap), an aggregate only in a claim at end (L077). The interpreter builds each place's reader
-    for what its moment allows: an observable read before the resources exist, a draw with no
-    stream, a tokens cap that reads the budget it sets ended in internal errors."""
+    gap), an aggregate only in a claim at end (L077), a register only where the reference's
+    *Engine* allows (L083: its engine's clauses but not its granule or a register's initial
+    value, the queue keys of a pool it admits, its memory's preemption keys, the header of a hold
+    whose first pool it admits, a gauge, a claim over iterations). The interpreter builds each
+    place's reader for what its moment allows: an observable read before the resources exist, a
+    draw with no stream, a tokens cap that reads the budget it sets ended in internal errors, and
+    a register read in a session's statement ran with member 0's."""
     sess = N.SESSION
     choose = N.Moment("a choose key", obs=N.ALL_OBS - {"budget_left"})
+    admitted = {p.name: p.admit_via for p in prog.pools}
+
+    def of(m, engine):  # the moment at a place an engine's registers reach, as the linker builds it
+        return replace(m, registers=engine is not None, engine=engine)
 
     def expr(e, m):
         if isinstance(e, list):
@@ -631,6 +578,10 @@ def _moment_reads(prog: I.Program, fail):
             fail("L081", f"{m.name} may not draw: sample into an attribute first", e.at)
         elif k == "agg" and not m.end_aggs:
             fail("L077", f"`{e.fn}(…)` is read only in a claim at end", e.at)
+        elif k == "reg" and not m.registers:
+            fail("L083", f"the register `{e.stage}.{e.name}` is not read in {m.name}", e.at)
+        elif k == "reg" and m.engine is not None and m.engine != e.stage:
+            fail("L083", f"a register is read only by its engine: `{e.stage}.{e.name}` is `{e.stage}`'s", e.at)
         for _, v in e:
             if isinstance(v, (I.Node, list)):
                 expr(v, m)
@@ -639,10 +590,11 @@ def _moment_reads(prog: I.Program, fail):
         for s in body or ():
             k = s.k
             if k == "hold":
+                header = of(N.HEADER, admitted.get(s.pools[0].pool.name) if s.pools else None)
                 for hp in s.pools:
                     expr(hp.pool, N.INDEX)
-                    expr([hp.units, hp.reserve], N.HEADER)
-                expr(s.reuse, N.HEADER)
+                    expr([hp.units, hp.reserve], header)
+                expr(s.reuse, header)
                 expr(s.cache, N.CACHE)
                 expr(s.content, N.CONTENT)
                 if s.lease is not None:
@@ -687,8 +639,8 @@ def _moment_reads(prog: I.Program, fail):
     for p in prog.pools:
         expr([p.cap, p.block], N.CAP)
         expr(p.evict, N.EVICT_KEY)
-        expr(p.preempt, N.PREEMPT_KEY)
-        expr(p.queue, N.QUEUE_KEY)
+        expr(p.preempt, of(N.PREEMPT_KEY, p.memory))
+        expr(p.queue, of(N.QUEUE_KEY, p.admit_via))
         expr(p.spill, N.SPILL)
     for st in prog.stages:
         kd = st.kind
