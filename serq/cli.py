@@ -296,9 +296,17 @@ def _bound(args) -> tuple:
 
 def _verify(args, prog) -> int:
     """Each claim's verdict within the bound; the workloads of its counterexamples and witnesses."""
-    from serq.verify import verify
-    from serq.verify.output import as_json, as_text, write_workloads
-    res = verify(prog, *_bound(args))
+    from serq.verify import Disagreement, verify
+    from serq.verify.output import as_json, as_text, write_disagreement, write_workloads
+    try:
+        res = verify(prog, *_bound(args))
+    except Disagreement as d:  # one semantics read two ways: serQ's bug, with what shows it
+        try:
+            path = write_disagreement(d, args.file, args.out)
+        except OSError as exc:
+            path = f"(not written: {exc.strerror or exc})"
+        _say(f"serq: internal error: {d} (a bug in serQ); the workload: {path}")
+        return 3
     run_args = [x for b in args.set + args.rest for x in ("--set", b)]
     if args.instance:
         run_args += ["--instance", args.instance]

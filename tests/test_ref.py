@@ -89,12 +89,29 @@ def test_three_requests_by_hand():
     assert (res.claims["fast"].status, res.claims["fast"].at) == ("held", 4)
 
 
-def test_natural_arithmetic():
-    assert X.eval_bin("-", 2, 5) == 0          # a subtraction stops at 0
-    assert X.eval_bin("/", 7, 2) == 3          # floor division
+def test_natural_arithmetic_is_the_interpreters_or_refused():
+    """Where the interpreter's value is no natural the kernel refuses (F016), never rounds: a
+    difference below 0, a quotient that is not whole, a division by 0 (docs/lean.md)."""
+    assert X.eval_bin("-", 5, 2) == 3 and X.eval_bin("/", 8, 2) == 4 and X.eval_bin("%", 7, 2) == 1
     assert X.eval_fn("reusable", [33, 16]) == 32 and X.eval_fn("reusable", [32, 16]) == 16
+    for op, l, r in (("-", 2, 5), ("/", 7, 2), ("/", 1, 0), ("%", 1, 0)):
+        with pytest.raises(X.KernelError) as info:
+            X.eval_bin(op, l, r)
+        assert info.value.code == "F016"
+
+
+@pytest.mark.parametrize("fn", ["floor", "ceil", "round"])
+def test_a_rounded_quotient_is_exact(fn):
+    """floor, ceil and round (halves up) of `a / b` are the interpreter's, computed from a and b."""
+    from serq.lang.lower.constants import FUNCS
+    p = ref.convert(api.load(THREE))
+    m = X.initial(p, ref.workload(p, 1, draws=[[0, 0]]))
+    for a in range(0, 30):
+        for b in range(1, 9):
+            e = ref.ir.Fn(fn, (ref.ir.Bin("/", ref.ir.Num(a), ref.ir.Num(b)),))
+            assert X.eval_expr(p, m, X.Env(), e) == FUNCS[fn][2](a / b), (fn, a, b)
     with pytest.raises(X.KernelError):
-        X.eval_bin("/", 1, 0)
+        X.eval_expr(p, m, X.Env(), ref.ir.Fn(fn, (ref.ir.Bin("/", ref.ir.Num(1), ref.ir.Num(0)),)))
 
 
 RESULTS = sorted(glob.glob(os.path.join(ROOT, "tools", "oracle", "results", "*.json")))

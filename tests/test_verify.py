@@ -243,7 +243,8 @@ def test_bad_input(tmp_path, capsys):
 
 
 def test_a_run_error_is_unknown_never_a_guess(tmp_path):
-    """A drawn 0 divides by 0 (R007): the claim cannot be proved on that workload, nor refuted."""
+    """A drawn 0 divides by 0 (inf to the interpreter, refused by the kernel: F016): the claim
+    cannot be proved on that workload, nor refuted."""
     prog = api.load(program(tmp_path, ENGINE + """
   workload { arrive batch(1); turn { Size n = ~det(1); } }
   server { llm (1, 2 / n); }
@@ -253,7 +254,7 @@ def test_a_run_error_is_unknown_never_a_guess(tmp_path):
     res = verify(prog, 1, 2, timeout=60)
     for name in ("budget", "over"):
         assert res.claims[name].verdict == "unknown"
-        assert "R007" in res.claims[name].reason and "'draws': [0]" in res.claims[name].reason
+        assert "F016" in res.claims[name].reason and "'draws': [0]" in res.claims[name].reason
 
 
 def test_a_trace_gives_the_rows(tmp_path):
@@ -280,8 +281,8 @@ def test_a_trace_gives_the_rows(tmp_path):
 
 
 def test_the_named_workload_replays_through_the_interpreter(tmp_path):
-    """`n - 1` is 0 on the kernel for a drawn 0 and R007 in the interpreter: verify names a witness
-    the interpreter replays (n > 0), not the first one the search meets (all zeros)."""
+    """`n - 1` for a drawn 0 is below 0 (R007 in the interpreter, refused by the kernel): verify
+    names a witness the interpreter replays (n > 0)."""
     prog = api.load(program(tmp_path, ENGINE + """
   workload { arrive batch(1); turn { Size n = ~det(1); } }
   server { llm (1, n - 1); }
@@ -443,3 +444,80 @@ def test_a_scheduling_program_agrees_with_enumeration(tmp_path, arrive, sessions
     got = {k: v.verdict for k, v in res.claims.items()}
     assert got == expected(res.prog, sessions, values, 3)
     assert {"proved", "witnessed"} <= set(got.values())
+
+
+def test_a_quotient_is_never_floored(tmp_path):
+    """Issue 26's first two cases. `total(done) / count(done) <= 3` was `proved` by flooring 7/2 to
+    3, where the simulator's mean of two completions is 3.5: the kernel now refuses a quotient that
+    is not whole (F016), so the claim is `unknown` with the workload, never proved. `ceil(p / 4)`
+    is computed exactly: a claim on it is decided as the interpreter reads it."""
+    prog = api.load(program(tmp_path, ENGINE + """
+  workload { arrive batch(2); turn { Size p = ~det(2); } }
+  server { llm (p + 1, 1); observe done = now; observe alone = ceil(p / 4) + 1; }
+  claim mean_le: at end (total(done) / count(done) <= 3);
+  claim alone_le: at end (largest(alone) <= 1);
+""", "mean.sq"))
+    res = verify(prog, 2, 4, timeout=60)
+    v = res.claims["mean_le"]
+    assert v.verdict == "unknown" and "F016" in v.reason and "is not a whole number" in v.reason
+    w = res.claims["alone_le"]  # p = 1 gives ceil(1/4) + 1 = 2 (floor would give 1: held)
+    assert w.verdict == "counterexample" and w.reason is None
+    assert max(s["draws"][0] for s in w.workload["sessions"]) >= 1
+    assert api.run(prog, None, None, w.workload)["claims"]["alone_le"]["status"] == "failed"
+
+
+def test_a_disagreement_is_a_bug_said_with_its_workload(tmp_path, monkeypatch, capsys):
+    """A deciding workload the interpreter replays otherwise is never named as a counterexample:
+    it is a bug of serQ, exit 3, with the workload written (driven in: the kernel's `<=` made `<`)."""
+    from serq.ref import exec as X
+    path = program(tmp_path, FLAT.replace("tokens <= 4", "tokens <= 2"), "dis.sq")
+    tests = dict(X._TESTS)
+    tests["<="] = lambda l, r: l < r
+    monkeypatch.setattr(X, "_TESTS", tests)
+    out = os.path.join(tmp_path, "w")
+    assert main(["verify", path, "--sessions", "1", "--values", "1", "--out", out]) == 3
+    err = capsys.readouterr().err
+    assert "a bug in serQ" in err and "claim budget" in err and "interpreter reports held" in err
+    with open(os.path.join(out, "dis.budget.disagreement.workload.json"), encoding="utf-8") as fh:
+        body = json.load(fh)
+    assert body["claim"] == "budget" and body["sessions"] and body["kernel"].startswith("failed")
+
+
+DEADLOCK = """
+  device gpu { kv cap 8; }
+  engine llm on gpu {
+    reqs cap 4;
+    tokens cap 8;
+    request (prompt, o) { prefill (prompt) growing kv; decode (o) growing kv; }
+    schedule { advance running; admit waiting while (running.preempted == 0) taking reqs (1), kv (1); }
+    execute (1);
+  }
+  pool kv on gpu { preempt none; }
+  pool reqs on llm { queue fifo; }
+  workload { arrive batch(2); turn { Size p = ~det(2); } }
+  server { observe asked = 1; llm (p + 1, 4); observe answered = 1; }
+  claim all_answered: at end (count(answered) == count(asked));
+"""
+
+
+def test_a_path_that_never_ends_is_named(tmp_path, capsys):
+    """Issue 26's fourth case: growing KV under `preempt none`, where two sessions can deadlock. The
+    claim at end holds on every path that ends (`proved`), and the report names the first workload
+    whose path does not, which the interpreter replays to a run with both sessions live; a claim
+    whose every path ended says so (`unended` null)."""
+    path = program(tmp_path, DEADLOCK, "dl.sq")
+    out = os.path.join(tmp_path, "w")
+    assert main(["verify", path, "--sessions", "2", "--values", "4", "--out", out, "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)["claims"]["all_answered"]
+    assert c["verdict"] == "proved" and c["unended"] is not None and "deadlock" in c["unended"]["why"]
+    assert c["unended"]["replay"][:3] == ["serq", "run", path]
+    with open(c["unended"]["workload"], encoding="utf-8") as fh:
+        wl = json.load(fh)
+    rep = api.run(api.load(path), None, None, wl)
+    assert rep["claims"]["all_answered"]["status"] == "not_evaluated" and rep["sessions"]["live_at_end"] == 2
+    assert main(["verify", path, "--sessions", "2", "--values", "4", "--out", out]) == 0
+    assert "a path does not end" in capsys.readouterr().out
+    one = program(tmp_path, DEADLOCK.replace("kv cap 8", "kv cap 64"), "roomy.sq")
+    assert main(["verify", one, "--sessions", "2", "--values", "4", "--out", out, "--json"]) == 0
+    c = json.loads(capsys.readouterr().out)["claims"]["all_answered"]
+    assert c["verdict"] == "proved" and c["unended"] is None

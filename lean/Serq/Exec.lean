@@ -6,9 +6,11 @@ import Serq.IR
 A machine and its step, definition for definition the Python reference kernel
 `serq/ref/exec.py` (docs/lean.md has the table of twins). Every definition is total: recursion
 is structural (on a list or an expression) or on an explicit `fuel`, so `decide` can evaluate a
-run. Numbers are naturals: `-` stops at 0 and `/` is floor division (the reference's *Amounts and
-indices*). `Option` is the result where the program may fail at run time (an attribute read
-before it is set, a guard that is not 0 or 1) or the fuel may run out: `none`.
+run. Numbers are naturals, and where the interpreter's arithmetic would leave them the run fails
+(`none`) rather than round: a difference below 0, a quotient that is not whole, a division by 0;
+`floor`, `ceil` and `round` of a quotient are exact (the reference's *Amounts and indices*).
+`Option` is the result where the program may fail at run time (an attribute read before it is
+set, a guard that is not 0 or 1) or the fuel may run out: `none`.
 
 Orders follow the reference's *Ties*: events by time then the order they were scheduled,
 sessions in the order they became ready, an engine's iteration starting once no other event is
@@ -259,9 +261,9 @@ def evalBin (op : BinOp) (l r : Nat) : Option Nat :=
   let b (x : Bool) : Option Nat := some (if x then 1 else 0)
   match op with
   | .add => some (l + r)
-  | .sub => some (l - r)
+  | .sub => if r > l then none else some (l - r)
   | .mul => some (l * r)
-  | .div => if r == 0 then none else some (l / r)
+  | .div => if r == 0 || l % r != 0 then none else some (l / r)
   | .mod => if r == 0 then none else some (l % r)
   | .eq => b (l == r)
   | .ne => b (l != r)
@@ -271,6 +273,16 @@ def evalBin (op : BinOp) (l r : Nat) : Option Nat :=
   | .ge => b (l ≥ r)
   | .and => b (l != 0 && r != 0)
   | .or => b (l != 0 || r != 0)
+
+/-- `floor`, `ceil` and `round` (halves up) of the quotient `l / r`, exactly over the naturals
+(Python: `div_round`); any other function of a quotient is `none` here, and reads it by `evalBin`. -/
+def divRound (f : Fun) (l r : Nat) : Option Nat :=
+  if r == 0 then none else
+  match f with
+  | .floor => some (l / r)
+  | .ceil => some ((l + r - 1) / r)
+  | .round => some ((2 * l + r) / (2 * r))
+  | _ => none
 
 def evalFn (f : Fun) (vs : List Nat) : Option Nat :=
   match f, vs with
@@ -372,9 +384,16 @@ def evalExpr (fuel : Nat) (p : Program) (m : Machine) (env : Env) (e : Expr) : O
     | .ite c a b => do
       let v ← evalExpr fuel p m env c
       if v != 0 then evalExpr fuel p m env a else evalExpr fuel p m env b
-    | .fn f args => do
-      let vs ← args.mapM (evalExpr fuel p m env)
-      evalFn f vs
+    | .fn f args =>
+      -- floor, ceil or round of a quotient: exact over the naturals, where `/` alone may not be
+      match f, args with
+      | .floor, [.bin .div l r] | .ceil, [.bin .div l r] | .round, [.bin .div l r] => do
+        let a ← evalExpr fuel p m env l
+        let b ← evalExpr fuel p m env r
+        divRound f a b
+      | _, _ => do
+        let vs ← args.mapM (evalExpr fuel p m env)
+        evalFn f vs
 
 /-- Expressions are shallow: this much depth is every program's. -/
 def exprFuel : Nat := 1000

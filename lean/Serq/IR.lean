@@ -8,8 +8,9 @@ budget may be one. The generator (`serq claims`) writes a program's linked IR as
 -/
 namespace Serq
 
-/-- A binary operator: arithmetic over the naturals (`sub` stops at 0, `div` is floor division),
-comparisons and connectives giving 1 or 0. -/
+/-- A binary operator: arithmetic over the naturals (`sub` below 0 and a `div` that is not
+whole fail the run, as no natural is the interpreter's value), comparisons and connectives giving
+1 or 0. -/
 inductive BinOp where
   | add | sub | mul | div | mod | eq | ne | lt | le | gt | ge | and | or
   deriving DecidableEq, Repr

@@ -1,7 +1,8 @@
 """The executable semantics of the fragment, definition for definition lean/Serq/Exec.lean
 (docs/lean.md has the table of twins). Pure functions over immutable state: every function takes
-the program and a machine and returns a new machine; numbers are naturals (a subtraction stops at
-0, division is floor division); `None` is inf where a cap or a budget may be one. No speed tricks:
+the program and a machine and returns a new machine; numbers are naturals, and where the
+interpreter's arithmetic would leave them (a difference below 0, a quotient that is not whole) the
+kernel refuses the workload (F016) instead of rounding; `None` is inf where a cap or a budget may be one. No speed tricks:
 the run is `step` applied until nothing is left or the fuel runs out.
 
 The order of everything follows the reference's *Ties* and the interpreter's settling (*Events and
@@ -362,21 +363,50 @@ def eval_expr(p: R.Program, m: Machine, env: Env, e, fuel: int = EXPR_FUEL) -> i
         c = eval_expr(p, m, env, e.c, fuel)
         return eval_expr(p, m, env, e.a, fuel) if c != 0 else eval_expr(p, m, env, e.b, fuel)
     if isinstance(e, R.Fn):
+        if e.name in ROUNDINGS and len(e.args) == 1 and isinstance(e.args[0], R.Bin) and e.args[0].op == "/":
+            # floor, ceil or round of a quotient: exact over the naturals, where `/` alone may not be
+            q = e.args[0]
+            return div_round(e.name, eval_expr(p, m, env, q.l, fuel), eval_expr(p, m, env, q.r, fuel))
         return eval_fn(e.name, [eval_expr(p, m, env, a, fuel) for a in e.args])
     raise AssertionError(e)
 
 
+ROUNDINGS = ("floor", "ceil", "round")
+
+
+def refuse(what: str):
+    """A value the naturals cannot give as the interpreter computes it: the kernel refuses the
+    workload (F016) rather than round it silently (docs/lean.md, *Arithmetic over the naturals*)."""
+    raise KernelError("F016", f"{what}: no natural is the interpreter's value")
+
+
+def div_round(fn: str, l: int, r: int) -> int:
+    """floor(l / r), ceil(l / r) and round(l / r) (halves up), exactly."""
+    if r == 0:
+        refuse(f"{fn}({l} / 0) is inf or NaN to the interpreter")
+    if fn == "floor":
+        return l // r
+    if fn == "ceil":
+        return (l + r - 1) // r
+    return (2 * l + r) // (2 * r)
+
+
 def eval_bin(op: str, l: int, r: int) -> int:
-    """Natural arithmetic: `-` stops at 0, `/` is floor division (*Amounts and indices*)."""
+    """Natural arithmetic where it is the interpreter's: a difference below 0, a quotient that is
+    not whole and a division by 0 are refused (F016), never rounded (*Amounts and indices*)."""
     if op == "+":
         return l + r
     if op == "-":
-        return max(0, l - r)
+        if r > l:
+            refuse(f"{l} - {r} is below 0")
+        return l - r
     if op == "*":
         return l * r
     if op in ("/", "%"):
         if r == 0:
-            raise KernelError("R007", f"`{op}` by 0")
+            refuse(f"{l} {op} 0 is inf or NaN to the interpreter")
+        if op == "/" and l % r != 0:
+            refuse(f"{l} / {r} is not a whole number")
         return l // r if op == "/" else l % r
     # only the operator's own test is made: serq/verify runs this on values that record each test
     return int(_TESTS[op](l, r))
@@ -397,7 +427,7 @@ def eval_fn(name: str, vs: list) -> int:
     if name == "reusable":
         n, b = vs
         if b == 0:
-            raise KernelError("R007", "`reusable` of a block of 0")
+            refuse("`reusable` of a block of 0 is NaN to the interpreter")
         return (n - 1) // b * b if n >= 1 else 0
     return vs[0]  # floor, ceil, round and abs are the identity on naturals
 

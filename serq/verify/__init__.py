@@ -18,7 +18,7 @@ from serq.verify import induct, search as S
 from serq.verify.search import clock
 from serq.verify.sym import concrete
 
-__all__ = ["verify", "Verdict", "Result", "machine_at"]
+__all__ = ["verify", "Verdict", "Result", "Disagreement", "machine_at"]
 
 
 @dataclass
@@ -34,6 +34,7 @@ class Verdict:
     reason: Optional[str] = None
     every_natural: bool = False
     by: Optional[str] = None        # a proof's: "every state" (serq/verify/induct.py) or "every path"
+    unended: Optional[tuple] = None  # a claim at end's: (a workload whose path does not end, why)
 
 
 @dataclass
@@ -71,33 +72,24 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
     t0 = clock()
     deadline = t0 + timeout
     trouble: list = []      # why an undecided claim cannot be proved: a run error, a path past the fuel
+    own_trouble: dict = {}  # claim -> why it alone cannot be: reading it failed on a path (F016, say)
 
-    fallback: dict = {}     # claim -> a deciding workload whose replay the interpreter refuses
-    tried: dict = {}
+    unreplayed: dict = {}   # claim -> a deciding workload whose replay ran out of the timeout
 
     def decide(v: Verdict, verdict: str, fam: S.Family, path: S.Path, o):
         wl = S.concrete_workload(fam, path)
         o = replace(o, at=concrete(o.at))  # a time that reads an arrival is a term: its value
-        # the kernel subtracts naturally where the interpreter stops (R007, docs/lean.md): a
-        # workload is named when its replay shows what the kernel found, else kept as a fallback
-        why = replays(prog, wl, v.name, "failed" if verdict == "counterexample" else "witnessed", o.at, deadline,
-                      whole=path.done)
-        if why is not None and tried.get(v.name, 0) < REPLAY_TRIES:
-            tried[v.name] = tried.get(v.name, 0) + 1
-            fallback.setdefault(v.name, (verdict, wl, o, fam.n, why))
+        status = "failed" if verdict == "counterexample" else "witnessed"
+        # a workload is named only when the interpreter's replay shows what the kernel found; one it
+        # reads otherwise is a bug of serQ (one semantics, docs/verify.md, *Replay*)
+        why = replays(prog, wl, v.name, status, o.at, deadline, whole=path.done)
+        if why == TIMED_OUT:
+            unreplayed.setdefault(v.name, wl)
             return
+        if why is not None:
+            raise Disagreement(v.name, f"{status} at {o.at}", why, wl)
         v.verdict, v.iteration, v.at, v.sessions, v.workload = verdict, o.iteration, o.at, fam.n, wl
         v.seconds = clock() - t0
-        if why is not None:
-            v.reason = f"its replay through the interpreter: {why}"
-
-    def use_fallback():
-        for name, (verdict, wl, o, n, why) in fallback.items():
-            v = res.claims[name]
-            if v.verdict is None:
-                v.verdict, v.iteration, v.at, v.sessions, v.workload = verdict, o.iteration, o.at, n, wl
-                v.seconds = clock() - t0
-                v.reason = f"no workload found whose replay the interpreter runs as the kernel does; this one's: {why}"
 
     # every state: a claim over iterations that holds on the plan from every machine an iteration
     # could start from is proved for every value and arrival (serq/verify/induct.py)
@@ -131,14 +123,23 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
 
             def visit(path: S.Path) -> bool:
                 if path.error is not None:
-                    trouble.append(f"the kernel stops with {path.error} on a workload of {fam.n} session(s): "
+                    how = "refuses" if path.error.startswith("F") else "stops with"  # F016: no natural
+                    trouble.append(f"the kernel {how} {path.error} on a workload of {fam.n} session(s): "
                                    f"{S.concrete_workload(fam, path)}")
                 elif not path.done:
                     trouble.append(f"a path of {fam.n} session(s) runs past {S.FUEL} steps: "
                                    f"{S.concrete_workload(fam, path)}")
+                for name, err in path.errors.items():
+                    how = "refuses" if err.startswith("F") else "stops with"
+                    own_trouble.setdefault(name, f"reading the claim, the kernel {how} {err} on a workload of "
+                                                 f"{fam.n} session(s): {S.concrete_workload(fam, path)}")
                 for c in p.claims:
                     v = res.claims[c.name]
                     o = path.outcomes.get(c.name)
+                    if c.form == "end" and v.unended is None and path.error is None and (
+                            not path.done or (o is not None and o.status == "not_evaluated")):
+                        # the claim says nothing of a path that never reaches its end: the user is told
+                        v.unended = (S.concrete_workload(fam, path), UNENDED_FUEL if not path.done else UNENDED_LIVE)
                     if v.verdict is not None or o is None:
                         continue
                     if o.status == "failed":
@@ -162,7 +163,7 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
                 # while a larger level may still find a counterexample or a witness
                 skipped[0] += undecided
                 covered = False
-            if covered and not trouble:
+            if covered and not trouble and not own_trouble:
                 left = int(max(0.0, until - clock()) * 1000)
                 covered = S.covers(fam, conds, names, min(left, 10_000))
         return False, covered
@@ -178,32 +179,47 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
         every_state()
         # a first look that ran out of its share looks again with the whole timeout, trouble or not:
         # the workloads it did not reach may decide a claim, and a machine's speed must not
-        for lv in levels[0 if out else 1:] if out or not trouble else ():
+        for lv in levels[0 if out else 1:] if out or not (trouble or own_trouble) else ():
             out, covered = level(lv, deadline)
-            if out or trouble or covered:
+            if out or trouble or own_trouble or covered:
                 break
     ran_out = ran_out[0]
-    use_fallback()
     for v in res.claims.values():
         if v.verdict is not None:
             continue
         v.seconds = clock() - t0
-        if ran_out is not None or trouble or skipped[0]:
+        if ran_out is not None or trouble or v.name in own_trouble or skipped[0]:
             v.verdict = "unknown"
             undecided = f"z3 could not decide {skipped[0]} branch(es), whose paths were not run" if skipped[0] else None
-            v.reason = "; and ".join(x for x in (ran_out, trouble[0] if trouble else None, undecided,
+            v.reason = "; and ".join(x for x in (ran_out, trouble[0] if trouble else own_trouble.get(v.name), undecided,
                                                   not_every_state.get(v.name)) if x)
         else:
             v.verdict = "no_witness" if v.form == "some" else "proved"
             v.by, v.every_natural = "every path", covered
+        if v.name in unreplayed:  # the kernel decided it on a workload the replay did not reach
+            v.verdict, v.by, v.every_natural = "unknown", None, False
+            v.reason = "; and ".join(x for x in (v.reason, "the timeout ran out replaying the workload that decides "
+                                                 f"it on the kernel, {unreplayed[v.name]}") if x)
     bound["every_natural"] = [v.name for v in res.claims.values() if v.every_natural]
     return res
 
 
+class Disagreement(Exception):
+    """The reference kernel and the interpreter read one workload differently: a bug of serQ, not a
+    verdict (the CLI writes the workload and exits 3)."""
+
+    def __init__(self, claim: str, kernel: str, interpreter: str, workload: dict):
+        super().__init__(f"claim {claim}: the reference kernel finds it {kernel}, and replaying the same "
+                         f"workload {interpreter.removeprefix('the ')}")
+        self.claim, self.kernel, self.interpreter, self.workload = claim, kernel, interpreter, workload
+
+
+TIMED_OUT = "the timeout ran out replaying it"
+UNENDED_LIVE = "sessions are still live when nothing more happens (a deadlock or a stall)"
+UNENDED_FUEL = f"the path runs past {S.FUEL} kernel steps (it may end later, or never)"
 PROBE_SHARE = 0.1   # of the timeout, the most the first look at values 0..1 may take
 INDUCT_SHARE = 0.7  # of the timeout, the most the proof over every state may take (at 0.5, bari_tiling.sq's
                     # `tiled` ran out of its 30 CPU s on a slow day: a machine's speed changed its verdict)
-REPLAY_TRIES = 20  # deciding workloads tried through the interpreter before one it refuses is named
 
 
 class _Stop(Exception):
@@ -236,7 +252,7 @@ def replays(prog: I.Program, wl: dict, claim: str, status: str, at, deadline: fl
         c = api.run(prog, None, progress, wl)["claims"][claim]
     except _Stop as stop:
         if stop.args:
-            return "the timeout ran out replaying it"
+            return TIMED_OUT
         c = seen
     except SerqError as e:
         return f"the interpreter stops with {e.code}: {e.message}"

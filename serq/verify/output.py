@@ -17,22 +17,43 @@ def workload_path(file: str, claim: str, out_dir: str | None) -> str:
     return os.path.join(folder, f"{stem}.{claim}.workload.json")
 
 
+def _write(path: str, body: dict, out_dir: str | None):
+    if out_dir is not None:  # an OSError here is the caller's to report (serq/cli.py: exit 1)
+        os.makedirs(out_dir, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as fh:
+        fh.write(json.dumps(body, indent=1) + "\n")
+
+
 def write_workloads(res: Result, file: str, out_dir: str | None, run_args: list) -> dict:
-    """Each deciding workload to its file; claim name -> the replaying argv (None without one)."""
+    """Each deciding workload to its file, and each claim at end's first workload whose path does
+    not end to `STEM.CLAIM.unended.workload.json`; claim name -> the replaying argv (None without
+    one), and `(claim, "unended")` -> that one's {"workload", "replay", "why"}."""
     replay = {}
     for v in res.claims.values():
-        if v.workload is None:
-            replay[v.name] = None
-            continue
-        path = workload_path(file, v.name, out_dir)
-        body = {"program": os.path.basename(file), "claim": v.name, "verdict": v.verdict,
-                "iteration": v.iteration, "at": v.at, "sessions": v.workload["sessions"]}
-        if out_dir is not None:  # an OSError here is the caller's to report (serq/cli.py: exit 1)
-            os.makedirs(out_dir, exist_ok=True)
-        with open(path, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(json.dumps(body, indent=1) + "\n")
-        replay[v.name] = ["serq", "run", file, "--workload", path] + run_args
+        replay[v.name] = None
+        if v.workload is not None:
+            path = workload_path(file, v.name, out_dir)
+            _write(path, {"program": os.path.basename(file), "claim": v.name, "verdict": v.verdict,
+                          "iteration": v.iteration, "at": v.at, "sessions": v.workload["sessions"]}, out_dir)
+            replay[v.name] = ["serq", "run", file, "--workload", path] + run_args
+        if v.unended is not None:
+            wl, why = v.unended
+            path = workload_path(file, f"{v.name}.unended", out_dir)
+            _write(path, {"program": os.path.basename(file), "claim": v.name, "unended": why,
+                          "sessions": wl["sessions"]}, out_dir)
+            replay[(v.name, "unended")] = {"workload": path, "replay": ["serq", "run", file, "--workload", path]
+                                           + run_args, "why": why}
     return replay
+
+
+def write_disagreement(d, file: str, out_dir: str | None) -> str:
+    """The workload the kernel and the interpreter read differently, as `serq run --workload` reads
+    it (`STEM.CLAIM.disagreement.workload.json`); its path."""
+    path = workload_path(file, f"{d.claim}.disagreement", out_dir)
+    body = {"program": os.path.basename(file), "claim": d.claim, "kernel": d.kernel,
+            "interpreter": d.interpreter, "sessions": d.workload["sessions"]}
+    _write(path, body, out_dir)
+    return path
 
 
 def read_workload(path: str) -> dict:
@@ -119,6 +140,8 @@ def as_json(res: Result, replay: dict) -> dict:
             c["by"] = v.by
         if v.reason is not None:
             c["reason"] = v.reason
+        if v.form == "end":  # whether every path in the bound ended (null), else the first that did not
+            c["unended"] = replay.get((v.name, "unended"))
         claims[v.name] = c
     return {"bound": res.bound, "claims": claims}
 
@@ -140,10 +163,18 @@ def as_text(res: Result, file: str, replay: dict) -> str:
                     "at most the bound's sessions)"
         elif v.every_natural:
             line += " (for every natural value and gap, with at most the bound's sessions)"
+        u = replay.get((v.name, "unended"))
+        if u is not None:
+            line += f"; a path does not end: {u['why']}"
+        elif v.form == "end" and v.verdict == "proved":
+            line += "; every path in the bound ended"
         line += f"  [{v.seconds:.2f} s]"
         out.append(line)
         if v.reason:
             out.append(f"  why: {v.reason}")
+        if u is not None:
+            out.append("  unended: " + shlex.join(u["replay"]))
+            out += workload_table(v.unended[0]["sessions"])
         if replay.get(v.name):
             out.append("  replay: " + shlex.join(replay[v.name]))
             out += workload_table(v.workload["sessions"])

@@ -109,6 +109,7 @@ class Path:
     outcomes: dict            # claim name -> claims.Outcome (None for the path's error)
     error: Optional[str]      # a run error's code and message
     done: bool
+    errors: dict = field(default_factory=dict)   # claim name -> the error reading that claim alone
 
 
 def run_path(f: Family, inp: Inputs, deadline: float) -> Path:
@@ -122,11 +123,16 @@ def run_path(f: Family, inp: Inputs, deadline: float) -> Path:
                     break
                 if clock() > deadline:
                     raise Deadline()
-            out = C.outcomes(f.prog, run)
+            out, errs = {}, {}
+            for j, c in enumerate(f.prog.claims):  # a claim read at the end fails alone (F016, say)
+                try:
+                    out[c.name] = C.outcome(f.prog, run, j)
+                except X.KernelError as e:
+                    errs[c.name] = str(e)
             err, done = None, run.done
         except X.KernelError as e:
-            out, err, done = {}, str(e), True
-    return Path(tr.facts, inp, out, err, done)
+            out, errs, err, done = {}, {}, str(e), True
+    return Path(tr.facts, inp, out, err, done, errs)
 
 
 class Deadline(Exception):
