@@ -521,3 +521,27 @@ def test_a_path_that_never_ends_is_named(tmp_path, capsys):
     assert main(["verify", one, "--sessions", "2", "--values", "4", "--out", out, "--json"]) == 0
     c = json.loads(capsys.readouterr().out)["claims"]["all_answered"]
     assert c["verdict"] == "proved" and c["unended"] is None
+
+
+def test_one_session_at_the_whole_bound_comes_before_several_at_small_values(tmp_path, monkeypatch):
+    """Issue 26: a witness of one session with p = 7 came back `unknown` after the three-session
+    levels at values 0..4 took the timeout. After the first look (values 0..1), one session is run
+    at the whole bound before any other number of sessions at a larger level."""
+    from serq.verify import search as S
+    path = program(tmp_path, ENGINE.replace("tokens cap 4", "tokens cap 16").replace("kv cap 16", "kv cap 64") + """
+  workload { arrive batch(3); turn { Size p = ~det(2); } }
+  server { llm (p, 1); }
+  claim alone_big: some iteration of llm (residents == 1 && tokens >= 7);
+""", "big.sq")
+    seen = []
+    real = S.explore
+
+    def explore(fam, until, visit):
+        seen.append((fam.n, fam.values))
+        return real(fam, until, visit)
+
+    monkeypatch.setattr(S, "explore", explore)
+    res = verify(api.load(path), 3, 16, timeout=60)
+    v = res.claims["alone_big"]
+    assert v.verdict == "witnessed" and v.sessions == 1 and v.workload["sessions"][0]["draws"][0] >= 7
+    assert seen[:4] == [(1, 1), (2, 1), (3, 1), (1, 16)], seen

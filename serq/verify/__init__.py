@@ -110,15 +110,19 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
                 not_every_state[v.name] = r
 
     # every path, the values' bound doubling from 1 (a counterexample or a witness is usually
-    # small); the bound itself proves, or a level whose paths cover every natural input
-    def level(lv: int, until: float) -> tuple:
-        """Every path of values 0..lv, of 1 to N sessions: (whether the level ran out of time,
-        whether its paths cover every natural input)."""
-        covered = True
-        skipped[0] = 0      # the verdict reads the last level's
-        for n in range(1, sessions + 1):
+    # small); for each number of sessions, the bound itself proves, or a level whose paths cover
+    # every natural input
+    finished: dict = {}     # n -> whether its paths cover every natural input (n is done)
+    skipped: dict = {}      # n -> branches z3 could not decide at its last level (no proof by them)
+
+    def level(lv: int, until: float, ns) -> bool:
+        """Every path of values 0..lv, of each number of sessions in `ns` not yet done: whether the
+        level ran out of time."""
+        for n in ns:
             if all(v.verdict is not None for v in res.claims.values()):
                 break
+            if n in finished:
+                continue
             fam = S.Family(p, n, lv, lv, trace)
 
             def visit(path: S.Path) -> bool:
@@ -154,43 +158,55 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
                 res.paths += d.args[0]
                 ran_out[0] = (f"the timeout ({timeout:g} s) ran out exploring workloads of {n} session(s) "
                               f"with values 0..{lv} after {res.paths} path(s)")
-                return True, False
+                return True
             res.paths += count
             if stopped:
                 break
-            if undecided:
-                # the paths behind an undecided branch were not run: no proof by this level's paths,
-                # while a larger level may still find a counterexample or a witness
-                skipped[0] += undecided
-                covered = False
-            if covered and not trouble and not own_trouble:
+            # the paths behind an undecided branch were not run: no proof by this level's paths,
+            # while a larger level may still find a counterexample or a witness
+            skipped[n] = undecided
+            if not undecided and not trouble and not own_trouble:
                 left = int(max(0.0, until - clock()) * 1000)
-                covered = S.covers(fam, conds, names, min(left, 10_000))
-        return False, covered
+                if S.covers(fam, conds, names, min(left, 10_000)):
+                    finished[n] = True
+            if lv == values and n not in finished and not undecided:
+                finished[n] = False      # the bound itself, every path run
+        return False
 
-    skipped = [0]           # branches z3 could not decide (within QUERY_RLIMIT, then afresh)
     levels = sorted({min(values, lv) for lv in (1, 2, 4, 8)} | {values})
     ran_out = [None]
+    every = range(1, sessions + 1)
     # a first look at the smallest values, which often decides everything (a counterexample, a
-    # witness, paths that cover every natural input); then every state; then every level
-    out, covered = level(levels[0], min(deadline, t0 + timeout * PROBE_SHARE))
-    if out or not covered:
+    # witness, paths that cover every natural input); then every state; then one session at the
+    # whole bound (few paths, and a witness of one large session is found before the levels of
+    # several small ones take the time); then every level of the other numbers of sessions
+    def covered() -> bool:
+        return len(finished) == sessions and all(finished.values())
+
+    out = level(levels[0], min(deadline, t0 + timeout * PROBE_SHARE), every)
+    if out or not covered():
         ran_out[0] = None   # the first look's own limit is no verdict's reason
         every_state()
         # a first look that ran out of its share looks again with the whole timeout, trouble or not:
         # the workloads it did not reach may decide a claim, and a machine's speed must not
-        for lv in levels[0 if out else 1:] if out or not (trouble or own_trouble) else ():
-            out, covered = level(lv, deadline)
-            if out or trouble or own_trouble or covered:
+        plan = ([(levels[0], every)] if out else []) + [(values, range(1, 2))] + \
+            [(lv, range(2, sessions + 1)) for lv in levels[1:]]
+        for lv, ns in plan if out or not (trouble or own_trouble) else ():
+            out = level(lv, deadline, ns)
+            # trouble (no proof) stops the search at the end of a level of several sessions
+            if out or len(finished) == sessions or ((trouble or own_trouble) and ns.stop > 2):
                 break
     ran_out = ran_out[0]
+    covered = covered()
+    undecided_branches = sum(skipped.values())
     for v in res.claims.values():
         if v.verdict is not None:
             continue
         v.seconds = clock() - t0
-        if ran_out is not None or trouble or v.name in own_trouble or skipped[0]:
+        if ran_out is not None or trouble or v.name in own_trouble or undecided_branches or len(finished) < sessions:
             v.verdict = "unknown"
-            undecided = f"z3 could not decide {skipped[0]} branch(es), whose paths were not run" if skipped[0] else None
+            undecided = (f"z3 could not decide {undecided_branches} branch(es), whose paths were not run"
+                         if undecided_branches else None)
             v.reason = "; and ".join(x for x in (ran_out, trouble[0] if trouble else own_trouble.get(v.name), undecided,
                                                   not_every_state.get(v.name)) if x)
         else:
