@@ -127,15 +127,13 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
 
             def visit(path: S.Path) -> bool:
                 if path.error is not None:
-                    how = "refuses" if path.error.startswith("F") else "stops with"  # F016: no natural
-                    trouble.append(f"the kernel {how} {path.error} on a workload of {fam.n} session(s): "
+                    trouble.append(f"the kernel {_stops(path.error)} on a workload of {fam.n} session(s): "
                                    f"{S.concrete_workload(fam, path)}")
                 elif not path.done:
                     trouble.append(f"a path of {fam.n} session(s) runs past {S.FUEL} steps: "
                                    f"{S.concrete_workload(fam, path)}")
                 for name, err in path.errors.items():
-                    how = "refuses" if err.startswith("F") else "stops with"
-                    own_trouble.setdefault(name, f"reading the claim, the kernel {how} {err} on a workload of "
+                    own_trouble.setdefault(name, f"reading the claim, the kernel {_stops(err)} on a workload of "
                                                  f"{fam.n} session(s): {S.concrete_workload(fam, path)}")
                 for c in p.claims:
                     v = res.claims[c.name]
@@ -218,6 +216,12 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
                                                  f"it on the kernel, {unreplayed[v.name]}") if x)
     bound["every_natural"] = [v.name for v in res.claims.values() if v.every_natural]
     return res
+
+
+def _stops(err: str) -> str:
+    """How the kernel ended a run: a refusal (F016: no natural is the interpreter's value) or a
+    run error of the program."""
+    return f"refuses {err}" if err.startswith("F") else f"stops with {err}"
 
 
 class Disagreement(Exception):
