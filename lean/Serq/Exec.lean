@@ -275,7 +275,7 @@ def evalBin (op : BinOp) (l r : Nat) : Option Nat :=
   | .or => b (l != 0 || r != 0)
 
 /-- `floor`, `ceil` and `round` (halves up) of the quotient `l / r`, exactly over the naturals
-(Python: `div_round`); any other function of a quotient is `none` here, and reads it by `evalBin`. -/
+(Python: `div_round`); `evalExpr` calls it for these three only, so any other is `none`. -/
 def divRound (f : Fun) (l r : Nat) : Option Nat :=
   if r == 0 then none else
   match f with

@@ -2,8 +2,8 @@
 (docs/lean.md has the table of twins). Pure functions over immutable state: every function takes
 the program and a machine and returns a new machine; numbers are naturals, and where the
 interpreter's arithmetic would leave them (a difference below 0, a quotient that is not whole) the
-kernel refuses the workload (F016) instead of rounding; `None` is inf where a cap or a budget may be one. No speed tricks:
-the run is `step` applied until nothing is left or the fuel runs out.
+kernel refuses the workload (F016) instead of rounding; `None` is inf where a cap or a budget may
+be one. No speed tricks: the run is `step` applied until nothing is left or the fuel runs out.
 
 The order of everything follows the reference's *Ties* and the interpreter's settling (*Events and
 settling*): events by time then the order they were scheduled, sessions in the order they became

@@ -178,11 +178,11 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
     # witness, paths that cover every natural input); then every state; then one session at the
     # whole bound (few paths, and a witness of one large session is found before the levels of
     # several small ones take the time); then every level of the other numbers of sessions
-    def covered() -> bool:
+    def all_covered() -> bool:
         return len(finished) == sessions and all(finished.values())
 
     out = level(levels[0], min(deadline, t0 + timeout * PROBE_SHARE), every)
-    if out or not covered():
+    if out or not all_covered():
         ran_out[0] = None   # the first look's own limit is no verdict's reason
         every_state()
         # a first look that ran out of its share looks again with the whole timeout, trouble or not:
@@ -195,7 +195,7 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
             if out or len(finished) == sessions or ((trouble or own_trouble) and ns.stop > 2):
                 break
     ran_out = ran_out[0]
-    covered = covered()
+    covered = all_covered()
     undecided_branches = sum(skipped.values())
     for v in res.claims.values():
         if v.verdict is not None:
