@@ -1,3 +1,4 @@
+import Serq.Num
 import Serq.IR
 import Serq.Exec
 import Serq.Claims

@@ -163,7 +163,7 @@ def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
     v.add_argument("file")
     v.add_argument("--sessions", default="3", metavar="N", help="at most N sessions (default 3)")
     v.add_argument("--values", default="16", metavar="M", help="drawn values 0..M (default 16)")
-    v.add_argument("--timeout", default="60", metavar="S", help="give up after S seconds of CPU time (default 60)")
+    v.add_argument("--timeout", default="60", metavar="S", help="give a claim up after S seconds of CPU time (default 60, each claim its own)")
     v.add_argument("--json", action="store_true", help="the verdicts as one JSON object")
     v.add_argument("--out", metavar="DIR", help="write the workloads here (default: beside the program)")
     inputs(v)

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 
 ORDERS = ("", " decode first", " by (remaining)", " by (decoding, remaining)")
+# iteration costs: on the step clock, in decimal seconds (vLLM's fits), with a quotient; each with
+# the least an iteration lasts (a run that never drains is cut at so many iterations: HORIZON)
+COSTS = {"1": 1, "2": 2, "1 + batch.decoding": 1, "1 + floor(batch.tokens / 16)": 1,
+         "0.001 + 0.00004 * batch.tokens": 0.001, "0.25 + batch.tokens / 8": 0.25, "1.5": 1.5}
+ITERATIONS = 3000
 SCHEDULES = ("vllm", "ungated", "exclusive", "only", "branch", "half")
 EACH = ("none", "const", "threshold")
 
@@ -31,15 +36,23 @@ class Case:
     chunked: bool      # admission takes the first chunk (else every known token at once)
     reserve: bool      # reserve (known)
     cost: str
-    arrive: str        # batch | renewal
-    gap: int
+    arrive: str        # batch | renewal | poisson (the arrival times are `times`)
+    gap: object        # renewal's gap: a whole number, or a decimal (2.5)
     sessions: tuple    # per session, its turns: (new, out, think)
     fifo: bool = False  # the request queue is fifo (else by (submitted, serial), vLLM's)
     iter_claims: bool = True  # claims over iterations (none: the interpreter may fast-forward steady decoding)
+    times: tuple = ()  # under poisson, each session's arrival time: real times, written as decimals
 
     @property
     def n(self) -> int:
         return len(self.sessions)
+
+    @property
+    def horizon(self) -> float:
+        """Where a run that does not drain is cut: ITERATIONS of the shortest iteration, after the
+        last arrival."""
+        return ITERATIONS * COSTS[self.cost] + (max(self.times) if self.times else 0) + \
+            (self.n * float(self.gap) if self.arrive == "renewal" else 0)
 
 
 def text(c: Case) -> str:
@@ -70,7 +83,8 @@ def text(c: Case) -> str:
     reused = f"min(cachedin(kv), reusable(known, {bsr}))" if c.prefix else "0"
     hit = "cached" if c.prefix else "0"
     cache = "      cache (prompt + o - 1);\n" if c.prefix else ""
-    arrive = f"arrive batch({c.n});" if c.arrive == "batch" else f"arrive renewal({c.gap});"
+    arrive = {"batch": f"arrive batch({c.n});", "renewal": f"arrive renewal({c.gap});",
+              "poisson": "arrive poisson(1);"}[c.arrive]
     nreq = sum(len(s) for s in c.sessions)
     return f"""fn main() {{
   def in_phase() {{ running.decoding > 0 ? decoding : !decoding }}
@@ -97,6 +111,7 @@ def text(c: Case) -> str:
       decode (o - 1 - (known - prompt)) growing kv;
       observe last_token = now;
       observe preemptions = attempts - 1;
+      observe lag = (first - known) / 3 - prompt / 7;
 {cache}    }}
     schedule {{
     {let}{sched}
@@ -119,6 +134,7 @@ def text(c: Case) -> str:
   }}
 {iter_claims(c) if c.iter_claims else ""}  claim all_done: at end (count(last_token) == {nreq});
   claim short: at end (prefix_total(last_token) <= {nreq * nreq * 40});
+  claim mean_lag: at end (total(lag) / max(1, count(lag)) <= -1.5);
 }}
 """
 
@@ -157,12 +173,17 @@ def cases(draw) -> Case:
     # mostly room for the longest conversation, sometimes less (a request refused or stuck)
     need = math.ceil(longest / unit) + 1
     blocks = draw(st.one_of(st.integers(need, need + 40), st.integers(2, max(2, need))))
+    arrive = draw(st.sampled_from(("batch", "batch", "renewal", "poisson")))
+    gap = draw(st.sampled_from((1, 2, 3, 8, 2.5, 0.75)))
+    times: tuple = ()
+    if arrive == "poisson":  # real arrival times: gaps in hundredths, 0 included (two at once)
+        gaps = draw(st.lists(st.integers(0, 600), min_size=len(sessions), max_size=len(sessions)))
+        times = tuple(round(sum(gaps[:k + 1]) / 100, 2) for k in range(len(sessions)))
     return Case(
         bs=bs, blocks=blocks, seqs=draw(st.integers(1, 6)), budget=draw(st.integers(1, 64)),
         each=draw(st.sampled_from(EACH)), cap=draw(st.integers(1, 32)),
         granule=draw(st.sampled_from((0, 0, 2, 4, 8))), order=draw(st.sampled_from(ORDERS)),
         schedule=draw(st.sampled_from(SCHEDULES)), lifo=draw(st.booleans()), prefix=draw(st.booleans()),
         chunked=draw(st.booleans()), reserve=draw(st.booleans()),
-        cost=draw(st.sampled_from(("1", "2", "1 + batch.decoding", "1 + floor(batch.tokens / 16)"))),
-        arrive=draw(st.sampled_from(("batch", "batch", "renewal"))), gap=draw(st.integers(1, 8)),
-        sessions=sessions, fifo=draw(st.booleans()), iter_claims=draw(st.booleans()))
+        cost=draw(st.sampled_from(sorted(COSTS))), arrive=arrive, gap=gap,
+        sessions=sessions, fifo=draw(st.booleans()), iter_claims=draw(st.booleans()), times=times)

@@ -47,7 +47,10 @@ def test_the_fragment_holds_the_oracle_program_and_the_golden_list_says_which():
     inside = sorted(p for p, text in progs.items() if text is not None and p.startswith("examples/"))
     papers = sorted(f"examples/papers/{f}" for f in os.listdir(os.path.join(ROOT, "examples", "papers"))
                     if f.endswith(".sq"))
-    assert len(papers) == 6 and inside == ["examples/oracle/vllm_request.sq", *papers]
+    # the engines that cost iterations in decimal seconds are inside since the values are rationals
+    decimal = ["examples/engines/tgi.sq", "examples/single-turn/fastertransformer.sq",
+               "examples/single-turn/separate_phases.sq", "examples/single-turn/vllm_single_turn.sq"]
+    assert len(papers) == 6 and inside == sorted(["examples/oracle/vllm_request.sq", *papers, *decimal])
     assert all(os.path.isfile(golden.golden_path(p)) for p in inside)
 
 
@@ -241,6 +244,29 @@ def test_every_class_of_the_fragment_has_a_rendering():
 def test_a_negative_number_cannot_be_written():
     with pytest.raises(ValueError):
         T.nat(-1)
+
+
+def test_a_rational_is_a_numeral_when_natural_else_q_mk_in_lowest_terms():
+    """lean/Serq/Num.lean's `Q`: a natural through `OfNat`, any other value `(Q.mk NUM DEN)`, the sign
+    on the numerator, as serq/ref/num.py gives it (a whole Fraction is its int)."""
+    from fractions import Fraction
+    assert T.expr(R.Num(5)) == "Expr.num 5" and T.rational(Fraction(4, 2)) == "2"
+    assert T.expr(R.Num(-3)) == "Expr.num (Q.mk (-3) 1)"
+    assert T.expr(R.Num(Fraction(1, 25000))) == "Expr.num (Q.mk 1 25000)"
+    assert T.rational(Fraction(-5, 4)) == "(Q.mk (-5) 4)"
+    assert T.session_in(R.SessionIn(Fraction(5, 2), (1,), ()), 0) == "{ arrival := (Q.mk 5 2), draws := [1], rows := [] }"
+    assert T.registers((("credit", Fraction(1, 2)), ("n", 0))) == '[("credit", (Q.mk 1 2)), ("n", 0)]'
+    for bad in (0.5, True, "1"):
+        with pytest.raises(ValueError):
+            T.rational(bad)
+
+
+def test_the_rationals_golden_file_writes_its_fractions():
+    text = read(golden.golden_path("tests/data/leangen/rationals.sq"))
+    for term in ("Expr.num (Q.mk 1 250)", "Expr.num (Q.mk 5 4)", 'registers := [("credit", (Q.mk 1 2))]',
+                 "gap := (Q.mk 5 2)", "Expr.num (Q.mk 403 4)",
+                 "Expr.bin BinOp.sub (Expr.num 0) (Expr.bin BinOp.div (Expr.ctx \"now\") (Expr.num 4))"):
+        assert term in text, term
 
 
 # ---------------------------------------------------------------- lean/Serq/Oracle.lean

@@ -3,6 +3,7 @@ arithmetic, and vLLM's recorded scenarios through it (tools/vllm_oracle.py check
 from __future__ import annotations
 
 import glob
+from fractions import Fraction
 import json
 import os
 import re
@@ -89,15 +90,53 @@ def test_three_requests_by_hand():
     assert (res.claims["fast"].status, res.claims["fast"].at) == ("held", 4)
 
 
-def test_natural_arithmetic_is_the_interpreters_or_refused():
-    """Where the interpreter's value is no natural the kernel refuses (F016), never rounds: a
-    difference below 0, a quotient that is not whole, a division by 0 (docs/lean.md)."""
-    assert X.eval_bin("-", 5, 2) == 3 and X.eval_bin("/", 8, 2) == 4 and X.eval_bin("%", 7, 2) == 1
+VALUES = (-3, -1, 0, Fraction(1, 2), 1, 2, Fraction(7, 2), 5, Fraction(-5, 4))
+
+
+@pytest.mark.parametrize("op", ["+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "&&", "||"])
+def test_arithmetic_is_the_interpreters_exactly(op):
+    """The kernel computes over the rationals exactly; on values a float holds exactly (halves,
+    quarters) every operator is the interpreter's: IEEE division and fmod are correctly rounded, and
+    so is a Fraction made a float. 7 / 2 is 7/2, never 3; 2 - 5 is -3; a division by 0, the
+    interpreter's inf or NaN, is refused (F016)."""
+    from serq.lang.lower.constants import arith
+    for l in VALUES:
+        for r in VALUES:
+            if op in ("/", "%") and r == 0:
+                with pytest.raises(X.KernelError) as info:
+                    X.eval_bin(op, l, r)
+                assert info.value.code == "F016"
+                continue
+            got = X.eval_bin(op, l, r)
+            assert float(got) == arith(op, float(l), float(r)), (l, op, r, got)
+            assert type(got) is int or got.denominator != 1   # in lowest terms: a whole value is an int
+    assert X.eval_bin("/", 7, 2) == Fraction(7, 2) and X.eval_bin("-", 2, 5) == -3
+
+
+def test_functions_are_the_interpreters_exactly():
+    from serq.lang.lower.constants import FUNCS
+    for x in VALUES + (Fraction(5, 2), Fraction(-5, 2), Fraction(1, 3)):
+        for fn in ("floor", "ceil", "round", "abs"):
+            assert float(X.eval_fn(fn, [x])) == FUNCS[fn][2](float(x)), (fn, x)
     assert X.eval_fn("reusable", [33, 16]) == 32 and X.eval_fn("reusable", [32, 16]) == 16
-    for op, l, r in (("-", 2, 5), ("/", 7, 2), ("/", 1, 0), ("%", 1, 0)):
+    assert X.eval_fn("reusable", [Fraction(33, 2), 4]) == 12 and X.eval_fn("reusable", [Fraction(1, 2), 4]) == 0
+    assert X.eval_fn("min", [Fraction(1, 2), 0, 3]) == 0 and X.eval_fn("sum", [Fraction(1, 2), Fraction(1, 2)]) == 1
+    for b in (0, -4):
         with pytest.raises(X.KernelError) as info:
-            X.eval_bin(op, l, r)
+            X.eval_fn("reusable", [8, b])
         assert info.value.code == "F016"
+
+
+def test_an_amount_is_a_natural():
+    """Units and tokens are whole: a negative amount is the program's run error (R007, as the
+    interpreter's), a fraction of one is refused (F016), never rounded."""
+    assert X.amount(Fraction(8, 2), "w") == 4
+    with pytest.raises(X.KernelError) as info:
+        X.amount(-1, "w")
+    assert info.value.code == "R007"
+    with pytest.raises(X.KernelError) as info:
+        X.amount(Fraction(5, 2), "w")
+    assert info.value.code == "F016"
 
 
 @pytest.mark.parametrize("fn", ["floor", "ceil", "round"])
@@ -199,3 +238,29 @@ def test_the_kernels_structure_update_is_dataclasses_replace():
         assert X.replace(rec) == rec and X.replace(rec) is not rec
         with pytest.raises(TypeError, match="no field"):
             X.replace(rec, not_a_field=0)
+
+
+def test_a_workload_draws_anywhere_in_its_statements(tmp_path):
+    """Issue 26: `Size p = 1 + floor(~exp(6));` is in the fragment (it was F008): each occurrence of
+    a draw is its own unknown, drawn before its statement in the order the expression reads it, a
+    `while` guard's again after each pass, and the expression reads it (`1 + floor(d)`). The
+    interpreter's replay of a workload takes the draws in the same order."""
+    path = tmp_path / "d.sq"
+    path.write_text(open(os.path.join(HERE, "data", "fragment", "F008_draw.sq"), encoding="utf-8").read()
+                    .replace("turn { Size p = ~det(8); Size n = ~det(3); }",
+                             "turn { Size p = 1 + floor(~exp(6)) + ~det(2); Size n = min(~exp(2), 3); } "
+                             "session { turn; while (~det(1) == 1) { turn; } }")
+                    .replace("observe start = ~exp(1);", "observe start = now;"))
+    prog = api.load(str(path))
+    p = ref.convert(prog)
+    assert [type(s).__name__ for s in p.turn] == ["DrawA", "DrawA", "SetA", "DrawA", "SetA"]
+    loop = p.session[-1]
+    assert type(p.session[-2]).__name__ == "DrawA" and loop.body[-1] == p.session[-2]  # drawn again each pass
+    # session 0: p = 1 + 5 + 2 and n = 3, another turn (1), p = 1 and n = 1, no more (0); session 1: one turn
+    draws = [[5, 2, 7, 1, 0, 0, 1, 0], [0, 1, 2, 0]]
+    res = ref.evaluate(p, ref.workload(p, 2, draws=draws))
+    run = api.run(prog, None, None, {"sessions": [{"arrival": 0, "draws": d} for d in draws]})
+    done = sorted(float(v) for n, v, *_ in res.observations if n == "done")
+    assert res.live == 0 and len(done) == 3 == run["observe"]["done"]["count"]
+    assert (done[0], done[-1]) == (run["observe"]["done"]["min"], run["observe"]["done"]["max"])
+    assert run["claims"]["fast"]["status"] == res.claims["fast"].status

@@ -1,24 +1,34 @@
-"""Every definition of lean/Serq/Exec.lean has its Python twin in serq/ref/, named in docs/lean.md's
-table (architecture: the reference kernel is Exec.lean definition for definition)."""
+"""Every definition of lean/Serq/Exec.lean and lean/Serq/Num.lean has its Python twin in serq/ref/,
+named in docs/lean.md's tables (architecture: the reference kernel is Exec.lean definition for
+definition, its numbers Num.lean's)."""
 from __future__ import annotations
 
 import glob
 import os
 import re
 
+import pytest
+
 ROOT = os.path.join(os.path.dirname(__file__), "..")
-BUILTINS = {"sorted", "sum", "tuple <"}  # Python's own, named in the table
+# Python's own, named in the tables: builtins and operators, and the `fractions` and `math` modules'
+BUILTINS = {"sorted", "sum", "tuple <", "min", "max", "+", "-", "*", "<", "<=", "int", "Fraction", "math.gcd"}
+LEAN_FILES = ("Exec.lean", "Num.lean")  # the files whose every definition has a twin
+NAME = r"[A-Za-z][A-Za-z0-9_'.?!]*"      # a Lean name, dotted (`Q.norm`) and `?`-ended (`Q.toNat?`) ones too
 
 
-def lean_defs() -> list[str]:
-    with open(os.path.join(ROOT, "lean", "Serq", "Exec.lean"), encoding="utf-8") as fh:
-        return re.findall(r"^(?:def|structure|inductive|abbrev)\s+([A-Za-z][A-Za-z0-9_']*)", fh.read(), re.M)
+def lean_defs(file: str = "Exec.lean") -> list[str]:
+    with open(os.path.join(ROOT, "lean", "Serq", file), encoding="utf-8") as fh:
+        return re.findall(rf"^(?:def|structure|inductive|abbrev)\s+({NAME})", fh.read(), re.M)
+
+
+def all_lean_defs() -> list[str]:
+    return [d for f in LEAN_FILES for d in lean_defs(f)]
 
 
 def table() -> dict[str, str]:
     with open(os.path.join(ROOT, "docs", "lean.md"), encoding="utf-8") as fh:
         text = fh.read()
-    return dict(re.findall(r"^\| `([A-Za-z][A-Za-z0-9_']*)` \| `([^`]+)` \|", text, re.M))
+    return dict(re.findall(rf"^\| `({NAME})` \| `([^`]+)` \|", text, re.M))
 
 
 def python_names() -> set[str]:
@@ -34,18 +44,25 @@ def python_names() -> set[str]:
 def test_exec_lean_is_parsed():
     defs = lean_defs()
     assert "step" in defs and "startIteration" in defs and "Machine" in defs and len(defs) > 50
+    assert "amount" in defs and "budgetOf" in defs and "divRound" not in defs
 
 
-def test_every_exec_lean_definition_has_a_python_twin():
+def test_num_lean_is_parsed():
+    defs = lean_defs("Num.lean")
+    assert {"Q", "Q.gcd", "Q.norm", "Q.div", "Q.fmod", "Q.floor", "Q.toNat?"} <= set(defs)
+
+
+@pytest.mark.parametrize("file", LEAN_FILES)
+def test_every_lean_definition_has_a_python_twin(file):
     t, py = table(), python_names()
-    missing = [d for d in lean_defs() if d not in t]
-    assert not missing, f"Exec.lean definitions without a row in docs/lean.md: {missing}"
-    absent = [(d, t[d]) for d in lean_defs() if t[d] not in py and t[d] not in BUILTINS]
+    missing = [d for d in lean_defs(file) if d not in t]
+    assert not missing, f"{file} definitions without a row in docs/lean.md: {missing}"
+    absent = [(d, t[d]) for d in lean_defs(file) if t[d] not in py and t[d] not in BUILTINS]
     assert not absent, f"twins named in docs/lean.md but not defined in serq/ref/: {absent}"
 
 
-def test_the_table_names_no_definition_exec_lean_lacks():
-    defs = set(lean_defs())
+def test_the_tables_name_no_definition_the_lean_files_lack():
+    defs = set(all_lean_defs())
     assert not [k for k in table() if k not in defs]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from fractions import Fraction
 import os
 
 import pytest
@@ -63,8 +64,12 @@ def program(tmp_path, body: str, name="p.sq", arrive="batch(2)") -> str:
 def enumerate_family(p, sessions: int, values: int, draws: int):
     """Every workload of the family within the bound, each with its plain kernel result."""
     for n in range(1, sessions + 1):
-        if p.arrive == "poisson":  # the first arrival and each gap after it 0..values
-            times = [tuple(itertools.accumulate(g)) for g in itertools.product(range(values + 1), repeat=n)]
+        if p.arrive == "poisson":
+            # the first arrival and each gap after it any real time 0..values: in quarters, which on
+            # these programs' whole-numbered clock is every order of arrivals and iterations' ends
+            # (at an end, between two, two arrivals apart between the same two)
+            gaps = [Fraction(i, 4) for i in range(4 * values + 1)]
+            times = [tuple(itertools.accumulate(g)) for g in itertools.product(gaps, repeat=n)]
         else:
             times = [tuple((k + 1) * p.gap if p.arrive == "renewal" else 0 for k in range(n))]
         for arr in times:
@@ -122,14 +127,14 @@ def test_given_narrows_the_family(tmp_path):
     assert expected(res.prog, 1, 2, 3)["narrow"] == "proved"
 
 
-def test_a_claim_for_every_natural(tmp_path):
+def test_a_claim_for_every_value(tmp_path):
     """Where the paths run cover every natural input, the claim holds beyond the bound; where a
     larger value takes another path, the bound is all that is shown."""
     flat = verify(api.load(program(tmp_path, FLAT, "flat.sq")), 2, 1, timeout=60)
-    assert flat.claims["budget"].verdict == "proved" and flat.claims["budget"].every_natural
-    assert flat.bound["every_natural"] == ["budget"]
+    assert flat.claims["budget"].verdict == "proved" and flat.claims["budget"].every_value
+    assert flat.bound["every_value"] == ["budget"]
     res = verify(api.load(program(tmp_path, CLAIMS)), 1, 1, timeout=60)
-    assert res.claims["budget"].verdict == "proved" and not res.claims["budget"].every_natural
+    assert res.claims["budget"].verdict == "proved" and not res.claims["budget"].every_value
 
 
 # an engine the proof over every state covers (serq/verify/induct.py): no growth, no cache
@@ -165,9 +170,9 @@ def test_every_state_and_every_path_agree_with_enumeration(tmp_path, arrive):
         "bounded": "proved", "two": "witnessed"}
     for name in ("budget", "slots", "over"):
         v = res.claims[name]
-        assert (v.by, v.every_natural) == ("every state", True)
-    assert res.claims["bounded"].by == "every path" and not res.claims["bounded"].every_natural
-    assert set(res.bound["every_natural"]) == {"budget", "slots", "over"}
+        assert (v.by, v.every_value) == ("every state", True)
+    assert res.claims["bounded"].by == "every path" and not res.claims["bounded"].every_value
+    assert set(res.bound["every_value"]) == {"budget", "slots", "over"}
 
 
 def test_json_contract_and_replay(tmp_path, capsys):
@@ -342,7 +347,7 @@ def test_a_first_look_out_of_time_with_trouble_looks_again(monkeypatch):
     prog = api.load_text(text.replace("Size p = 4 + 10 * a;", "Size p = 4 + 1e9 * a;"), "ft.sq")
     explore, calls = S.explore, []
 
-    def first_look_runs_out(fam, until, visit):
+    def first_look_runs_out(fam, until, visit, within=None):
         calls.append(fam.n)
 
         def see(path):
@@ -350,7 +355,7 @@ def test_a_first_look_out_of_time_with_trouble_looks_again(monkeypatch):
             if len(calls) == 1 and not path.done:
                 raise S.Deadline(1)
             return stop
-        return explore(fam, until, see)
+        return explore(fam, until, see, within)
     monkeypatch.setattr(S, "explore", first_look_runs_out)
     res = verify(prog, 2, 1, timeout=30)
     assert len(calls) > 1
@@ -448,9 +453,10 @@ def test_a_scheduling_program_agrees_with_enumeration(tmp_path, arrive, sessions
 
 def test_a_quotient_is_never_floored(tmp_path):
     """Issue 26's first two cases. `total(done) / count(done) <= 3` was `proved` by flooring 7/2 to
-    3, where the simulator's mean of two completions is 3.5: the kernel now refuses a quotient that
-    is not whole (F016), so the claim is `unknown` with the workload, never proved. `ceil(p / 4)`
-    is computed exactly: a claim on it is decided as the interpreter reads it."""
+    3, where the simulator's mean of two completions is 3.5: the kernel computes the quotient
+    exactly, so the claim has a counterexample, which the interpreter replays failing (verify
+    checks that before naming it). `ceil(p / 4)` is computed exactly: a claim on it is decided as
+    the interpreter reads it."""
     prog = api.load(program(tmp_path, ENGINE + """
   workload { arrive batch(2); turn { Size p = ~det(2); } }
   server { llm (p + 1, 1); observe done = now; observe alone = ceil(p / 4) + 1; }
@@ -459,7 +465,9 @@ def test_a_quotient_is_never_floored(tmp_path):
 """, "mean.sq"))
     res = verify(prog, 2, 4, timeout=60)
     v = res.claims["mean_le"]
-    assert v.verdict == "unknown" and "F016" in v.reason and "is not a whole number" in v.reason
+    assert v.verdict == "counterexample" and v.reason is None
+    run = api.run(prog, None, None, v.workload)
+    assert run["claims"]["mean_le"]["status"] == "failed"
     w = res.claims["alone_le"]  # p = 1 gives ceil(1/4) + 1 = 2 (floor would give 1: held)
     assert w.verdict == "counterexample" and w.reason is None
     assert max(s["draws"][0] for s in w.workload["sessions"]) >= 1
@@ -536,12 +544,90 @@ def test_one_session_at_the_whole_bound_comes_before_several_at_small_values(tmp
     seen = []
     real = S.explore
 
-    def explore(fam, until, visit):
+    def explore(fam, until, visit, within=None):
         seen.append((fam.n, fam.values))
-        return real(fam, until, visit)
+        return real(fam, until, visit, within)
 
     monkeypatch.setattr(S, "explore", explore)
     res = verify(api.load(path), 3, 16, timeout=60)
     v = res.claims["alone_big"]
     assert v.verdict == "witnessed" and v.sessions == 1 and v.workload["sessions"][0]["draws"][0] >= 7
     assert seen[:4] == [(1, 1), (2, 1), (3, 1), (1, 16)], seen
+
+
+def test_an_arrival_mid_iteration_is_in_the_family(tmp_path):
+    """Issue 26's third case. Under `poisson` the family's arrival times are any real times: a
+    session arriving in the middle of an iteration waits for the next one, so a measured time of 1
+    iteration can be 1.5. Over natural arrival times the claim was `proved, every natural`; the
+    counterexample now names an arrival between two iterations' ends, and the interpreter replays it
+    failing."""
+    prog = api.load(program(tmp_path, ENGINE.replace("tokens cap 4;", "tokens cap 16;") + """
+  workload { arrive poisson(1); turn { Size p = ~det(2); } }
+  server { set t0 = now; llm (2, 1); observe done = now - t0; }
+  claim quick: at end (largest(done) <= 2);
+""", "mid.sq"))
+    res = verify(prog, 2, 2, timeout=60)
+    v = res.claims["quick"]
+    assert v.verdict == "counterexample" and v.reason is None
+    times = [s["arrival"] for s in v.workload["sessions"]]
+    assert any(t != int(t) for t in times), times   # an arrival between two iterations' ends
+    run = api.run(prog, None, None, v.workload)
+    assert run["claims"]["quick"]["status"] == "failed"
+
+
+def test_a_cost_in_decimal_seconds_is_decided_exactly(tmp_path):
+    """`execute (0.001 + 0.00004 * batch.tokens)` is in the fragment: the kernel's clock is the
+    rationals these decimals write. A bound the iteration's time meets exactly is proved (1.16 ms
+    for a prompt of 4 tokens, the most), one a hair tighter has a counterexample the interpreter
+    replays."""
+    body = ENGINE.replace("execute (1);", "execute (0.001 + 0.00004 * batch.tokens);") + """
+  workload { arrive batch(1); turn { Size p = ~det(2); } }
+  server { llm (min(p, 3) + 1, 0); observe done = now; }
+  claim within: at end (largest(done) <= 0.00116);
+  claim tighter: at end (largest(done) <= 0.00115);
+"""
+    prog = api.load(program(tmp_path, body, "dec.sq"))
+    res = verify(prog, 1, 4, timeout=60)
+    assert res.claims["within"].verdict == "proved"
+    v = res.claims["tighter"]
+    assert v.verdict == "counterexample"
+    assert api.run(prog, None, None, v.workload)["claims"]["tighter"]["status"] == "failed"
+
+
+def test_each_claim_is_decided_on_its_own(tmp_path):
+    """A claim's verdict, its paths and where its search stops are its own: the same beside every
+    other claim of the program or alone (issue 26: claims whose values split every path left their
+    neighbours `unknown` within the timeout)."""
+    prog = api.load(program(tmp_path, CLAIMS, arrive="poisson(1)"))
+    together = verify(prog, 2, 1, timeout=60)
+    for c in list(together.claims):
+        text = CLAIMS
+        for other in together.claims:
+            if other != c:
+                text = "\n".join(line for line in text.split("\n") if f"claim {other}" not in line)
+        alone = verify(api.load(program(tmp_path, text, f"{c}.sq", arrive="poisson(1)")), 2, 1, timeout=60)
+        a, b = together.claims[c], alone.claims[c]
+        # the verdict and how it was shown; the workload named may be another of the same verdict
+        # (z3's models answer the same questions by another path of the solver's)
+        assert (a.verdict, a.by, a.every_value) == (b.verdict, b.by, b.every_value), c
+
+
+def test_a_time_on_a_tie_is_moved_inside_its_path():
+    """A named workload's real times are moved off a tie the interpreter's floats may read the
+    other way (0.1 + 0.1 + 0.1 is not 0.3 in floating point) by the widest margin the path allows,
+    and written as short decimals (serq/verify/robust.py)."""
+    import z3
+    from serq.verify import robust
+    a0, a1 = z3.Real("a0"), z3.Real("a1")
+    end = z3.RealVal("1/10") + z3.RealVal("1/10") + z3.RealVal("1/10")
+    facts = [a0 >= end, a1 >= a0, z3.Not(a1 > end + 1)]
+
+    def domain(n):
+        return z3.And(z3.Real(n) >= 0, z3.Real(n) <= 2)
+    assert robust.on_a_tie(facts, {"a0": Fraction(3, 10), "a1": Fraction(3, 10), "d0_0": 1})
+    got = robust.interior(facts, {"a0": Fraction(3, 10), "a1": Fraction(3, 10), "d0_0": 1}, domain)
+    assert got is not None and got["d0_0"] == 1
+    assert Fraction(3, 10) < got["a0"] <= got["a1"] < Fraction(13, 10)
+    assert all(Fraction(repr(float(v))) == v for v in (got["a0"], got["a1"]))   # exact as a float's repr
+    # whole times on a whole clock are exact in floating point: nothing to move
+    assert not robust.on_a_tie([a0 >= 3], {"a0": 3})

@@ -60,7 +60,7 @@ def _plan(p, m, names):
     reqs = {r.rid: r.sid for r in m2.eng.reqs}
     batch = tuple((names[reqs[rid]], concrete(n)) for rid, n in m2.eng.batch)
     vars_ = tuple((k, concrete(v)) for k, v in m2.eng.vars)
-    return batch, vars_, tuple(bool(v) if v is not None else None for v in m2.path[-1][1])
+    return batch, vars_, tuple(bool(v) if v is not None else None for v in X.claim_values(p, m2.path[-1][1]))
 
 
 def _shape_and_model(p, h, m, wl):
@@ -118,7 +118,7 @@ def _check(p, wl):
         inp = S.Inputs(dict(model))
         built = I.build(p, h, sh, inp, dom)
         # the real values are inside the builder's ranges
-        subst = [(z3.Int(n), z3.IntVal(v)) for n, v in model.items()]
+        subst = [(S.var(n), S.numeral_of(n, v)) for n, v in model.items()]
         for name, c in dom.items():
             assert z3.is_true(z3.simplify(z3.substitute(c, *subst))), (name, c, model)
         assert _plan(p, built, {k: k for k in names.values()}) == real, (sh, model)

@@ -16,11 +16,12 @@ namespace Serq
 
 /-! ## One path -/
 
-/-- What a claim is found to be on one run (`serq run`'s report says the same). -/
+/-- What a claim is found to be on one run (`serq run`'s report says the same): a failure and a
+witness name the time (a rational) and the index of the iteration, or the end. -/
 inductive Outcome where
   | held
-  | failed (t iteration : Nat)
-  | witnessed (t iteration : Nat)
+  | failed (t : Q) (iteration : Nat)
+  | witnessed (t : Q) (iteration : Nat)
   | notWitnessed
   | outOfScope (session : Nat)
   | notEvaluated
@@ -32,8 +33,8 @@ def outOfScope (p : Program) (m : Machine) (c : Claim) : Option Nat :=
   | none => none
   | some g => (m.given.find? fun (sid, attrs) => eval p m { attrs := some attrs, sid := some sid } g == some 0).map (·.1)
 
-/-- The first iteration (index from 0) at which claim `j` reads `want`. -/
-def firstAt (j : Nat) (want : Bool) : List (Nat × List (Option Bool)) → Nat → Option (Nat × Nat)
+/-- The first iteration (its time and its index from 0) at which claim `j` reads `want`. -/
+def firstAt (j : Nat) (want : Bool) : List (Q × List (Option Bool)) → Nat → Option (Q × Nat)
   | [], _ => none
   | (t, vals) :: rest, k => if vals.get? j == some (some want) then some (t, k) else firstAt j want rest (k + 1)
 
@@ -65,19 +66,20 @@ def outcomes (p : Program) (r : Run) : List (Option Outcome) :=
 
 /-! ## The workload family -/
 
-/-- A session's arrival as the program's arrival law allows it: 0 under `batch`, the `k`-th gap
-under a constant `renewal`, any time under `poisson` (the order of sessions is their serial). -/
+/-- A session's arrival as the program's arrival law allows it: 0 under `batch`, `(k + 1)` gaps
+under a constant `renewal` (a rational gap), any time under `poisson` (the order of sessions is
+their serial). -/
 def arrivalOk (p : Program) (k : Nat) (s : SessionIn) : Prop :=
   match p.arrive with
   | .batch => s.arrival = 0
-  | .renewal => s.arrival = (k + 1) * p.gap
+  | .renewal => s.arrival = Q.mul (Q.ofNat (k + 1)) p.gap
   | .poisson => True
 
-/-- Arrivals in serial order. -/
+/-- Arrivals in serial order, compared as rationals. -/
 def ordered : List SessionIn → Prop
   | [] => True
   | [_] => True
-  | a :: b :: rest => a.arrival ≤ b.arrival ∧ ordered (b :: rest)
+  | a :: b :: rest => Q.le a.arrival b.arrival = true ∧ ordered (b :: rest)
 
 /-- The family of a program within `bound` sessions: any number of sessions up to the bound, each
 drawn attribute any natural number (its `draws`), arrivals as the law allows, and under a trace

@@ -6,11 +6,14 @@ import Serq.IR
 A machine and its step, definition for definition the Python reference kernel
 `serq/ref/exec.py` (docs/lean.md has the table of twins). Every definition is total: recursion
 is structural (on a list or an expression) or on an explicit `fuel`, so `decide` can evaluate a
-run. Numbers are naturals, and where the interpreter's arithmetic would leave them the run fails
-(`none`) rather than round: a difference below 0, a quotient that is not whole, a division by 0;
-`floor`, `ceil` and `round` of a quotient are exact (the reference's *Amounts and indices*).
-`Option` is the result where the program may fail at run time (an attribute read before it is
-set, a guard that is not 0 or 1) or the fuel may run out: `none`.
+run. Values and times are rationals (`Q`, lean/Serq/Num.lean), computed exactly: `7 / 2` is 7/2,
+`2 - 5` is -3, a decimal cost is the rational it writes. Amounts (units, tokens, a reserve, the
+tokens cap, a chunk, a granule) and counts (sessions, iterations, sequence numbers) are naturals,
+and a value read as an amount goes through `amount`. Where no rational is the interpreter's value
+(a division or fmod by 0, `reusable` of a block ≤ 0) or no natural is the amount (a fraction of a
+token, a negative one) the run fails (`none`) rather than round (the reference's *Amounts and
+indices*). `Option` is the result where the program may fail at run time (an attribute read before
+it is set, a guard that is not 0 or 1) or the fuel may run out: `none`.
 
 Orders follow the reference's *Ties*: events by time then the order they were scheduled,
 sessions in the order they became ready, an engine's iteration starting once no other event is
@@ -20,13 +23,13 @@ namespace Serq
 
 /-! ## Small helpers (Python: tuples and their builtins) -/
 
-/-- The value of a name in a list of pairs (Python: `lookup`). -/
-def lookup {α : Type} [BEq α] (k : α) : List (α × Nat) → Option Nat
+/-- The value of a name in a list of pairs (Python: `lookup`): a count (`Nat`) or a value (`Q`). -/
+def lookup {α β : Type} [BEq α] (k : α) : List (α × β) → Option β
   | [] => none
   | (k', v) :: rest => if k' == k then some v else lookup k rest
 
 /-- The pairs with `k` set to `v`, at the end (Python: `assign`). -/
-def assign {α : Type} [BEq α] (ps : List (α × Nat)) (k : α) (v : Nat) : List (α × Nat) :=
+def assign {α β : Type} [BEq α] (ps : List (α × β)) (k : α) (v : β) : List (α × β) :=
   ps.filter (fun p => !(p.1 == k)) ++ [(k, v)]
 
 /-- The list with its `i`-th element replaced (Python: `put`). -/
@@ -46,12 +49,12 @@ def sortBy {α : Type} (lt : α → α → Bool) : List α → List α
   | [] => []
   | x :: xs => insertBy lt x (sortBy lt xs)
 
-/-- Lexicographic order on keys (Python: tuple comparison). -/
-def lexLt : List Nat → List Nat → Bool
+/-- Lexicographic order on keys, values compared as rationals (Python: tuple comparison). -/
+def lexLt : List Q → List Q → Bool
   | [], [] => false
   | [], _ :: _ => true
   | _ :: _, [] => false
-  | a :: as, b :: bs => a < b || (a == b && lexLt as bs)
+  | a :: as, b :: bs => Q.lt a b || (a == b && lexLt as bs)
 
 def roundUp (u b : Nat) : Nat := if b == 0 then u else (u + b - 1) / b * b
 
@@ -87,18 +90,21 @@ structure Alloc where
   advanced : Bool := false
   deriving Repr
 
-/-- A cached prefix: its owner (`none`: dead), units, release time and release order. -/
+/-- A cached prefix: its owner (`none`: dead), units, release time (a rational) and release
+order. -/
 structure Entry where
   owner : Option Nat
   units : Nat
-  t : Nat
+  t : Q
   seq : Nat
   deriving Repr
 
+/-- A hold waiting in a queue: its session, joining order, the time it joined, and whether it goes
+at the head (a preempted hold). -/
 structure QItem where
   sid : Nat
   seq : Nat
-  t : Nat
+  t : Q
   head : Bool
   deriving Repr
 
@@ -109,12 +115,13 @@ structure PoolSt where
   queue : List QItem := []
   deriving Repr
 
-/-- What a request did: its start, first and last token times, preemptions, hit. -/
+/-- What a request did: its start, first and last token times (rationals), preemptions, hit (the
+units its first admission found cached). -/
 structure TurnRec where
-  start : Nat
-  first : Option Nat := none
-  pf : Option Nat := none
-  last : Option Nat := none
+  start : Q
+  first : Option Q := none
+  pf : Option Q := none
+  last : Option Q := none
   preemptions : Nat := 0
   cached : Option Nat := none
   deriving Repr
@@ -130,9 +137,11 @@ inductive Frame where
   | given
   deriving Repr
 
+/-- A session: its attributes (values, rationals), its continuation, and what its workload gives
+it (trace rows, draws). -/
 structure Sess where
   sid : Nat
-  attrs : List (String × Nat)
+  attrs : List (String × Q)
   cont : List Frame
   rows : List Row := []
   rowI : Nat := 0
@@ -168,7 +177,7 @@ structure Eng where
   admSeq : Nat := 0
   iterNo : Nat := 0
   iterations : Nat := 0
-  regs : List (String × Nat) := []
+  regs : List (String × Q) := []
   vars : List (StepVar × Nat) := []
   bvars : List (StepVar × Nat) := []
   plan : Option Plan := none
@@ -181,14 +190,18 @@ inductive EvKind where
   | iterEnd
   deriving Repr
 
+/-- An event: its time (a rational), the order it was scheduled, its kind. -/
 structure Event where
-  t : Nat
+  t : Q
   seq : Nat
   kind : EvKind
   deriving Repr
 
+/-- The machine: the time (a rational), the pending events, the ready sessions, each session,
+each pool and the engine; `obs` holds (name, value, time, session, turn), `path` each iteration's
+time and claim values, `given` each session's attributes after init. -/
 structure Machine where
-  now : Nat
+  now : Q
   events : List Event
   seq : Nat
   ready : List Nat
@@ -200,22 +213,22 @@ structure Machine where
   joinSeq : Nat := 0
   ridSeq : Nat := 0
   arrived : Nat := 0
-  obs : List (String × Nat × Nat × Nat × Nat) := []
-  path : List (Nat × List (Option Bool)) := []
-  given : List (Nat × List (String × Nat)) := []
+  obs : List (String × Q × Q × Nat × Nat) := []
+  path : List (Q × List (Option Bool)) := []
+  given : List (Nat × List (String × Q)) := []
   requests : List (Nat × Nat × TurnRec) := []
   deriving Repr
 
 /-- What an expression reads besides the machine: a session's attributes and id, the moment's
 context variables. -/
 structure Env where
-  attrs : Option (List (String × Nat)) := none
+  attrs : Option (List (String × Q)) := none
   sid : Option Nat := none
-  x : List (String × Nat) := []
+  x : List (String × Q) := []
   /-- an `each at most`: the residents as the iteration started -/
   start : Bool := false
 
-def sessEnv (m : Machine) (sid : Nat) (x : List (String × Nat) := []) : Env :=
+def sessEnv (m : Machine) (sid : Nat) (x : List (String × Q) := []) : Env :=
   { attrs := (m.sess.get? sid).map (·.attrs), sid := some sid, x := x }
 
 def setSess (m : Machine) (s : Sess) : Machine := { m with sess := put m.sess s.sid s }
@@ -229,9 +242,9 @@ def setVar (m : Machine) (v : StepVar) (n : Nat) : Machine :=
   { m with eng := { m.eng with vars := assign m.eng.vars v n } }
 
 /-- Schedule an event, after every event at or before its time. -/
-def schedule (m : Machine) (t : Nat) (k : EvKind) : Machine :=
+def schedule (m : Machine) (t : Q) (k : EvKind) : Machine :=
   { m with seq := m.seq + 1,
-           events := insertBy (fun a b => a.t ≤ b.t) { t := t, seq := m.seq + 1, kind := k } m.events }
+           events := insertBy (fun a b => Q.le a.t b.t) { t := t, seq := m.seq + 1, kind := k } m.events }
 
 def wake (m : Machine) (sid : Nat) : Machine := { m with ready := m.ready ++ [sid] }
 
@@ -257,44 +270,51 @@ def poolIndex (p : Program) (name : String) : Option Nat :=
 
 /-! ## Expressions -/
 
-def evalBin (op : BinOp) (l r : Nat) : Option Nat :=
-  let b (x : Bool) : Option Nat := some (if x then 1 else 0)
+/-- Exact arithmetic over the rationals (Python: `eval_bin`): `div` is the quotient and `mod` the
+interpreter's fmod; by 0 either is `none`, the interpreter's inf or NaN, never given a value (the
+reference's *Amounts and indices*). Comparisons and connectives give 1 or 0. -/
+def evalBin (op : BinOp) (l r : Q) : Option Q :=
+  let b (x : Bool) : Option Q := some (if x then 1 else 0)
   match op with
-  | .add => some (l + r)
-  | .sub => if r > l then none else some (l - r)
-  | .mul => some (l * r)
-  | .div => if r == 0 || l % r != 0 then none else some (l / r)
-  | .mod => if r == 0 then none else some (l % r)
+  | .add => some (Q.add l r)
+  | .sub => some (Q.sub l r)
+  | .mul => some (Q.mul l r)
+  | .div => Q.div l r
+  | .mod => Q.fmod l r
   | .eq => b (l == r)
   | .ne => b (l != r)
-  | .lt => b (l < r)
-  | .le => b (l ≤ r)
-  | .gt => b (l > r)
-  | .ge => b (l ≥ r)
+  | .lt => b (Q.lt l r)
+  | .le => b (Q.le l r)
+  | .gt => b (Q.lt r l)
+  | .ge => b (Q.le r l)
   | .and => b (l != 0 && r != 0)
   | .or => b (l != 0 || r != 0)
 
-/-- `floor`, `ceil` and `round` (halves up) of the quotient `l / r`, exactly over the naturals
-(Python: `div_round`); `evalExpr` calls it for these three only, so any other is `none`. -/
-def divRound (f : Fun) (l r : Nat) : Option Nat :=
-  if r == 0 then none else
-  match f with
-  | .floor => some (l / r)
-  | .ceil => some ((l + r - 1) / r)
-  | .round => some ((2 * l + r) / (2 * r))
-  | _ => none
-
-def evalFn (f : Fun) (vs : List Nat) : Option Nat :=
+/-- The catalogue's functions on rationals (Python: `eval_fn`): `floor`, `ceil`, `round` (half up)
+and `abs` exactly; `reusable n b` the whole blocks of `n` tokens but the last,
+`floor((n - 1) / b) * b` (0 when `n < 1`), `none` for a block `b ≤ 0`, NaN to the interpreter. -/
+def evalFn (f : Fun) (vs : List Q) : Option Q :=
   match f, vs with
-  | .min, v :: rest => some (rest.foldl min v)
-  | .max, v :: rest => some (rest.foldl max v)
-  | .sum, _ => some (sumList vs)
-  | .reusable, [n, b] => if b == 0 then none else some (if n ≥ 1 then (n - 1) / b * b else 0)
-  | .floor, [v] => some v
-  | .ceil, [v] => some v
-  | .round, [v] => some v
-  | .abs, [v] => some v
+  | .min, v :: rest => some (rest.foldl Q.min v)
+  | .max, v :: rest => some (rest.foldl Q.max v)
+  | .sum, _ => some (Q.sum vs)
+  | .reusable, [n, b] =>
+    if Q.le b 0 then none
+    else if Q.le 1 n then do
+      let t ← Q.div (Q.sub n 1) b
+      pure (Q.mul (Q.floor t) b)
+    else some 0
+  | .floor, [v] => some (Q.floor v)
+  | .ceil, [v] => some (Q.ceil v)
+  | .round, [v] => some (Q.round v)
+  | .abs, [v] => some (Q.abs v)
   | _, _ => none
+
+/-- The natural an amount is (units, tokens, a reserve, a reuse, a cache, the tokens cap, a
+chunk, a granule, a run's work): `none` for a negative one (the interpreter's run error, R007 or
+R110) and for a fraction (refused: the kernel's units and tokens are whole, and it does not round
+them) (Python: `amount`). -/
+def amount (v : Q) : Option Nat := Q.toNat? v
 
 /-- The tokens the iteration being planned has left, within the admission's `each at most`;
 between iterations, the tokens cap (`budget`, evaluated when read). -/
@@ -321,43 +341,48 @@ def runningValues (p : Program) (m : Machine) : List (StepVar × Nat) :=
    (.kvp, sumList (pre.map (growingPos m))), (.queued, queued), (.preempted, 0), (.admitted, 0),
    (.ntok, 0), (.npre, 0), (.attn, 0)]
 
-/-- An observable of a pool or of the engine; `budget` evaluates the tokens cap when read. -/
+/-- An observable of a pool or of the engine, a count read as a value; `budget` evaluates the
+tokens cap when read. -/
 def evalObs (p : Program) (m : Machine) (env : Env) (f : ObsFn) (target : String)
-    (budget : Unit → Option Nat) : Option Nat :=
+    (budget : Unit → Option Nat) : Option Q :=
   if target == p.engine.name then
     match f with
-    | .queue => some m.eng.reqs.length
+    | .queue => some (Q.ofNat m.eng.reqs.length)
     | .busy => some (if m.eng.reqs.isEmpty then 0 else 1)
-    | .work => some (sumList (m.eng.reqs.map (·.left)))
-    | .budgetLeft => budgetLeftOf m budget
+    | .work => some (Q.ofNat (sumList (m.eng.reqs.map (·.left))))
+    | .budgetLeft => (budgetLeftOf m budget).map Q.ofNat
     | _ => none
   else do
     let i ← poolIndex p target
     let st ← m.pools.get? i
     let pool ← p.pools.get? i
     match f with
-    | .used => some st.used
-    | .free => pool.cap.map (· - st.used)
-    | .holders => some (st.allocs.map (·.sid)).eraseDups.length
-    | .queued => some st.queue.length
-    | .cachedin => some (sumList ((st.entries.filter fun x => x.owner.isSome && x.owner == env.sid).map (·.units)))
+    | .used => some (Q.ofNat st.used)
+    | .free => pool.cap.map (fun cap => Q.ofNat (cap - st.used))
+    | .holders => some (Q.ofNat ((st.allocs.map (·.sid)).eraseDups.length))
+    | .queued => some (Q.ofNat st.queue.length)
+    | .cachedin => some (Q.ofNat (sumList ((st.entries.filter fun x => x.owner.isSome && x.owner == env.sid).map (·.units))))
     | _ => none
 
-def evalAgg (m : Machine) (f : AggFn) (name : String) : Nat :=
+/-- A claim at end's aggregate of an observation's values: `largest` and `smallest` of none are 0. -/
+def evalAgg (m : Machine) (f : AggFn) (name : String) : Q :=
   let vs := (m.obs.filter (·.1 == name)).map (·.2.1)
   match f with
-  | .total => sumList vs
-  | .count => vs.length
-  | .largest => vs.foldl max 0
+  | .total => Q.sum vs
+  | .count => Q.ofNat vs.length
+  | .largest => (match vs with
+    | [] => 0
+    | v :: rest => rest.foldl Q.max v)
   | .smallest => (match vs with
     | [] => 0
-    | v :: rest => rest.foldl min v)
+    | v :: rest => rest.foldl Q.min v)
   | .prefixTotal =>
     -- Σ_k (v_1 + … + v_k) over the values sorted ascending
-    ((sortBy (fun a b => a < b) vs).foldl (fun (acc : Nat × Nat) v => (acc.1 + v, acc.2 + acc.1 + v)) (0, 0)).2
+    ((sortBy Q.lt vs).foldl (fun (acc : Q × Q) v => (Q.add acc.1 v, Q.add acc.2 (Q.add acc.1 v))) (0, 0)).2
 
-/-- The value of an expression, a natural; `fuel` bounds its depth. -/
-def evalExpr (fuel : Nat) (p : Program) (m : Machine) (env : Env) (e : Expr) : Option Nat :=
+/-- The value of an expression, a rational computed exactly; `fuel` bounds its depth. A count
+(a step variable, an observable) is read as the rational it is (`Q.ofNat`). -/
+def evalExpr (fuel : Nat) (p : Program) (m : Machine) (env : Env) (e : Expr) : Option Q :=
   match fuel with
   | 0 => none
   | fuel + 1 =>
@@ -369,12 +394,13 @@ def evalExpr (fuel : Nat) (p : Program) (m : Machine) (env : Env) (e : Expr) : O
       -- while an iteration is planned, a key, an only and a guard read the residents as they
       -- stand at that read (*The iteration as a program*); an `each at most` as it started
       if !batch && m.eng.plan.isSome && !env.start && (v == .nres || v == .ndec || v == .kvb || v == .kvp) then
-        lookup v (runningValues p m)
+        (lookup v (runningValues p m)).map Q.ofNat
       else
         let isBatch := batch && (v == .ndec || v == .kvb || v == .kvp)
-        some ((lookup v (if isBatch then m.eng.bvars else m.eng.vars)).getD 0)
+        some (Q.ofNat ((lookup v (if isBatch then m.eng.bvars else m.eng.vars)).getD 0))
     | .reg x => lookup x m.eng.regs
-    | .obs f target => evalObs p m env f target (fun _ => p.engine.budget.bind (evalExpr fuel p m {}))
+    -- the tokens cap read as `budgetOf` reads it
+    | .obs f target => evalObs p m env f target (fun _ => p.engine.budget.bind fun b => (evalExpr fuel p m {} b).bind amount)
     | .agg f x => some (evalAgg m f x)
     | .not a => do let v ← evalExpr fuel p m env a; pure (if v == 0 then 1 else 0)
     | .bin op l r => do
@@ -384,25 +410,25 @@ def evalExpr (fuel : Nat) (p : Program) (m : Machine) (env : Env) (e : Expr) : O
     | .ite c a b => do
       let v ← evalExpr fuel p m env c
       if v != 0 then evalExpr fuel p m env a else evalExpr fuel p m env b
-    | .fn f args =>
-      -- floor, ceil or round of a quotient: exact over the naturals, where `/` alone may not be
-      match f, args with
-      | .floor, [.bin .div l r] | .ceil, [.bin .div l r] | .round, [.bin .div l r] => do
-        let a ← evalExpr fuel p m env l
-        let b ← evalExpr fuel p m env r
-        divRound f a b
-      | _, _ => do
-        let vs ← args.mapM (evalExpr fuel p m env)
-        evalFn f vs
+    | .fn f args => do
+      let vs ← args.mapM (evalExpr fuel p m env)
+      evalFn f vs
 
 /-- Expressions are shallow: this much depth is every program's. -/
 def exprFuel : Nat := 1000
 
-def eval (p : Program) (m : Machine) (env : Env) (e : Expr) : Option Nat := evalExpr exprFuel p m env e
+def eval (p : Program) (m : Machine) (env : Env) (e : Expr) : Option Q := evalExpr exprFuel p m env e
+
+/-- The engine's tokens cap, read now: an amount, so a number of tokens ≥ 0 (Python: `budget_of`);
+`none` when the engine has none (Python: its callers test that first). -/
+def budgetOf (p : Program) (m : Machine) : Option Nat := do
+  let b ← p.engine.budget
+  let v ← eval p m {} b
+  amount v
 
 /-- The tokens the iteration being planned has left, within the admission's `each at most`. -/
 def budgetLeft (p : Program) (m : Machine) : Option Nat :=
-  budgetLeftOf m (fun _ => p.engine.budget.bind (eval p m {}))
+  budgetLeftOf m (fun _ => budgetOf p m)
 
 /-- A test has two answers (*Branching*): 0 or 1, else the run fails. -/
 def testGuard (p : Program) (m : Machine) (env : Env) (e : Expr) : Option Bool := do
@@ -429,7 +455,7 @@ def makeRoom (p : Program) (m : Machine) (i need : Nat) : Machine :=
   | some pool, some st =>
     let cap := pool.cap.getD (st.used + cachedUnits st + need)  -- no cap: nothing is over
     let over := st.used + cachedUnits st + need - cap
-    let order := sortBy (fun a b => a.t < b.t || (a.t == b.t && a.seq < b.seq)) st.entries
+    let order := sortBy (fun a b => Q.lt a.t b.t || (a.t == b.t && a.seq < b.seq)) st.entries
     let evictOne (acc : List Entry × Nat) (e : Entry) : List Entry × Nat :=
       let (es, over) := acc
       if over == 0 then (es, 0)
@@ -475,7 +501,8 @@ def holdParts : Stmt → List HoldPool × Option Expr × Option Expr × List Stm
   | .holdS pools reuse cache body => (pools, reuse, cache, body)
   | _ => ([], none, none, [])
 
-/-- The hold's allocations given back, each caching min(cache, computed) (*Pools*). -/
+/-- The hold's allocations given back, each caching min(cache, computed) (*Pools*); the cache
+clause is an amount. -/
 def release (p : Program) (m : Machine) (sid : Nat) (h : Stmt) (preempted : Bool) : Option Machine := do
   let (pools, _, cache, _) := holdParts h
   let m ← pools.foldlM (init := m) fun m hp =>
@@ -485,7 +512,9 @@ def release (p : Program) (m : Machine) (sid : Nat) (h : Stmt) (preempted : Bool
                                                  allocs := st.allocs.filter (·.sid != sid) })
       (match cache with
       | none => some m
-      | some c => (eval p m (sessEnv m sid) c).map fun ell => putCache p m hp.pool sid (min ell (computedOf a preempted)))
+      | some c => do
+        let ell ← (eval p m (sessEnv m sid) c).bind amount
+        pure (putCache p m hp.pool sid (min ell (computedOf a preempted))))
     | _, _ => some m
   let s ← m.sess.get? sid
   pure (setSess m { s with held := false })
@@ -500,14 +529,14 @@ def headOf (p : Program) (m : Machine) (i : Nat) : Option QItem := do
     | some h => pure h
     | none => do
       let keyed ← st.queue.mapM fun it => do
-        let ks ← pool.queueKeys.mapM (eval p m (sessEnv m it.sid [("waited", m.now - it.t)]))
-        pure (ks ++ [it.seq], it)
+        let ks ← pool.queueKeys.mapM (eval p m (sessEnv m it.sid [("waited", Q.sub m.now it.t)]))
+        pure (ks ++ [Q.ofNat it.seq], it)
       let best ← (sortBy (fun a b => lexLt a.1 b.1) keyed).head?
       pure best.2
 
 /-- Admit a waiting hold if every pool has room for max(units, reserve) (*Pools*): consume the
-cached prefix, evict to fit, allocate. `none` when the program fails; `some (m, false)` when the
-head does not fit. -/
+cached prefix, evict to fit, allocate. Units, reserve and reuse are amounts. `none` when the
+program fails; `some (m, false)` when the head does not fit. -/
 def tryAdmit (p : Program) (m : Machine) (it : QItem) (i : Nat) : Option (Machine × Bool) := do
   let s ← m.sess.get? it.sid
   let h ← s.hold
@@ -515,15 +544,15 @@ def tryAdmit (p : Program) (m : Machine) (it : QItem) (i : Nat) : Option (Machin
   let env := sessEnv m it.sid
   let units ← pools.mapM fun hp => do
     let pool ← p.pools.get? hp.pool
-    let u ← eval p m env hp.units
-    let r ← match hp.reserve with | none => pure 0 | some e => eval p m env e
+    let u ← (eval p m env hp.units).bind amount
+    let r ← match hp.reserve with | none => pure 0 | some e => (eval p m env e).bind amount
     pure (roundUp u pool.block, max (roundUp u pool.block) r)
   let fits := (pools.zip units).all fun (hp, (_, need)) =>
     (match (p.pools.get? hp.pool).bind (·.cap) with | some cap => decide (need ≤ cap) | none => true) &&
     roomFor p m hp.pool need
   if !fits then pure (m, false)
   else do
-    let rho ← match reuse with | none => pure none | some e => (eval p m env e).map some
+    let rho ← match reuse with | none => pure none | some e => ((eval p m env e).bind amount).map some
     let (m, got) := (pools.zip units).foldl (fun (acc : Machine × List Nat) (hp, (u, _)) =>
       match cache with
       | none => (acc.1, acc.2 ++ [0])
@@ -531,7 +560,7 @@ def tryAdmit (p : Program) (m : Machine) (it : QItem) (i : Nat) : Option (Machin
     let s ← m.sess.get? it.sid
     let cached := got.foldl max 0
     let tr := s.turnRec.map fun r => if r.cached.isSome then r else { r with cached := some cached }
-    let m := setSess m { s with attrs := assign s.attrs "cached" cached, held := true, turnRec := tr }
+    let m := setSess m { s with attrs := assign s.attrs "cached" (Q.ofNat cached), held := true, turnRec := tr }
     let m := ((pools.zip units).zip got).foldl (fun m ((hp, (u, _)), c) =>
       let m := makeRoom p m hp.pool u
       match m.pools.get? hp.pool with
@@ -548,7 +577,7 @@ def tryAdmit (p : Program) (m : Machine) (it : QItem) (i : Nat) : Option (Machin
 def arrive (p : Program) (m : Machine) (k : Nat) : Option Machine := do
   let w ← m.wl.sessions.get? k
   let main := p.session.getD [.turnS]
-  let s : Sess := { sid := k, attrs := [("serial", k), ("turn_no", 0), ("cached", 0), ("computed", 0)],
+  let s : Sess := { sid := k, attrs := [("serial", Q.ofNat k), ("turn_no", 0), ("cached", 0), ("computed", 0)],
                     cont := [.blk main, .given, .blk p.init], rows := w.rows, draws := w.draws }
   let m := wake { m with sess := m.sess ++ [s], arrived := m.arrived + 1 } k
   if p.arrive != .batch && k + 1 < m.wl.sessions.length then
@@ -603,14 +632,14 @@ def turn (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool) := d
   else do
     let row ← s.rows.get? s.rowI
     let m := setSess m (push { s with rowI := s.rowI + 1 } [.turnGo (some row)])
-    if row.think > 0 then pure (schedule m (m.now + row.think) (.wake sid), true) else pure (m, false)
+    if row.think > 0 then pure (schedule m (Q.add m.now (Q.ofNat row.think)) (.wake sid), true) else pure (m, false)
 
 /-- A hold joins its first pool's queue (a preempted one at the head), after each of its units and
 reserves that reads only attributes and numbers is judged: above the cap, the request can never
-fit and is refused (*Pools*). -/
+fit and is refused (*Pools*). Units and reserves are amounts. -/
 def hold (p : Program) (m : Machine) (sid : Nat) (h : Stmt) : Option (Machine × Bool) := do
   let s ← m.sess.get? sid
-  let s := { s with attrs := assign s.attrs "computed" (s.retry.getD 0) }
+  let s := { s with attrs := assign s.attrs "computed" (Q.ofNat (s.retry.getD 0)) }
   let m := setSess m s
   let (pools, _, _, body) := holdParts h
   let env := sessEnv m sid
@@ -619,12 +648,14 @@ def hold (p : Program) (m : Machine) (sid : Nat) (h : Stmt) : Option (Machine ×
     match pool.cap with
     | none => pure false
     | some cap => do
-      let uNever ← if hp.staticUnits then (eval p m env hp.units).map (fun u => decide (roundUp u pool.block > cap))
+      let uNever ← if hp.staticUnits then
+          ((eval p m env hp.units).bind amount).map (fun u => decide (roundUp u pool.block > cap))
         else pure false
-      let rNever ← match hp.staticReserve, hp.reserve with
-        | true, some e => (eval p m env e).map (fun r => decide (r > cap))
+      -- the reserve is read only when the units do not already refuse it (Python: `or`)
+      if uNever then pure true
+      else match hp.staticReserve, hp.reserve with
+        | true, some e => ((eval p m env e).bind amount).map (fun r => decide (r > cap))
         | _, _ => pure false
-      pure (uNever || rNever)
   if never then do pure (← finish p m sid, true)
   else do
     let i ← pools.head?.map (·.pool)
@@ -640,12 +671,13 @@ def insertReq (r : Req) (reqs : List Req) : List Req :=
   let before := (reqs.reverse.dropWhile (·.adm > r.adm)).reverse
   before ++ [r] ++ reqs.drop before.length
 
-/-- `run E prefill|decode (w) [growing P]`: a request on the engine; a run of no work completes at
-once. One that arrives while the engine plans is served in the admission that brought it. -/
+/-- `run E prefill|decode (w) [growing P]`: a request on the engine, its work an amount; a run of
+no work completes at once. One that arrives while the engine plans is served in the admission that
+brought it. -/
 def runStmt (p : Program) (m : Machine) (sid : Nat) (mode : Mode) (work : Expr) (growing : Option Nat) :
     Option (Machine × Bool) := do
   let s ← m.sess.get? sid
-  let w ← eval p m (sessEnv m sid) work
+  let w ← (eval p m (sessEnv m sid) work).bind amount
   let holdsIt := match growing with | some g => (findAlloc m g sid).isSome | none => true
   if !holdsIt then none
   else if w == 0 then pure (m, false)
@@ -666,7 +698,7 @@ def execStmt (p : Program) (m : Machine) (sid : Nat) (st : Stmt) : Option (Machi
   | .setA x e => do let v ← eval p m env e; pure (setSess m { s with attrs := assign s.attrs x v }, false)
   | .drawA x => do
     let v ← s.draws.get? s.drawI
-    pure (setSess m { s with attrs := assign s.attrs x v, drawI := s.drawI + 1 }, false)
+    pure (setSess m { s with attrs := assign s.attrs x (Q.ofNat v), drawI := s.drawI + 1 }, false)
   | .observeA x e => do
     let v ← eval p m env e
     pure ({ m with obs := m.obs ++ [(x, v, m.now, sid, s.turnIdx)] }, false)
@@ -700,11 +732,13 @@ def execFrame (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool)
     pure (setSess { m with requests := m.requests ++ [(sid, s.turnIdx, r)] }
       { s with turnIdx := s.turnIdx + 1, turnRec := none }, false)
   | .turnGo row =>
-    let attrs := (match row with
-      | none => s.attrs
-      | some r => [("new", r.new), ("out", r.out), ("think", r.think), ("forced", r.forced),
-                   ("more", if s.rowI < s.rows.length then 1 else 0)].foldl (fun a kv => assign a kv.1 kv.2) s.attrs)
-    let s := push { s with attrs := assign attrs "turn_no" s.turnIdx, turnRec := some { start := m.now } }
+    -- a trace row's fields are naturals, read as values
+    let fromRow : List (String × Q) := match row with
+      | none => []
+      | some r => [("new", Q.ofNat r.new), ("out", Q.ofNat r.out), ("think", Q.ofNat r.think),
+                   ("forced", Q.ofNat r.forced), ("more", if s.rowI < s.rows.length then 1 else 0)]
+    let attrs := fromRow.foldl (fun a kv => assign a kv.1 kv.2) s.attrs
+    let s := push { s with attrs := assign attrs "turn_no" (Q.ofNat s.turnIdx), turnRec := some { start := m.now } }
       [.turnEnd, .blk (p.turn ++ p.server)]
     pure (setSess m s, false)
 
@@ -733,14 +767,18 @@ def settle (p : Program) (m : Machine) : Nat → Option Machine
 
 /-! ## The engine -/
 
-/-- An `each at most`, read with the residents as the iteration started: 0 reads as no cap. -/
+/-- An `each at most`, an amount read with the residents as the iteration started: 0 reads as no
+cap. -/
 def capOf (p : Program) (m : Machine) (e : Option Expr) : Option (Option Nat) := do
   let v ← eval p m { start := true } (e.getD p.engine.chunk)
+  let v ← amount v
   pure (if v == 0 then none else some v)
 
+/-- What a key or an `only` of the serving reads of a request: `decoding`, `admission`,
+`remaining`. -/
 def reqEnv (m : Machine) (r : Req) : Env :=
   { x := [("decoding", if r.mode == .decode then 1 else 0),
-          ("admission", ((m.sess.get? r.sid).map (·.engAdm)).getD 0), ("remaining", r.left)] }
+          ("admission", Q.ofNat (((m.sess.get? r.sid).map (·.engAdm)).getD 0)), ("remaining", Q.ofNat r.left)] }
 
 /-- One token to a decode; up to the cap to a prefill, a multiple of the granule short of its
 remainder (none: passed over, and no one admitted after it). -/
@@ -860,7 +898,7 @@ def serve (p : Program) (m : Machine) (only : Option Expr) (keys : List Expr) (c
     let ordered ← if keys.isEmpty then pure reqs else do
       let keyed ← reqs.mapM fun r => do
         let ks ← keys.mapM (eval p m (reqEnv m r))
-        pure (ks ++ [((m.sess.get? r.sid).map (·.engAdm)).getD 0], r)
+        pure (ks ++ [Q.ofNat (((m.sess.get? r.sid).map (·.engAdm)).getD 0)], r)
       pure ((sortBy (fun a b => lexLt a.1 b.1) keyed).map (·.2))
     serveList p only cap ordered m
 
@@ -1002,7 +1040,8 @@ def claimValues (p : Program) (m : Machine) : Option (List (Option Bool)) := do
   let pl ← m.eng.plan
   let demand := sumList (m.eng.reqs.filter (·.left > 0) |>.map fun r =>
     if r.mode == .decode then 1 else match pl.chunk with | none => r.left | some c => min r.left c)
-  let env : Env := { x := [("served", m.eng.servedTotal), ("arrived", m.arrived), ("demand", demand)] }
+  let env : Env := { x := [("served", Q.ofNat m.eng.servedTotal), ("arrived", Q.ofNat m.arrived),
+                           ("demand", Q.ofNat demand)] }
   p.claims.mapM fun c =>
     if c.form == .atEnd then pure none else do
       let v ← eval p m env c.e
@@ -1010,14 +1049,15 @@ def claimValues (p : Program) (m : Machine) : Option (List (Option Bool)) := do
 
 /-- Plan an iteration: the schedule's statements, then its cost and its claims; a try that
 schedules no token is no iteration unless it preempted (*Engines*): what it admitted stays
-admitted, and its register sets are undone. -/
+admitted, and its register sets are undone. The tokens cap and the granule are amounts; the cost is
+a time ≥ 0, and above 0 when tokens are scheduled, else the run fails. -/
 def startIteration (p : Program) (m : Machine) : Option Machine := do
   let eng := p.engine
   let m := { m with eng := { m.eng with vars := runningValues p m, bvars := [(.ndec, 0), (.kvb, 0), (.kvp, 0)],
                                         iterNo := m.eng.iterNo + 1 } }
   let saved := m.eng.regs
-  let budget ← match eng.budget with | none => pure none | some e => (eval p m {} e).map some
-  let granule ← match eng.granule with | none => pure none | some e => (eval p m {} e).map some
+  let budget ← match eng.budget with | none => pure none | some _ => (budgetOf p m).map some
+  let granule ← match eng.granule with | none => pure none | some e => ((eval p m {} e).bind amount).map some
   let chunk ← capOf p m none
   let m := { m with eng := { m.eng with plan := some { budget := budget, chunk := chunk,
                                                           granule := granule.bind fun g => if g == 0 then none else some g } } }
@@ -1041,14 +1081,15 @@ def startIteration (p : Program) (m : Machine) : Option Machine := do
                                           bvars := [(.ndec, dec.length), (.kvb, sumList (dec.map (posOf ·.1))),
                                                     (.kvp, sumList (pre.map (posOf ·.1)))] } }
     let cost ← eval p m {} eng.cost
-    if ntok > 0 && cost == 0 then none
+    if Q.lt cost 0 then none
+    else if ntok > 0 && Q.le cost 0 then none
     else do
       let vals ← claimValues p m
       let m := { m with path := m.path ++ [(m.now, vals)],
                         eng := { m.eng with servedTotal := m.eng.servedTotal + ntok,
                                             iterations := m.eng.iterations + 1, busy := true,
                                             batch := pl.batch, plan := none } }
-      pure (schedule m (m.now + cost) .iterEnd)
+      pure (schedule m (Q.add m.now cost) .iterEnd)
 
 /-- A growing run's hold advances by the tokens the iteration gave it. -/
 def advanceHold (m : Machine) (r : Req) (n : Nat) : Machine :=
@@ -1111,16 +1152,16 @@ def settleFuel : Nat := 1000000
 
 /-- One move of the machine: settle, then start the engine's iteration when nothing else is
 pending at this instant, else the next event up to the horizon. The flag: the run is over. -/
-def step (p : Program) (m : Machine) (horizon : Option Nat) : Option (Machine × Bool) := do
+def step (p : Program) (m : Machine) (horizon : Option Q) : Option (Machine × Bool) := do
   let m ← settle p m settleFuel
-  let nextLater := match m.events with | [] => true | e :: _ => decide (e.t > m.now)
+  let nextLater := match m.events with | [] => true | e :: _ => Q.lt m.now e.t
   if m.eng.want && nextLater then
     let m := { m with eng := { m.eng with want := false } }
     if m.eng.busy then pure (m, false) else do pure (← startIteration p m, false)
   else match m.events with
     | [] => pure (m, true)
     | e :: rest =>
-      if (match horizon with | some h => decide (e.t > h) | none => false) then pure (m, true)
+      if (match horizon with | some h => Q.lt h e.t | none => false) then pure (m, true)
       else do
         let m := { m with events := rest, now := e.t }
         match e.kind with
@@ -1134,13 +1175,13 @@ structure Run where
   done : Bool
 
 /-- `step` until the run is over or the fuel is spent. -/
-def runFrom (p : Program) (horizon : Option Nat) : Nat → Machine → Option Run
+def runFrom (p : Program) (horizon : Option Q) : Nat → Machine → Option Run
   | 0, m => some { machine := m, done := false }
   | fuel + 1, m => do
     let (m, over) ← step p m horizon
     if over then pure { machine := m, done := true } else runFrom p horizon fuel m
 
-def run (p : Program) (wl : Workload) (fuel : Nat) (horizon : Option Nat := none) : Option Run :=
+def run (p : Program) (wl : Workload) (fuel : Nat) (horizon : Option Q := none) : Option Run :=
   runFrom p horizon fuel (initial p wl)
 
 end Serq

@@ -1,22 +1,26 @@
+import Serq.Num
+
 /-!
 # The fragment's IR
 
 The IR of a serQ program inside the Lean fragment (docs/lean.md), type for type the Python
-representation in `serq/ref/ir.py`. Every number is a natural; `none` is `inf` where a cap or a
-budget may be one. The generator (`serq claims`) writes a program's linked IR as a value of
-`Program`.
+representation in `serq/ref/ir.py`. A constant in an expression, a register's initial value, the
+renewal gap and an arrival time are rationals (`Q`, lean/Serq/Num.lean); a cap, a block, a count
+and a trace row's fields are naturals; `none` is `inf` where a cap or a budget may be one. The
+generator (`serq claims`) writes a program's linked IR as a value of `Program`.
 -/
 namespace Serq
 
-/-- A binary operator: arithmetic over the naturals (`sub` below 0 and a `div` that is not
-whole fail the run, as no natural is the interpreter's value), comparisons and connectives giving
-1 or 0. -/
+/-- A binary operator: exact arithmetic over the rationals (`div` and `mod`, the interpreter's
+fmod, by 0 fail the run: the interpreter's value is inf or NaN, no rational), comparisons and
+connectives giving 1 or 0. -/
 inductive BinOp where
   | add | sub | mul | div | mod | eq | ne | lt | le | gt | ge | and | or
   deriving DecidableEq, Repr
 
-/-- A function of numbers; `floor`, `ceil`, `round` and `abs` are the identity on naturals.
-`reusable n b` is `(n - 1) / b * b`, the whole blocks of `n` tokens but the last. -/
+/-- A function of numbers; `floor`, `ceil`, `round` (half up) and `abs` are exact on rationals.
+`reusable n b` is `floor((n - 1) / b) * b`, the whole blocks of `n` tokens but the last (a block
+`b ≤ 0` fails the run). -/
 inductive Fun where
   | min | max | sum | floor | ceil | round | abs | reusable
   deriving DecidableEq, Repr
@@ -36,10 +40,11 @@ inductive AggFn where
   | total | count | largest | smallest | prefixTotal
   deriving DecidableEq, Repr
 
-/-- An expression. A context variable (`ctx`) is one of `now`, `admission`, `decoding`,
-`remaining`, `waited`, `demand`, `served`, `arrived`. -/
+/-- An expression; its value is a rational. A constant (`num`) is the rational it writes (a
+decimal `0.001` is `1/1000`; a negation `-e` is written `0 - e`). A context variable (`ctx`) is one
+of `now`, `admission`, `decoding`, `remaining`, `waited`, `demand`, `served`, `arrived`. -/
 inductive Expr where
-  | num (v : Nat)
+  | num (v : Q)
   | attr (name : String)
   | ctx (name : String)
   | step (v : StepVar) (batch : Bool)
@@ -56,7 +61,8 @@ inductive Mode where
   | prefill | decode
   deriving DecidableEq, Repr
 
-/-- One pool of a hold: its pool (an index into `Program.pools`), units and reserve;
+/-- One pool of a hold: its pool (an index into `Program.pools`), units and reserve (amounts: a
+value that is no natural fails the run);
 `staticUnits` when the units read attributes and numbers only, `staticReserve` when the reserve
 does: each such one is judged on its own when the hold joins (*Pools*). -/
 structure HoldPool where
@@ -102,8 +108,10 @@ structure Pool where
   memory : Bool
   deriving Repr
 
-/-- The one step stage. `chunk` reads 0 as no cap; `body` is the iteration, vLLM's two
-statements written out when the program has none. -/
+/-- The one step stage. `budget`, `chunk` and `granule` are amounts (naturals when read); `chunk`
+reads 0 as no cap; `body` is the iteration, vLLM's two statements written out when the program has
+none; `cost` is a time (a rational); `registers` are the `state` registers with their initial
+values, rationals. -/
 structure Engine where
   name : String
   budget : Option Expr
@@ -113,7 +121,7 @@ structure Engine where
   keys : List Expr
   body : List IStmt
   cost : Expr
-  registers : List (String × Nat)
+  registers : List (String × Q)
   deriving Repr
 
 inductive Form where
@@ -131,11 +139,13 @@ inductive Arrive where
   | batch | renewal | poisson
   deriving DecidableEq, Repr
 
+/-- A program: `gap` is a constant `renewal`'s gap, a rational above 0 (0 otherwise); `n` is
+`batch`'s count. -/
 structure Program where
   pools : List Pool
   engine : Engine
   arrive : Arrive
-  gap : Nat
+  gap : Q
   n : Nat
   trace : Bool
   init : List Stmt
@@ -145,7 +155,7 @@ structure Program where
   claims : List Claim
   deriving Repr
 
-/-- One trace row: a turn's `new`, `out`, `think` and `forced`. -/
+/-- One trace row: a turn's `new`, `out`, `think` and `forced`, naturals. -/
 structure Row where
   new : Nat
   out : Nat
@@ -153,9 +163,10 @@ structure Row where
   forced : Nat
   deriving DecidableEq, Repr
 
-/-- One session of a concrete workload: when it arrives, the values its draws take, its rows. -/
+/-- One session of a concrete workload: when it arrives (a time, a rational), the values its
+draws take (naturals), its rows. -/
 structure SessionIn where
-  arrival : Nat
+  arrival : Q
   draws : List Nat
   rows : List Row
   deriving DecidableEq, Repr

@@ -25,13 +25,14 @@ set_option maxRecDepth 100000
 set_option maxHeartbeats 0
 
 /-- The first value the run observed under `name` for session `s`'s turn `t` (`Machine.obs` holds
-(name, value, time, session, turn)). -/
-def observed (m : Machine) (name : String) (s t : Nat) : Option Nat :=
+(name, value, time, session, turn); a value is a rational, `Q`). -/
+def observed (m : Machine) (name : String) (s t : Nat) : Option Q :=
   (m.obs.find? (fun o => o.1 == name && o.2.2.2.1 == s && o.2.2.2.2 == t)).map (fun o => o.2.1)
 
 /-- Each request's (session, turn) first and last token step and preemption count, as the program
-observes them (`first_token`, `last_token`, `preemptions`); `none` when the run stopped on an error. -/
-def answers (r : Option Run) (reqs : List (Nat × Nat)) : Option (List (Option Nat × Option Nat × Option Nat)) :=
+observes them (`first_token`, `last_token`, `preemptions`); `none` when the run stopped on an error.
+The answers are written as numerals, whole rationals (`OfNat Q`). -/
+def answers (r : Option Run) (reqs : List (Nat × Nat)) : Option (List (Option Q × Option Q × Option Q)) :=
   r.map (fun r => reqs.map (fun q => (observed r.machine "first_token" q.1 q.2,
     observed r.machine "last_token" q.1 q.2, observed r.machine "preemptions" q.1 q.2)))
 

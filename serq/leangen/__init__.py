@@ -60,7 +60,7 @@ def program_fields(p: R.Program) -> dict:
         "pools": T.lines(p.pools, T.pool, 4),
         "engine": render("engine_value.lean.j2", e=engine),
         "arrive": f"Arrive.{T.ARRIVE[p.arrive]}",
-        "gap": T.nat(p.gap),
+        "gap": T.rational(p.gap),
         "n": T.nat(p.n),
         "trace": T.boolean(p.trace),
         "init": T.lines(p.init, T.stmt, 4),

@@ -8,6 +8,7 @@ application's arguments by column).
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from serq.ref import ir as R
 
@@ -91,6 +92,19 @@ def nat(v: int) -> str:
     return str(v)
 
 
+def rational(v) -> str:
+    """A value of lean/Serq/Num.lean's `Q`, as one atom: a natural as its numeral (`5`, read
+    through `OfNat Q`), any other rational as `(Q.mk NUM DEN)` in lowest terms, the sign on the
+    numerator (`(Q.mk (-3) 1)`, `(Q.mk 1 25000)`), as serq/ref/num.py gives it."""
+    if isinstance(v, bool) or not isinstance(v, (int, Fraction)):
+        raise ValueError(f"not a rational: {v!r}")
+    v = Fraction(v)
+    n, d = v.numerator, v.denominator  # Fraction keeps lowest terms, the denominator > 0
+    if d == 1 and n >= 0:
+        return str(n)
+    return f"(Q.mk {f'({n})' if n < 0 else n} {d})"
+
+
 def boolean(b: bool) -> str:
     return "true" if b else "false"
 
@@ -112,7 +126,7 @@ def lines(xs, render, indent: int) -> str:
 
 def expr(e) -> str:
     if isinstance(e, R.Num):
-        return f"Expr.num {nat(e.v)}"
+        return f"Expr.num {rational(e.v)}"
     if isinstance(e, R.Attr):
         return f"Expr.attr {string(e.name)}"
     if isinstance(e, R.Ctx):
@@ -211,7 +225,7 @@ def claim(c: R.Claim, indent: int) -> str:
 
 
 def registers(regs) -> str:
-    return "[" + ", ".join(f"({string(n)}, {nat(v)})" for n, v in regs) + "]"
+    return "[" + ", ".join(f"({string(n)}, {rational(v)})" for n, v in regs) + "]"
 
 
 def row(r: R.Row) -> str:
@@ -224,7 +238,7 @@ def trace(sessions, indent: int) -> str:
 
 
 def session_in(s: R.SessionIn, indent: int) -> str:
-    return (f"{{ arrival := {nat(s.arrival)}, draws := [{', '.join(nat(d) for d in s.draws)}],"
+    return (f"{{ arrival := {rational(s.arrival)}, draws := [{', '.join(nat(d) for d in s.draws)}],"
             f" rows := [{', '.join(row(r) for r in s.rows)}] }}")
 
 

@@ -14,6 +14,7 @@ from serq.ref import claims as C
 from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.ref.fragment import Outside, convert
+from serq.ref.num import q
 
 __all__ = ["convert", "Outside", "workload", "read_trace", "evaluate", "Result"]
 
@@ -40,7 +41,7 @@ def workload(p: R.Program, n: int, trace=None, arrivals=None, draws=None) -> R.W
         if arrivals is not None:
             t = arrivals[i]
         elif p.arrive == "renewal":
-            t = (i + 1) * p.gap
+            t = q((i + 1) * p.gap)
         else:
             t = 0
         rows = tuple(trace[i % len(trace)]) if trace else ()

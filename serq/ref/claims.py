@@ -42,8 +42,8 @@ def outcome(p: R.Program, run: X.Run, j: int) -> Outcome:
         ok = X.eval_expr(p, m, X.Env(), c.e) != 0
         return Outcome("held" if ok else "failed", at=m.now)
     want = c.form == "some"  # the value that decides the claim at an iteration
-    for k, (t, vals) in enumerate(m.path):
-        if vals[j] == want:
+    for k, (t, at) in enumerate(m.path):
+        if X.claim_value(p, at, j) == want:
             return Outcome("witnessed" if want else "failed", at=t, iteration=k)
     return Outcome("not_witnessed" if want else "held")
 

@@ -1,9 +1,11 @@
 """The executable semantics of the fragment, definition for definition lean/Serq/Exec.lean
 (docs/lean.md has the table of twins). Pure functions over immutable state: every function takes
-the program and a machine and returns a new machine; numbers are naturals, and where the
-interpreter's arithmetic would leave them (a difference below 0, a quotient that is not whole) the
-kernel refuses the workload (F016) instead of rounding; `None` is inf where a cap or a budget may
-be one. No speed tricks: the run is `step` applied until nothing is left or the fuel runs out.
+the program and a machine and returns a new machine. Values and times are rationals, computed
+exactly (serq/ref/num.py: 7 / 2 is 7/2, a decimal cost is the rational it writes); amounts (units,
+tokens) are naturals, and a value the interpreter would give that no rational is (x / 0) or that
+no amount is (a fraction of a token) is refused (F016), never rounded; `None` is inf where a cap or
+a budget may be one. No speed tricks: the run is `step` applied until nothing is left or the fuel
+runs out.
 
 The order of everything follows the reference's *Ties* and the interpreter's settling (*Events and
 settling*): events by time then the order they were scheduled, sessions in the order they became
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from serq.ref import ir as R
+from serq.ref.num import nat_of, q, qabs, qceil, qdiv, qfloor, qmod, qround
 
 
 def replace(record, /, **changes):
@@ -196,7 +199,7 @@ class Machine:
     rid_seq: int = 0
     arrived: int = 0
     obs: tuple = ()            # (name, value, t, sid, turn)
-    path: tuple = ()           # per iteration: (t, claim values)
+    path: tuple = ()           # per iteration: (t, the machine its claims read: claim_value)
     given: tuple = ()          # (sid, attrs after init)
     requests: tuple = ()       # (sid, turn, TurnRec)
 
@@ -323,8 +326,9 @@ def cached_units(st: PoolSt) -> int:
 # ---------------------------------------------------------------- expressions
 
 
-def eval_expr(p: R.Program, m: Machine, env: Env, e, fuel: int = EXPR_FUEL) -> int:
-    """The value of an expression, a natural; fuel bounds its depth (Lean: evalExpr, eval)."""
+def eval_expr(p: R.Program, m: Machine, env: Env, e, fuel: int = EXPR_FUEL):
+    """The value of an expression, a rational computed exactly; fuel bounds its depth (Lean:
+    evalExpr, eval)."""
     if fuel == 0:
         out_of_fuel("an expression")
     fuel -= 1
@@ -363,51 +367,29 @@ def eval_expr(p: R.Program, m: Machine, env: Env, e, fuel: int = EXPR_FUEL) -> i
         c = eval_expr(p, m, env, e.c, fuel)
         return eval_expr(p, m, env, e.a, fuel) if c != 0 else eval_expr(p, m, env, e.b, fuel)
     if isinstance(e, R.Fn):
-        if e.name in ROUNDINGS and len(e.args) == 1 and isinstance(e.args[0], R.Bin) and e.args[0].op == "/":
-            # floor, ceil or round of a quotient: exact over the naturals, where `/` alone may not be
-            q = e.args[0]
-            return div_round(e.name, eval_expr(p, m, env, q.l, fuel), eval_expr(p, m, env, q.r, fuel))
         return eval_fn(e.name, [eval_expr(p, m, env, a, fuel) for a in e.args])
     raise AssertionError(e)
 
 
-ROUNDINGS = ("floor", "ceil", "round")
-
-
 def refuse(what: str):
-    """A value the naturals cannot give as the interpreter computes it: the kernel refuses the
-    workload (F016) rather than round it silently (docs/lean.md, *Arithmetic over the naturals*)."""
-    raise KernelError("F016", f"{what}: no natural is the interpreter's value")
+    """A value no rational is, where the interpreter's is inf or NaN (a division by 0): the kernel
+    refuses the workload (F016) rather than give it another (docs/lean.md, *Arithmetic*)."""
+    raise KernelError("F016", f"{what}: no rational is the interpreter's value")
 
 
-def div_round(fn: str, l: int, r: int) -> int:
-    """floor(l / r), ceil(l / r) and round(l / r) (halves up), exactly."""
-    if r == 0:
-        refuse(f"{fn}({l} / 0) is inf or NaN to the interpreter")
-    if fn == "floor":
-        return l // r
-    if fn == "ceil":
-        return (l + r - 1) // r
-    return (2 * l + r) // (2 * r)
-
-
-def eval_bin(op: str, l: int, r: int) -> int:
-    """Natural arithmetic where it is the interpreter's: a difference below 0, a quotient that is
-    not whole and a division by 0 are refused (F016), never rounded (*Amounts and indices*)."""
+def eval_bin(op: str, l, r):
+    """Rational arithmetic, exact: `/` is the quotient, `%` the interpreter's fmod; a division by 0
+    (the interpreter's inf or NaN) is refused (F016), never given a value (*Amounts and indices*)."""
     if op == "+":
-        return l + r
+        return q(l + r)
     if op == "-":
-        if r > l:
-            refuse(f"{l} - {r} is below 0")
-        return l - r
+        return q(l - r)
     if op == "*":
-        return l * r
+        return q(l * r)
     if op in ("/", "%"):
         if r == 0:
             refuse(f"{l} {op} 0 is inf or NaN to the interpreter")
-        if op == "/" and l % r != 0:
-            refuse(f"{l} / {r} is not a whole number")
-        return l // r if op == "/" else l % r
+        return qdiv(l, r) if op == "/" else qmod(l, r)
     # only the operator's own test is made: serq/verify runs this on values that record each test
     return int(_TESTS[op](l, r))
 
@@ -417,24 +399,44 @@ _TESTS = {"==": lambda l, r: l == r, "!=": lambda l, r: l != r, "<": lambda l, r
           "&&": lambda l, r: l != 0 and r != 0, "||": lambda l, r: l != 0 or r != 0}
 
 
-def eval_fn(name: str, vs: list) -> int:
+def eval_fn(name: str, vs: list):
+    """The catalogue's functions on rationals: floor, ceil, round (half up) and abs exactly;
+    `reusable(n, b)` the whole blocks of n tokens but the last, floor((n - 1) / b) * b."""
     if name == "min":
         return min(vs)
     if name == "max":
         return max(vs)
     if name == "sum":
-        return sum(vs)
+        return q(sum(vs))
     if name == "reusable":
         n, b = vs
-        if b == 0:
-            refuse("`reusable` of a block of 0 is NaN to the interpreter")
-        return (n - 1) // b * b if n >= 1 else 0
-    return vs[0]  # floor, ceil, round and abs are the identity on naturals
+        if b <= 0:
+            refuse(f"`reusable` of a block of {b} is NaN to the interpreter")
+        return q(qfloor(qdiv(n - 1, b)) * b) if n >= 1 else 0
+    if name == "floor":
+        return qfloor(vs[0])
+    if name == "ceil":
+        return qceil(vs[0])
+    if name == "round":
+        return qround(vs[0])
+    return qabs(vs[0])
+
+
+def amount(v, what: str, code: str = "R007") -> int:
+    """The natural an amount is (units, tokens, a reserve, a budget): a negative one is the
+    program's run error, as the interpreter's (R007, *Amounts and indices*); a fraction is refused
+    (F016): the kernel's units and tokens are whole, and it does not round them."""
+    why = nat_of(v)
+    if why == "negative":
+        raise KernelError(code, f"{what} is an amount, not negative: this one is {v}")
+    if why is not None:
+        refuse(f"{what} of {v}, not a whole number of units or tokens")
+    return qfloor(v)
 
 
 def pool_index(p: R.Program, name: str) -> int:
-    for i, q in enumerate(p.pools):
-        if q.name == name:
+    for i, pool in enumerate(p.pools):
+        if pool.name == name:
             return i
     raise AssertionError(name)
 
@@ -472,16 +474,21 @@ def budget_left(p: R.Program, m: Machine) -> int:
     """The tokens the iteration being planned has left, within the admission's `each at most`."""
     pl = m.eng.plan
     v = omin(pl.budget, pl.admit_cap) if pl is not None else (
-        eval_expr(p, m, Env(), p.engine.budget) if p.engine.budget is not None else None)
+        budget_of(p, m) if p.engine.budget is not None else None)
     if v is None:
         raise KernelError("R002", "`budget_left` of an engine with no tokens cap and no chunk cap")
     return v
 
 
-def eval_agg(m: Machine, e: R.Agg) -> int:
+def budget_of(p: R.Program, m: Machine) -> int:
+    """The engine's tokens cap, read now: a number of tokens >= 0 (the interpreter's R110)."""
+    return amount(eval_expr(p, m, Env(), p.engine.budget), "the tokens cap", "R110")
+
+
+def eval_agg(m: Machine, e: R.Agg):
     vs = [v for n, v, _, _, _ in m.obs if n == e.name]
     if e.fn == "total":
-        return sum(vs)
+        return q(sum(vs))
     if e.fn == "count":
         return len(vs)
     if e.fn == "largest":
@@ -492,7 +499,7 @@ def eval_agg(m: Machine, e: R.Agg) -> int:
     for v in sorted(vs):
         acc += v
         tot += acc
-    return tot
+    return q(tot)
 
 
 def guard(p: R.Program, m: Machine, env: Env, e) -> bool:
@@ -584,22 +591,22 @@ def release(p: R.Program, m: Machine, sid: int, h: R.HoldS, preempted: bool) -> 
                                          allocs=tuple(b for b in st.allocs if b.sid != sid)))
         m = want(m)
         if h.cache is not None:
-            ell = eval_expr(p, m, sess_env(m, sid), h.cache)
+            ell = amount(eval_expr(p, m, sess_env(m, sid), h.cache), "a hold's cache")
             m = put_cache(p, m, hp.pool, sid, min(ell, computed_of(a, preempted)))
     return set_sess(m, replace(m.sess[sid], held=False))
 
 
 def head_of(p: R.Program, m: Machine, i: int) -> QItem:
     """The queue's head: a preempted hold first, else the least keys then the joining order."""
-    q = m.pools[i].queue
+    waiting = m.pools[i].queue
     keys = p.pools[i].queue_keys
-    if q[0].head or not keys:
-        return q[0]
+    if waiting[0].head or not keys:
+        return waiting[0]
     best = bk = None
-    for it in q:
+    for it in waiting:
         if it.head:
             return it
-        env = sess_env(m, it.sid, (("waited", m.now - it.t),))
+        env = sess_env(m, it.sid, (("waited", q(m.now - it.t)),))
         k = tuple(eval_expr(p, m, env, f) for f in keys) + (it.seq,)
         if bk is None or k < bk:
             best, bk = it, k
@@ -614,15 +621,15 @@ def try_admit(p: R.Program, m: Machine, it: QItem, i: int) -> tuple:
     env = sess_env(m, sid)
     units, needs = [], []
     for hp in h.pools:
-        u = round_up(eval_expr(p, m, env, hp.units), p.pools[hp.pool].block)
-        r = eval_expr(p, m, env, hp.reserve) if hp.reserve is not None else 0
+        u = round_up(amount(eval_expr(p, m, env, hp.units), "a hold's units"), p.pools[hp.pool].block)
+        r = amount(eval_expr(p, m, env, hp.reserve), "a hold's reserve") if hp.reserve is not None else 0
         units.append(u)
         needs.append(max(u, r))
     for hp, need in zip(h.pools, needs):
         cap = p.pools[hp.pool].cap
         if (cap is not None and need > cap) or not room_for(p, m, hp.pool, need):
             return m, False
-    rho = eval_expr(p, m, env, h.reuse) if h.reuse is not None else None
+    rho = amount(eval_expr(p, m, env, h.reuse), "a hold's reuse") if h.reuse is not None else None
     got = []
     for hp, u in zip(h.pools, units):
         if h.cache is not None:
@@ -768,7 +775,7 @@ def turn(p: R.Program, m: Machine, sid: int) -> tuple:
     s = push(replace(s, row_i=s.row_i + 1), TurnGo(row))
     m = set_sess(m, s)
     if row.think > 0:
-        return schedule(m, m.now + row.think, "wake", sid), True
+        return schedule(m, q(m.now + row.think), "wake", sid), True
     return m, False
 
 
@@ -785,14 +792,15 @@ def hold(p: R.Program, m: Machine, sid: int, h: R.HoldS) -> tuple:
         pool = p.pools[hp.pool]
         if pool.cap is None:
             continue
-        if hp.static_units and round_up(eval_expr(p, m, env, hp.units), pool.block) > pool.cap or \
-                hp.static_reserve and eval_expr(p, m, env, hp.reserve) > pool.cap:
+        if hp.static_units and round_up(amount(eval_expr(p, m, env, hp.units), "a hold's units"),
+                                        pool.block) > pool.cap or \
+                hp.static_reserve and amount(eval_expr(p, m, env, hp.reserve), "a hold's reserve") > pool.cap:
             return finish(p, m, sid), True
     i = h.pools[0].pool
     it = QItem(sid, m.join_seq + 1, m.now, s.retry is not None)
     st = m.pools[i]
-    q = (it,) + st.queue if it.head else st.queue + (it,)
-    m = set_pool(replace(m, join_seq=m.join_seq + 1), i, replace(st, queue=q))
+    line = (it,) + st.queue if it.head else st.queue + (it,)
+    m = set_pool(replace(m, join_seq=m.join_seq + 1), i, replace(st, queue=line))
     s = push(replace(s, hold=h, held=False, retry=None), Scope(h), Blk(h.body))
     return want(set_sess(m, s)), True
 
@@ -801,7 +809,7 @@ def run_stmt(p: R.Program, m: Machine, sid: int, st: R.RunS) -> tuple:
     """`run E prefill|decode (w) [growing P]`: a request on the engine; a run of no work completes
     at once. One that arrives while the engine plans is served in the admission that brought it."""
     s = m.sess[sid]
-    work = eval_expr(p, m, sess_env(m, sid), st.work)
+    work = amount(eval_expr(p, m, sess_env(m, sid), st.work), "a run's work")
     if st.growing is not None and find_alloc(m, st.growing, sid) is None:
         raise KernelError("R042", f"`growing {p.pools[st.growing].name}`: session {sid} holds nothing there")
     if work <= 0:
@@ -898,7 +906,7 @@ RUNNING = ("Nres", "Ndec", "Kvb", "Kvp")
 
 def cap_of(p: R.Program, m: Machine, e) -> Optional[int]:
     """An `each at most`, read with the residents as the iteration started: 0 reads as no cap."""
-    v = eval_expr(p, m, Env(start=True), e if e is not None else p.engine.chunk)
+    v = amount(eval_expr(p, m, Env(start=True), e if e is not None else p.engine.chunk), "an `each at most`")
     return None if v == 0 else v
 
 
@@ -910,8 +918,8 @@ def start_iteration(p: R.Program, m: Machine) -> Machine:
     m = set_eng(m, vars=running_values(p, m), bvars=(("Ndec", 0), ("Kvb", 0), ("Kvp", 0)),
                 iter_no=m.eng.iter_no + 1)
     saved = m.eng.regs
-    budget = eval_expr(p, m, Env(), eng.budget) if eng.budget is not None else None
-    granule = eval_expr(p, m, Env(), eng.granule) if eng.granule is not None else None
+    budget = budget_of(p, m) if eng.budget is not None else None
+    granule = amount(eval_expr(p, m, Env(), eng.granule), "a granule") if eng.granule is not None else None
     m = set_eng(m, plan=Plan(budget, cap_of(p, m, eng.chunk), granule or None))
     m = exclusive(p, m, budget) if eng.exclusive else run_body(p, m, eng.body)
     batch = m.eng.plan.batch
@@ -930,22 +938,35 @@ def start_iteration(p: R.Program, m: Machine) -> Machine:
     m = set_eng(m, vars=v, bvars=(("Ndec", len(dec)), ("Kvb", sum(pos[r] for r, _ in dec)),
                                   ("Kvp", sum(pos[r] for r, _ in pre))))
     cost = eval_expr(p, m, Env(), eng.cost)
+    if cost < 0:
+        raise KernelError("R111", f"an iteration's `execute` is a time >= 0, not {cost}")
     if ntok > 0 and cost <= 0:
         raise KernelError("R112", "an iteration that schedules tokens lasts no time")
-    m = replace(m, path=m.path + ((m.now, claim_values(p, m)),))
+    # the machine each claim over iterations reads at this iteration, read when asked (claim_value)
+    m = replace(m, path=m.path + ((m.now, m),))
     m = set_eng(m, served_total=m.eng.served_total + ntok, iterations=m.eng.iterations + 1, busy=True,
                 batch=batch, plan=None)
-    return schedule(m, m.now + cost, "end", None)
+    return schedule(m, q(m.now + cost), "end", None)
 
 
-def claim_values(p: R.Program, m: Machine) -> tuple:
-    """Each claim over iterations read as the iteration starts, after its batch is scheduled
-    (*Claims*); None for a claim at end."""
+def claim_value(p: R.Program, m: Machine, j: int):
+    """Claim j over iterations read as its iteration starts, after the batch is scheduled (*Claims*),
+    on the machine then (the path keeps it); None for a claim at end. A claim is read when it is
+    asked about, iteration by iteration until it is decided, as the interpreter checks it no further
+    (Lean's claimValues reads every claim at every iteration: the same values)."""
+    c = p.claims[j]
+    if c.form == "end":
+        return None
     chunk = m.eng.plan.chunk  # the iteration's cap, read as it started
     demand = sum(1 if r.mode == "decode" else (r.left if chunk is None else min(r.left, chunk))
                  for r in m.eng.reqs if r.left > 0)
     env = Env(None, None, (("served", m.eng.served_total), ("arrived", m.arrived), ("demand", demand)))
-    return tuple(None if c.form == "end" else eval_expr(p, m, env, c.e) != 0 for c in p.claims)
+    return eval_expr(p, m, env, c.e) != 0
+
+
+def claim_values(p: R.Program, m: Machine) -> tuple:
+    """Every claim read on an iteration's machine (Lean: claimValues)."""
+    return tuple(claim_value(p, m, j) for j in range(len(p.claims)))
 
 
 def run_body(p: R.Program, m: Machine, body: tuple, fuel: int = BODY_FUEL) -> Machine:

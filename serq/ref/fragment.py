@@ -9,6 +9,7 @@ from __future__ import annotations
 from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
 from serq.ref import ir as R
+from serq.ref.num import of_decimal
 
 CLIENT_METRICS = ("ttft", "tpot", "response")  # the client's samples: no observation of the program's
 
@@ -30,6 +31,9 @@ class _Conv:
         self.pool_ix = {p.name: i for i, p in enumerate(prog.pools)}
         self.engine = None
         self.loc = None  # the innermost node with a location seen so far
+        self.lift = None   # a workload statement's draws, read through the expression around them
+        self.cond = 0      # how deep the expression is under a condition (an arm, a short circuit)
+        self.fresh = 0
 
     # -- diagnostics
     def fail(self, code: str, what: str, at: I.Loc | None = None):
@@ -48,23 +52,22 @@ class _Conv:
         return at
 
     # -- constants
-    def const(self, e, what: str):
-        """A number the linker left as an expression of numbers (a cap, a block, an init)."""
+    def const(self, e, what: str, natural: bool = True):
+        """A number the linker left as an expression of numbers: a natural (a cap, a block, a
+        count), or any rational (a register's initial value, a renewal gap)."""
         v = _fold(e)
-        if v is None:
+        if v is None or v != v or v in (float("inf"), float("-inf")):
             self.fail("F002", f"{what} that is not a constant")
-        if v != int(v) or v < 0:
+        if natural and (v != int(v) or v < 0):
             self.fail("F001", f"{what} {v:g}, not a natural number,")
-        return int(v)
+        return of_decimal(v)
 
     # -- expressions
     def expr(self, e, draw_ok=False):
         self._at(e)
         k = e.k
-        if k == "num":
-            if e.v != int(e.v) or e.v < 0:
-                self.fail("F001", f"the number {e.v:g}, not a natural,", e.at)
-            return R.Num(int(e.v))
+        if k == "num":  # a decimal is the rational it writes (docs/lean.md, *Arithmetic*)
+            return R.Num(of_decimal(e.v))
         if k == "inf":
             self.fail("F002", "`inf` outside a pool's cap or an engine's tokens cap", e.at)
         if k == "attr":
@@ -86,13 +89,14 @@ class _Conv:
                 self.fail("F005", f"the client's `{e.fn}({e.name})`", e.at)
             return R.Agg(e.fn, e.name)
         if k == "un":
-            if e.op == "-":
-                self.fail("F006", "a negation (`-e`: the fragment's values are naturals)", e.at)
+            if e.op == "-":  # -e is 0 - e: the values are rationals, of either sign
+                return R.Bin("-", R.Num(0), self.expr(e.e))
             return R.Not(self.expr(e.e))
         if k == "bin":
-            return R.Bin(e.op, self.expr(e.l), self.expr(e.r))
+            left = self.expr(e.l)
+            return R.Bin(e.op, left, self.under(e.r) if e.op in ("&&", "||") else self.expr(e.r))
         if k == "if":
-            return R.Ite(self.expr(e.c), self.expr(e.a), self.expr(e.b))
+            return R.Ite(self.expr(e.c), self.under(e.a), self.under(e.b))
         if k == "fn":
             if e.name not in R.FUNS:
                 self.fail("F007", f"the function `{e.name}`", e.at)
@@ -100,8 +104,38 @@ class _Conv:
         if k == "cost":
             return self.expr(e.e)
         if k == "draw":
-            self.fail("F008", f"a draw `~{e.dist}` other than an init's or a turn's `set x = ~…;`", e.at)
+            if self.lift is None:
+                self.fail("F008", f"a draw `~{e.dist}` outside the workload's statements (the family draws a "
+                                  "session's attributes)", e.at)
+            if self.cond:
+                self.fail("F008", f"a draw `~{e.dist}` under a condition (an arm of `?:`, or after `&&` or `||`: "
+                                  "drawn or not as the values fall)", e.at)
+            # each occurrence its own unknown, any natural, drawn where the interpreter draws it:
+            # before the statement, in the order the expression reads (Claims: the family)
+            self.fresh += 1
+            name = f"~{self.fresh}"
+            self.lift.append(R.DrawA(name))
+            return R.Attr(name)
         raise AssertionError(k)
+
+    def under(self, e):
+        """An operand the interpreter reads only on a condition."""
+        self.cond += 1
+        try:
+            return self.expr(e)
+        finally:
+            self.cond -= 1
+
+    def lifted(self, where: str, f):
+        """(the draws a workload statement's expressions make, in order, what f converts)."""
+        if where not in ("workload", "session"):
+            return (), f()
+        self.lift = []
+        try:
+            out = f()
+            return tuple(self.lift), out
+        finally:
+            self.lift = None
 
     def opt(self, e):
         return self.expr(e) if e is not None else None
@@ -119,21 +153,31 @@ class _Conv:
 
     # -- statements
     def block(self, stmts, where: str, depth: int = 0) -> tuple:
-        return tuple(self.stmt(s, where, depth) for s in stmts)
+        out = []
+        for s in stmts:
+            got = self.stmt(s, where, depth)
+            out.extend(got if isinstance(got, tuple) else (got,))
+        return tuple(out)
 
     def stmt(self, s, where: str, depth: int):
+        """A statement, or a tuple of them: a workload statement's draws come first (a `while`'s
+        again at the end of its body, where its guard is read again)."""
         at = self._at(s)
         k = s.k
         if k == "set":
-            if s.e.k == "draw" and where == "workload":
+            if s.e.k == "draw" and where in ("workload", "session"):
                 return R.DrawA(s.name)
-            return R.SetA(s.name, self.expr(s.e))
+            draws, e = self.lifted(where, lambda: self.expr(s.e))
+            return draws + (R.SetA(s.name, e),)
         if k == "observe":
-            return R.ObserveA(s.name, self.expr(s.e))
+            draws, e = self.lifted(where, lambda: self.expr(s.e))
+            return draws + (R.ObserveA(s.name, e),)
         if k == "branch":
-            return R.BranchS(self.expr(s.cond), self.block(s.then, where, depth), self.block(s.else_, where, depth))
+            draws, c = self.lifted(where, lambda: self.expr(s.cond))
+            return draws + (R.BranchS(c, self.block(s.then, where, depth), self.block(s.else_, where, depth)),)
         if k == "while":
-            return R.WhileS(self.expr(s.cond), self.block(s.body, where, depth))
+            draws, c = self.lifted(where, lambda: self.expr(s.cond))
+            return draws + (R.WhileS(c, self.block(s.body, where, depth) + draws),)
         if k == "turn":
             return R.TurnS()
         if k == "end":
@@ -215,7 +259,8 @@ class _Conv:
         k = st.kind
         budget = None if k.budget.k == "inf" else self.expr(k.budget)
         body = default_body() if k.iteration is None else tuple(self.istmt(s) for s in k.iteration)
-        regs = tuple((r.name, self.const(r.init, "a register's initial value")) for r in k.registers)
+        regs = tuple((r.name, self.const(r.init, "a register's initial value", natural=False))
+                     for r in k.registers)
         return R.Engine(st.name, budget, self.expr(k.chunk), self.opt(k.granule),
                         k.serve.k == "exclusive_prefill",
                         tuple(self.expr(e) for e in k.serve.keys) if k.serve.k == "by" else (),
@@ -242,9 +287,9 @@ class _Conv:
         self._at(a)
         gap = n = 0
         if a.k == "renewal":
-            gap = self.const(a.gap, "a renewal gap")
-            if gap == 0:
-                self.fail("F014", "a renewal gap of 0", a.at)
+            gap = self.const(a.gap, "a renewal gap", natural=False)
+            if gap <= 0:
+                self.fail("F014", f"a renewal gap of {gap}", a.at)
         elif a.k == "batch":
             n = a.n
         elif a.k != "poisson":

@@ -1,7 +1,8 @@
 """The fragment's IR, type for type lean/Serq/IR.lean (docs/lean.md has the table).
 
-Plain frozen data: every number a natural (`int` >= 0), `None` where the IR says `inf` (a pool's cap,
-a budget) or where an optional clause is absent. Sugar the linker left (`cost(...)`, `preempt lifo`
+Plain frozen data: a constant in an expression is a rational (an `int`, or a `fractions.Fraction`
+when it is not whole: serq/ref/num.py), a count, cap or block a natural, `None` where the IR says
+`inf` (a pool's cap, a budget) or where an optional clause is absent. Sugar the linker left (`cost(...)`, `preempt lifo`
 written as `by (-admission)`, constants) is gone: `fragment.convert` writes these from the linked IR.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ AGGS = ("total", "count", "largest", "smallest", "prefix_total")
 
 @dataclass(frozen=True)
 class Num:
-    v: int
+    v: object          # int | Fraction: a rational, in lowest terms (Lean: Q)
 
 
 @dataclass(frozen=True)
@@ -241,7 +242,7 @@ class Program:
     pools: tuple
     engine: Engine
     arrive: str                # "batch" | "renewal" | "poisson"
-    gap: int                   # renewal's constant gap (0 otherwise)
+    gap: object                # renewal's constant gap, a rational above 0 (0 otherwise)
     n: int                     # batch's count (0 otherwise)
     trace: bool                # sessions replay a trace (ordered)
     init: tuple
@@ -266,7 +267,7 @@ class Row:
 
 @dataclass(frozen=True)
 class SessionIn:
-    arrival: int               # when it arrives (batch: 0; renewal: the program's; poisson: any)
+    arrival: object            # when it arrives, a rational (batch: 0; renewal: the program's; poisson: any)
     draws: tuple = ()          # the values its init and turn draws take, in order
     rows: tuple = ()           # its trace rows
 

@@ -14,7 +14,8 @@ from serq.ir import model as I
 from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.ref.fragment import convert
-from serq.verify import induct, search as S
+from serq.ref.num import of_decimal
+from serq.verify import induct, robust, search as S
 from serq.verify.search import clock
 from serq.verify.sym import concrete
 
@@ -32,7 +33,7 @@ class Verdict:
     sessions: Optional[int] = None
     seconds: float = 0.0
     reason: Optional[str] = None
-    every_natural: bool = False
+    every_value: bool = False
     by: Optional[str] = None        # a proof's: "every state" (serq/verify/induct.py) or "every path"
     unended: Optional[tuple] = None  # a claim at end's: (a workload whose path does not end, why)
 
@@ -68,154 +69,266 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
     bound = {"sessions": sessions, "values": values, "arrive": p.arrive, "fuel": S.FUEL}
     if p.arrive == "poisson":
         bound["gap"] = gap
-    res = Result(p, bound, {c.name: Verdict(c.name, c.form) for c in p.claims}, trace=trace)
-    t0 = clock()
-    deadline = t0 + timeout
-    trouble: list = []      # why an undecided claim cannot be proved: a run error, a path past the fuel
-    own_trouble: dict = {}  # claim -> why it alone cannot be: reading it failed on a path (F016, say)
+    res = _Search(prog, p, trace, sessions, values, timeout).run()
+    res.bound = bound
+    bound["every_value"] = [v.name for v in res.claims.values() if v.every_value]
+    return res
 
-    unreplayed: dict = {}   # claim -> a deciding workload whose replay ran out of the timeout
 
-    def decide(v: Verdict, verdict: str, fam: S.Family, path: S.Path, o):
+@dataclass
+class _Claim:
+    """One claim's search: what it has seen, and where its own search would have stopped."""
+    j: int
+    c: R.Claim
+    v: Verdict
+    closed: bool = False            # its search is over: decided, or stopped where it alone would
+    trouble: Optional[str] = None   # reading it failed on a path (F016, say): no proof by paths
+    undecided: int = 0              # branches of its readings z3 could not decide
+    ran_out: Optional[str] = None   # its timeout ran out
+    not_every_state: Optional[str] = None
+    unreplayed: Optional[dict] = None   # a deciding workload whose replay ran out of the timeout
+
+    @property
+    def open(self) -> bool:
+        return not self.closed and self.v.verdict is None
+
+
+class _Search:
+    """Each claim decided on its own over the paths of the kernel, which are the same whatever
+    claims are read on them (docs/verify.md, *Each claim on its own*): the paths are explored once,
+    and on each path every open claim's readings are explored apart (serq/verify/search.py,
+    `explore_claim`). A claim's verdict, its time and where its search stops are its own."""
+
+    def __init__(self, prog, p, trace, sessions, values, timeout):
+        self.prog, self.p, self.trace = prog, p, trace
+        self.sessions, self.values, self.timeout = sessions, values, timeout
+        self.res = Result(p, {}, {c.name: Verdict(c.name, c.form) for c in p.claims}, trace=trace)
+        self.cs = [_Claim(j, c, self.res.claims[c.name]) for j, c in enumerate(p.claims)]
+        self.budget = S.Budget(timeout, [c.name for c in p.claims])
+        self.trouble: list = []     # why no claim can be proved by paths: a run error, a path past the fuel
+        self.finished: dict = {}    # n -> whether its paths cover every input (n is done)
+        self.skipped: dict = {}     # n -> the kernel's branches z3 could not decide at its last level
+        self.phase_out = False      # the running phase's own share of the time ran out
+
+    def open(self) -> list:
+        return [cs for cs in self.cs if cs.open]
+
+    def kernel_left(self, limit: Optional[float] = None):
+        """left() for the kernel's exploration: while an open claim has time, within the phase's
+        share of the kernel's time when it has one."""
+        def left():
+            t = self.budget.left_any([cs.c.name for cs in self.open()])
+            return t if limit is None else min(t, limit - self.budget.kernel())
+        return left
+
+    # ------------------------------------------------------------ naming a workload
+
+    def decide(self, cs: _Claim, verdict: str, fam: S.Family, path: S.Path, o):
+        v = cs.v
+        left = lambda: self.budget.left(v.name)  # noqa: E731
+        # times inside the path's region by a margin, so that the interpreter's floats read them
+        # as the kernel did (serq/verify/robust.py)
+        inner = robust.interior(path.facts + path.claim_facts.get(v.name, []),
+                                {n: concrete(x) for n, x in path.inputs.used.items()}, lambda n: S.domain(fam, n))
+        if inner is not None:
+            try:
+                again = S.run_path(fam, S.Inputs(inner), left, (v.name,))
+            except S.Deadline:
+                again = None
+            o2 = again.outcomes.get(v.name) if again is not None else None
+            if o2 is not None and o2.status == o.status:
+                path, o = again, o2
         wl = S.concrete_workload(fam, path)
-        o = replace(o, at=concrete(o.at))  # a time that reads an arrival is a term: its value
+        o = replace(o, at=S.number(concrete(o.at)))  # a time that reads an arrival is a term: its value
         status = "failed" if verdict == "counterexample" else "witnessed"
         # a workload is named only when the interpreter's replay shows what the kernel found; one it
         # reads otherwise is a bug of serQ (one semantics, docs/verify.md, *Replay*)
-        why = replays(prog, wl, v.name, status, o.at, deadline, whole=path.done)
+        why = replays(self.prog, wl, v.name, status, o.at, clock() + max(0.0, left()), whole=path.done)
         if why == TIMED_OUT:
-            unreplayed.setdefault(v.name, wl)
+            if cs.unreplayed is None:
+                cs.unreplayed = wl
             return
         if why is not None:
             raise Disagreement(v.name, f"{status} at {o.at}", why, wl)
         v.verdict, v.iteration, v.at, v.sessions, v.workload = verdict, o.iteration, o.at, fam.n, wl
-        v.seconds = clock() - t0
+        v.seconds = self.budget.timeout - left()
 
-    # every state: a claim over iterations that holds on the plan from every machine an iteration
-    # could start from is proved for every value and arrival (serq/verify/induct.py)
-    not_every_state: dict = {}
+    # ------------------------------------------------------------ every state
 
-    def every_state():
-        over = [j for j, c in enumerate(p.claims) if c.form != "end" and res.claims[c.name].verdict is None]
+    def every_state(self):
+        """A claim over iterations that holds on the plan from every machine an iteration could
+        start from is proved for every value and arrival (serq/verify/induct.py)."""
+        over = [cs for cs in self.open() if cs.c.form != "end"]
         if not over:
             return
-        got, count = induct.prove(p, sessions, min(deadline, clock() + timeout * INDUCT_SHARE), over)
-        res.paths += count
-        for j, r in got.items():
-            v = res.claims[p.claims[j].name]
+        limit = self.budget.kernel() + self.timeout * INDUCT_SHARE
+        got, count = induct.prove(self.p, self.sessions, self.budget, limit, [cs.j for cs in over])
+        self.res.paths += count
+        for cs in over:
+            r = got[cs.j]
+            v = cs.v
             if r is True:
                 v.verdict = "no_witness" if v.form == "some" else "proved"
-                v.by, v.every_natural, v.seconds = "every state", True, clock() - t0
+                v.by, v.every_value = "every state", True
+                v.seconds = self.budget.timeout - self.budget.left(v.name)
             else:
-                not_every_state[v.name] = r
+                cs.not_every_state = r
 
-    # every path, the values' bound doubling from 1 (a counterexample or a witness is usually
-    # small); for each number of sessions, the bound itself proves, or a level whose paths cover
-    # every natural input
-    finished: dict = {}     # n -> whether its paths cover every natural input (n is done)
-    skipped: dict = {}      # n -> branches z3 could not decide at its last level (no proof by them)
+    # ------------------------------------------------------------ every path
 
-    def level(lv: int, until: float, ns) -> bool:
-        """Every path of values 0..lv, of each number of sessions in `ns` not yet done: whether the
-        level ran out of time."""
-        for n in ns:
-            if all(v.verdict is not None for v in res.claims.values()):
-                break
-            if n in finished:
-                continue
-            fam = S.Family(p, n, lv, lv, trace)
-
-            def visit(path: S.Path) -> bool:
-                if path.error is not None:
-                    trouble.append(f"the kernel {_stops(path.error)} on a workload of {fam.n} session(s): "
-                                   f"{S.concrete_workload(fam, path)}")
-                elif not path.done:
-                    trouble.append(f"a path of {fam.n} session(s) runs past {S.FUEL} steps: "
-                                   f"{S.concrete_workload(fam, path)}")
-                for name, err in path.errors.items():
-                    own_trouble.setdefault(name, f"reading the claim, the kernel {_stops(err)} on a workload of "
-                                                 f"{fam.n} session(s): {S.concrete_workload(fam, path)}")
-                for c in p.claims:
-                    v = res.claims[c.name]
-                    o = path.outcomes.get(c.name)
-                    if c.form == "end" and v.unended is None and path.error is None and (
-                            not path.done or (o is not None and o.status == "not_evaluated")):
+    def visit(self, fam: S.Family):
+        def visit(path: S.Path) -> bool:
+            if path.error is not None:
+                self.trouble.append(f"the kernel {_stops(path.error)} on a workload of {fam.n} session(s): "
+                                    f"{S.concrete_workload(fam, path)}")
+            elif not path.done:
+                self.trouble.append(f"a path of {fam.n} session(s) runs past {S.FUEL} steps: "
+                                    f"{S.concrete_workload(fam, path)}")
+            for cs in self.open():
+                if cs.c.form == "end" and cs.v.unended is None and path.error is None:
+                    o = path.outcomes.get(cs.v.name)
+                    if not path.done or (o is not None and o.status == "not_evaluated"):
                         # the claim says nothing of a path that never reaches its end: the user is told
-                        v.unended = (S.concrete_workload(fam, path), UNENDED_FUEL if not path.done else UNENDED_LIVE)
-                    if v.verdict is not None or o is None:
-                        continue
-                    if o.status == "failed":
-                        decide(v, "counterexample", fam, path, o)
-                    elif o.status == "witnessed":
-                        decide(v, "witnessed", fam, path, o)
-                return all(v.verdict is not None for v in res.claims.values())
+                        cs.v.unended = (S.concrete_workload(fam, path),
+                                        UNENDED_FUEL if not path.done else UNENDED_LIVE)
+            return False
+        return visit
 
+    def within(self, fam: S.Family):
+        """On each path, once the solver holds its condition: every open claim's readings."""
+        def within(path: S.Path, under) -> bool:
+            for cs in self.open():
+                if self.budget.left(cs.v.name) <= 0:
+                    cs.closed, cs.ran_out = True, self.ran_out_text(fam, "")
+                elif path.error is None:
+                    self.readings(cs, fam, path, under)
+            return not self.open()
+        return within
+
+    def readings(self, cs: _Claim, fam: S.Family, path: S.Path, under):
+        """The claim's every reading on the path (its own branches), deciding it where one does."""
+        name = cs.v.name
+
+        def see(r: S.Path) -> bool:
+            err = r.errors.get(name)
+            if err is not None and cs.trouble is None:
+                cs.trouble = (f"reading the claim, the kernel {_stops(err)} on a workload of {fam.n} session(s): "
+                              f"{S.concrete_workload(fam, r)}")
+            o = r.outcomes.get(name)
+            if o is not None and o.status in ("failed", "witnessed"):
+                self.decide(cs, "counterexample" if o.status == "failed" else "witnessed", fam, r, o)
+            return cs.v.verdict is not None
+
+        with self.budget.charge(name):
             try:
-                count, conds, names, stopped, undecided = S.explore(fam, until, visit)
+                count, _, undecided = S.explore_claim(fam, path, name, lambda: self.budget.left(name), see, under)
             except S.Deadline as d:
-                res.paths += d.args[0]
-                ran_out[0] = (f"the timeout ({timeout:g} s) ran out exploring workloads of {n} session(s) "
-                              f"with values 0..{lv} after {res.paths} path(s)")
-                return True
-            res.paths += count
+                self.res.paths += max(0, d.args[0] - 1) if d.args else 0
+                cs.closed, cs.ran_out = True, self.ran_out_text(fam, "")
+                return
+        self.res.paths += count - 1      # the path itself is the kernel's, counted there
+        cs.undecided += undecided
+
+    def ran_out_text(self, fam: S.Family, _why: str) -> str:
+        return (f"the timeout ({self.timeout:g} s) ran out exploring workloads of {fam.n} session(s) "
+                f"with values 0..{fam.values} after {self.res.paths} path(s)")
+
+    def level(self, lv: int, ns, limit: Optional[float] = None) -> bool:
+        """Every path of values 0..lv, of each number of sessions in `ns` not yet done: whether the
+        phase's share of the time ran out (each claim out of its own time is closed, saying so)."""
+        for n in ns:
+            if not self.open():
+                break
+            if n in self.finished:
+                continue
+            fam = S.Family(self.p, n, lv, lv, self.trace)
+            try:
+                count, conds, names, stopped, undecided = S.explore(fam, self.kernel_left(limit), self.visit(fam),
+                                                                    self.within(fam))
+            except S.Deadline as d:
+                self.res.paths += d.args[0] if d.args else 0
+                for cs in self.open():
+                    if self.budget.left(cs.v.name) <= 0:
+                        cs.closed, cs.ran_out = True, self.ran_out_text(fam, "")
+                return bool(self.open())     # the phase's share ran out, not the claims' time
+            self.res.paths += count
             if stopped:
                 break
             # the paths behind an undecided branch were not run: no proof by this level's paths,
             # while a larger level may still find a counterexample or a witness
-            skipped[n] = undecided
-            if not undecided and not trouble and not own_trouble:
-                left = int(max(0.0, until - clock()) * 1000)
-                if S.covers(fam, conds, names, min(left, 10_000)):
-                    finished[n] = True
-            if lv == values and n not in finished and not undecided:
-                finished[n] = False      # the bound itself, every path run
+            self.skipped[n] = undecided
+            if not undecided and not self.trouble:
+                left = self.kernel_left(limit)()
+                if S.covers(fam, conds, names, min(int(max(0.0, left) * 1000), 10_000)):
+                    self.finished[n] = True
+            if lv == self.values and n not in self.finished and not undecided:
+                self.finished[n] = False      # the bound itself, every path run
         return False
 
-    levels = sorted({min(values, lv) for lv in (1, 2, 4, 8)} | {values})
-    ran_out = [None]
-    every = range(1, sessions + 1)
-    # a first look at the smallest values, which often decides everything (a counterexample, a
-    # witness, paths that cover every natural input); then every state; then one session at the
-    # whole bound (few paths, and a witness of one large session is found before the levels of
-    # several small ones take the time); then every level of the other numbers of sessions
-    def all_covered() -> bool:
-        return len(finished) == sessions and all(finished.values())
+    def all_covered(self) -> bool:
+        return len(self.finished) == self.sessions and all(self.finished.values())
 
-    out = level(levels[0], min(deadline, t0 + timeout * PROBE_SHARE), every)
-    if out or not all_covered():
-        ran_out[0] = None   # the first look's own limit is no verdict's reason
-        every_state()
-        # a first look that ran out of its share looks again with the whole timeout, trouble or not:
-        # the workloads it did not reach may decide a claim, and a machine's speed must not
-        plan = ([(levels[0], every)] if out else []) + [(values, range(1, 2))] + \
-            [(lv, range(2, sessions + 1)) for lv in levels[1:]]
-        for lv, ns in plan if out or not (trouble or own_trouble) else ():
-            out = level(lv, deadline, ns)
-            # trouble (no proof) stops the search at the end of a level of several sessions
-            if out or len(finished) == sessions or ((trouble or own_trouble) and ns.stop > 2):
-                break
-    ran_out = ran_out[0]
-    covered = all_covered()
-    undecided_branches = sum(skipped.values())
-    for v in res.claims.values():
-        if v.verdict is not None:
-            continue
-        v.seconds = clock() - t0
-        if ran_out is not None or trouble or v.name in own_trouble or undecided_branches or len(finished) < sessions:
-            v.verdict = "unknown"
-            undecided = (f"z3 could not decide {undecided_branches} branch(es), whose paths were not run"
-                         if undecided_branches else None)
-            v.reason = "; and ".join(x for x in (ran_out, trouble[0] if trouble else own_trouble.get(v.name), undecided,
-                                                  not_every_state.get(v.name)) if x)
-        else:
-            v.verdict = "no_witness" if v.form == "some" else "proved"
-            v.by, v.every_natural = "every path", covered
-        if v.name in unreplayed:  # the kernel decided it on a workload the replay did not reach
-            v.verdict, v.by, v.every_natural = "unknown", None, False
-            v.reason = "; and ".join(x for x in (v.reason, "the timeout ran out replaying the workload that decides "
-                                                 f"it on the kernel, {unreplayed[v.name]}") if x)
-    bound["every_natural"] = [v.name for v in res.claims.values() if v.every_natural]
-    return res
+    def run(self) -> Result:
+        values, sessions = self.values, self.sessions
+        levels = sorted({min(values, lv) for lv in (1, 2, 4, 8)} | {values})
+        every = range(1, sessions + 1)
+        # a first look at the smallest values, which often decides everything (a counterexample, a
+        # witness, paths that cover every input); then every state; then one session at the whole
+        # bound (few paths, and a witness of one large session is found before the levels of several
+        # small ones take the time); then every level of the other numbers of sessions
+        out = self.level(levels[0], every, limit=self.timeout * PROBE_SHARE)
+        if out or not self.all_covered():
+            self.every_state()
+            # a first look that ran out of its share looks again with the whole timeout, trouble or
+            # not: the workloads it did not reach may decide a claim, and a machine's speed must not
+            if not out:
+                self.stop_troubled(3)
+            plan = ([(levels[0], every)] if out else []) + [(values, range(1, 2))] + \
+                [(lv, range(2, sessions + 1)) for lv in levels[1:]]
+            for lv, ns in plan if out or not self.trouble else ():
+                if not self.open():
+                    break
+                out = self.level(lv, ns)
+                if out or len(self.finished) == sessions:
+                    break
+                # trouble (no proof) stops the search at the end of a level of several sessions:
+                # the kernel's for every claim, a claim's own for that claim
+                if ns.stop > 2:
+                    if self.trouble:
+                        break
+                    self.stop_troubled(ns.stop)
+        return self.verdicts()
+
+    def stop_troubled(self, _stop: int):
+        for cs in self.open():
+            if cs.trouble is not None:
+                cs.closed = True
+
+    def verdicts(self) -> Result:
+        covered = self.all_covered()
+        kernel_undecided = sum(self.skipped.values())
+        for cs in self.cs:
+            v = cs.v
+            if v.verdict is not None:
+                continue
+            v.seconds = self.budget.timeout - self.budget.left(v.name)
+            undecided = kernel_undecided + cs.undecided
+            if cs.ran_out is not None or self.trouble or cs.trouble or undecided or len(self.finished) < self.sessions:
+                v.verdict = "unknown"
+                why_undecided = (f"z3 could not decide {undecided} branch(es), whose paths were not run"
+                                 if undecided else None)
+                if cs.ran_out is None and not self.trouble and not cs.trouble and not undecided:
+                    cs.ran_out = (f"the timeout ({self.timeout:g} s) ran out after {self.res.paths} path(s)")
+                v.reason = "; and ".join(x for x in (cs.ran_out, self.trouble[0] if self.trouble else cs.trouble,
+                                                      why_undecided, cs.not_every_state) if x)
+            else:
+                v.verdict = "no_witness" if v.form == "some" else "proved"
+                v.by, v.every_value = "every path", covered
+            if cs.unreplayed is not None:  # the kernel decided it on a workload the replay did not reach
+                v.verdict, v.by, v.every_value = "unknown", None, False
+                v.reason = "; and ".join(x for x in (v.reason, "the timeout ran out replaying the workload that "
+                                                     f"decides it on the kernel, {cs.unreplayed}") if x)
+        return self.res
 
 
 def _stops(err: str) -> str:
@@ -276,17 +389,26 @@ def replays(prog: I.Program, wl: dict, claim: str, status: str, at, deadline: fl
         c = seen
     except SerqError as e:
         return f"the interpreter stops with {e.code}: {e.message}"
-    if c["status"] == status and c["at"] == at:
+    if c["status"] == status and same_time(c["at"], at):
         return None
     return f"the interpreter reports {c['status']} at {c['at']}"
 
 
+def same_time(a, b) -> bool:
+    """Two readings of one instant: the kernel's, exact, and the interpreter's, in floating point,
+    which rounds a sum of decimal costs (docs/verify.md, *Replay*)."""
+    if a is None or b is None:
+        return a is b
+    return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
+
+
 def workload_of(p: R.Program, wl: dict, trace=None) -> R.Workload:
-    """A workload file's sessions as the kernel's workload."""
+    """A workload file's sessions as the kernel's workload: an arrival written as a decimal is the
+    rational it writes (the times verify names are short decimals)."""
     out = []
     for k, s in enumerate(wl["sessions"]):
         rows = tuple(trace[k % len(trace)]) if trace else ()
-        out.append(R.SessionIn(s["arrival"], tuple(s["draws"]), rows))
+        out.append(R.SessionIn(of_decimal(s["arrival"]), tuple(s["draws"]), rows))
     return R.Workload(tuple(out))
 
 

@@ -237,62 +237,111 @@ class Cti:
     model: dict
 
 
-def run_shape(p: R.Program, h: R.HoldS, sh: Shape, inp: S.Inputs, dom: dict, want: dict) -> tuple:
-    """(facts, claim index -> its value on the plan, or {} when the shape is not realized)."""
+def run_shape(p: R.Program, h: R.HoldS, sh: Shape, inp: S.Inputs, dom: dict, claims) -> tuple:
+    """(the kernel's facts, {claim index: (its value on the plan, or None out of its scope, or the
+    error reading it; the facts its reading relied on)}, {} when the shape is not realized)."""
     with Trace() as tr:
         try:
             m = build(p, h, sh, inp, dom)
             m = X.start_iteration(p, m)
-            vals = {}
-            if len(m.path) == 1:     # an iteration was planned
-                for j in want:
-                    if C.out_of_scope(p, m, p.claims[j]) is None:
-                        vals[j] = bool(m.path[0][1][j])
+            planned = len(m.path) == 1     # an iteration was planned
         except (Unrealized, X.KernelError):
-            vals = {}
-    return tr.facts, vals
+            planned = False
+    reads = {}
+    if planned:
+        for j in claims:                   # each claim's reading, its branches its own
+            with Trace() as ct:
+                try:
+                    val = None if C.out_of_scope(p, m, p.claims[j]) is not None else \
+                        bool(X.claim_value(p, m.path[0][1], j))
+                except X.KernelError as e:
+                    val = e
+            reads[j] = (val, ct.facts)
+    return tr.facts, reads
 
 
-def prove(p: R.Program, sessions: int, deadline: float, claims: list) -> tuple:
+def prove(p: R.Program, sessions: int, budget: S.Budget, limit: float, claims: list) -> tuple:
     """The claims over iterations (indices) that hold on the plan from every machine of at most
     `sessions` sessions, and a note for those that do not (their first counter-machine) or that the
-    time or z3 left undecided. ({index: True | why not}, paths run)."""
+    time or z3 left undecided; the kernel's exploration within `limit` of its time, each claim's
+    readings within its own (serq/verify/search.py, Budget). ({index: True | why not}, paths run)."""
     h, why = scope(p)
     if h is None:
         return {j: f"not every state: {why}" for j in claims}, 0
     want = {j: p.claims[j].form == "every" for j in claims}   # the value every iteration must have
     open_ = dict(want)
     out: dict = {}
+    undecided_of = dict.fromkeys(claims, 0)
     paths = 0
+
+    def name(j):
+        return p.claims[j].name
+
     for sh in shapes(p, h, sessions):
         if not open_:
             break
         dom: dict = {}
 
         def run(inp: S.Inputs):
-            facts, vals = run_shape(p, h, sh, inp, dom, open_)
-            return facts, vals, None
+            facts, reads = run_shape(p, h, sh, inp, dom, list(open_))
+            return facts, (inp, reads), None
 
-        def domain(name: str):
-            if name in dom:
-                return dom[name]
-            if name.startswith("a"):
-                k = int(name[1:])
-                return z3.Int(name) >= (z3.Int(f"a{k - 1}") if k else 0)
-            return z3.Int(name) >= 0
+        def domain(n: str):
+            if n in dom:
+                return dom[n]
+            if S.real(n):   # an arrival: any real time from the one before
+                k = int(n[1:])
+                return S.var(n) >= (z3.Real(f"a{k - 1}") if k else 0)
+            return S.var(n) >= 0
 
-        def visit(facts, vals) -> bool:
-            for j, v in vals.items():
-                if j in open_ and v != open_[j]:
-                    out[j] = (f"not every state: it fails on a machine that may not be reachable "
-                              f"({_describe(sh)})")
+        def within(res, under) -> bool:
+            nonlocal paths
+            inp, reads = res
+            for j in list(open_):
+                if budget.left(name(j)) <= 0:
+                    out[j] = "not every state: the timeout ran out"
+                    del open_[j]
+                    continue
+                if j not in reads:
+                    continue
+                bad = [None]
+
+                def see(_facts, r, j=j) -> bool:
+                    val = r[1].get(j, (None,))[0]
+                    if isinstance(val, X.KernelError):
+                        bad[0] = f"not every state: reading it, the kernel stops with {val} ({_describe(sh)})"
+                    elif val is not None and val != open_[j]:
+                        bad[0] = (f"not every state: it fails on a machine that may not be reachable "
+                                  f"({_describe(sh)})")
+                    return bad[0] is not None
+
+                def run_j(inp2, j=j):
+                    f2, reads2 = run_shape(p, h, sh, inp2, dom, [j])
+                    return reads2.get(j, (None, []))[1], (inp2, reads2), None
+
+                with budget.charge(name(j)):
+                    try:
+                        count, _, undecided = S.explore_with(
+                            run_j, domain, lambda j=j: budget.left(name(j)), see,
+                            start=(inp, (reads[j][1], (inp, reads), None)), under=under)
+                    except S.Deadline:
+                        out[j] = "not every state: the timeout ran out"
+                        del open_[j]
+                        continue
+                paths += count - 1
+                undecided_of[j] += undecided
+                if bad[0] is not None:
+                    out[j] = bad[0]
                     del open_[j]
             return not open_
 
+        def left() -> float:
+            return min(budget.left_any([name(j) for j in open_]), limit - budget.kernel())
+
         try:
-            n, stopped, undecided = S.explore_with(run, domain, deadline, visit)
+            n, stopped, undecided = S.explore_with(run, domain, left, lambda _f, _r: False, within=within)
         except S.Deadline as d:
-            paths += d.args[0]
+            paths += d.args[0] if d.args else 0
             for j in open_:
                 out[j] = "not every state: the timeout ran out"
             return out, paths
@@ -302,7 +351,8 @@ def prove(p: R.Program, sessions: int, deadline: float, claims: list) -> tuple:
                 out[j] = f"not every state: z3 could not decide {undecided} branch(es)"
             return out, paths
     for j in open_:
-        out[j] = True
+        out[j] = True if not undecided_of[j] else \
+            f"not every state: z3 could not decide {undecided_of[j]} branch(es) of its reading"
     return out, paths
 
 

@@ -3,6 +3,7 @@ JSON object (docs/reference/cli.md) and the text, with the kernel's machine at t
 from __future__ import annotations
 
 import json
+import math
 import os
 import shlex
 
@@ -58,7 +59,7 @@ def write_disagreement(d, file: str, out_dir: str | None) -> str:
 
 def read_workload(path: str) -> dict:
     """A workload file (`serq run --workload`): {"sessions": [{"arrival": t, "draws": [v, ...]}, ...]},
-    arrival times nondecreasing (serial order), every number a natural."""
+    arrival times finite numbers >= 0, nondecreasing (serial order), every draw a natural."""
     try:
         with open(path, encoding="utf-8") as fh:
             data = json.load(fh)
@@ -74,10 +75,13 @@ def read_workload(path: str) -> dict:
     def nat(v):
         return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
+    def time(v):
+        return nat(v) or (isinstance(v, float) and math.isfinite(v) and v >= 0)
+
     for k, s in enumerate(sessions):
-        if not isinstance(s, dict) or not nat(s.get("arrival")) or not isinstance(s.get("draws"), list) \
+        if not isinstance(s, dict) or not time(s.get("arrival")) or not isinstance(s.get("draws"), list) \
                 or not all(nat(d) for d in s["draws"]):
-            raise UsageError(f"{path}: session {k} is {{\"arrival\": a natural, \"draws\": [naturals]}}")
+            raise UsageError(f"{path}: session {k} is {{\"arrival\": a time >= 0, \"draws\": [naturals]}}")
         if s["arrival"] < last:
             raise UsageError(f"{path}: session {k} arrives at {s['arrival']}, before session {k - 1} ({last})")
         last = s["arrival"]
@@ -161,8 +165,8 @@ def as_text(res: Result, file: str, replay: dict) -> str:
         if v.by == "every state":
             line += " (on every machine an iteration can start from: every natural value and arrival time, " \
                     "at most the bound's sessions)"
-        elif v.every_natural:
-            line += " (for every natural value and gap, with at most the bound's sessions)"
+        elif v.every_value:
+            line += " (for every natural value and real arrival time, with at most the bound's sessions)"
         u = replay.get((v.name, "unended"))
         if u is not None:
             line += f"; a path does not end: {u['why']}"

@@ -10,12 +10,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
+from fractions import Fraction
+
 import z3
 
 from serq.ref import claims as C
 from serq.ref import exec as X
 from serq.ref import ir as R
-from serq.verify.sym import SymInt, Trace, concrete
+from serq.ref.num import q
+from serq.verify.sym import SymNum, Trace, concrete, numeral
 
 # the timeout is CPU time (the process's, z3's solving included): the verdicts a timeout allows do not
 # depend on what else the machine runs
@@ -26,9 +29,56 @@ clock = time.process_time
 WALL_SLACK = 4
 
 
-def z3_ms(deadline: float) -> int:
-    """z3's timeout for a query: the CPU time left, in wall milliseconds, with slack."""
-    return max(1000, int((deadline - clock()) * 1000) * WALL_SLACK)
+class Budget:
+    """CPU time, each claim's own (docs/verify.md, *Each claim on its own*): a claim has used the
+    kernel's exploration, which is shared (its paths are the same whatever claims are verified
+    beside it), and its own readings, proofs and replays, and each claim has the whole timeout."""
+
+    def __init__(self, timeout: float, names):
+        self.timeout = timeout
+        self.t0 = clock()
+        self.own = dict.fromkeys(names, 0.0)
+        self.cur = None           # the claim whose own time runs now
+        self.since = 0.0
+
+    def _running(self) -> float:
+        return clock() - self.since if self.cur is not None else 0.0
+
+    def kernel(self) -> float:
+        """The CPU time the kernel's exploration has taken, every claim's own left out."""
+        return clock() - self.t0 - sum(self.own.values()) - self._running()
+
+    def left(self, name: str) -> float:
+        own = self.own[name] + (self._running() if self.cur == name else 0.0)
+        return self.timeout - self.kernel() - own
+
+    def left_any(self, names) -> float:
+        """What is left to the claims with most left: the kernel's exploration goes on for them."""
+        return max((self.left(n) for n in names), default=0.0)
+
+    def charge(self, name: str):
+        return _Charge(self, name)
+
+
+class _Charge:
+    def __init__(self, b: Budget, name: str):
+        self.b, self.name = b, name
+
+    def __enter__(self):
+        self.outer = (self.b.cur, self.b.since)
+        if self.b.cur is not None:   # nested: the outer claim's time stops while this one's runs
+            self.b.own[self.b.cur] += clock() - self.b.since
+        self.b.cur, self.b.since = self.name, clock()
+
+    def __exit__(self, *exc):
+        self.b.own[self.name] += clock() - self.b.since
+        cur, _ = self.outer
+        self.b.cur, self.b.since = cur, clock()
+
+
+def z3_ms(left) -> int:
+    """z3's timeout for a query: the CPU time left (left() seconds), in wall milliseconds, with slack."""
+    return max(1000, int(left() * 1000) * WALL_SLACK)
 
 
 # z3's resource units (deterministic, unlike its clock) a flip may take on the path's incremental
@@ -55,16 +105,43 @@ class Draws:
         return self.inputs.value(f"d{self.sid}_{i}")
 
 
+def real(name: str) -> bool:
+    """Whether an unknown ranges over the reals: an arrival time (`aK`) or the clock (`T`); the
+    others (draws, tokens left, counts) are naturals."""
+    return name == "T" or (name[0] == "a" and name[1:].isdigit())
+
+
+def var(name: str):
+    """An unknown's z3 constant, of its sort."""
+    return z3.Real(name) if real(name) else z3.Int(name)
+
+
+def numeral_of(name: str, v):
+    """A value as a numeral of the unknown's sort."""
+    return z3.ToReal(numeral(v)) if real(name) and type(v) is int else numeral(v)
+
+
+def model_value(mdl, name: str):
+    """The model's value of an unknown: an int, or a Fraction for a real one (an irrational
+    algebraic number, which only a nonlinear program's constraints give, to 20 decimals)."""
+    v = mdl.eval(var(name), model_completion=True)
+    if z3.is_int_value(v):
+        return v.as_long()
+    if z3.is_algebraic_value(v):
+        v = v.approx(20)
+    return q(Fraction(v.numerator_as_long(), v.denominator_as_long()))
+
+
 @dataclass
 class Inputs:
     """A run's concrete inputs: the model's value of each unknown (0 for one it does not name)."""
     model: dict
-    used: dict = field(default_factory=dict)   # name -> SymInt, the unknowns this run read
+    used: dict = field(default_factory=dict)   # name -> SymNum, the unknowns this run read
 
-    def value(self, name: str, default=0) -> SymInt:
+    def value(self, name: str, default=0) -> SymNum:
         """The unknown's value: the model's, else `default` (a value inside its range)."""
         if name not in self.used:
-            self.used[name] = SymInt(self.model.get(name, default), z3.Int(name))
+            self.used[name] = SymNum(self.model.get(name, default), var(name))
         return self.used[name]
 
 
@@ -78,13 +155,19 @@ class Family:
     trace: Optional[list] = None
 
 
+def number(v):
+    """A rational as a workload file writes it: an int, or the float nearest (a time the search
+    names is a short decimal, serq/verify/robust.py, which the float and its repr keep exactly)."""
+    return v if type(v) is int else float(v)
+
+
 def workload(f: Family, inp: Inputs) -> R.Workload:
     sess = []
     for k in range(f.n):
         if f.prog.arrive == "poisson":
             t = inp.value(f"a{k}")   # the k-th arrival time, in serial order
         elif f.prog.arrive == "renewal":
-            t = (k + 1) * f.prog.gap
+            t = q((k + 1) * f.prog.gap)
         else:
             t = 0
         rows = tuple(f.trace[k % len(f.trace)]) if f.trace else ()
@@ -93,26 +176,31 @@ def workload(f: Family, inp: Inputs) -> R.Workload:
 
 
 def domain(f: Family, name: str, bounded: bool = True):
-    """An unknown's range: a draw 0..M, an arrival 0..G after the previous one (G: the gaps' bound)."""
-    v = z3.Int(name)
-    if name.startswith("a"):
+    """An unknown's range: a draw any natural 0..M, an arrival any real time 0..G after the previous
+    one (G: the gaps' bound)."""
+    v = var(name)
+    if real(name):
         k = int(name[1:])
-        lo = z3.Int(f"a{k - 1}") if k else z3.IntVal(0)
+        lo = z3.Real(f"a{k - 1}") if k else z3.RealVal(0)
         return z3.And(v >= lo, v <= lo + f.gap) if bounded else v >= lo
     return z3.And(v >= 0, v <= f.values) if bounded else v >= 0
 
 
 @dataclass
 class Path:
-    facts: list
+    facts: list               # what the kernel's run relied on: the path condition
     inputs: Inputs
-    outcomes: dict            # claim name -> claims.Outcome (None for the path's error)
+    outcomes: dict            # claim name -> claims.Outcome (none for the path's error)
+    claim_facts: dict         # claim name -> what reading it relied on besides (its own branches)
     error: Optional[str]      # a run error's code and message
     done: bool
     errors: dict = field(default_factory=dict)   # claim name -> the error reading that claim alone
 
 
-def run_path(f: Family, inp: Inputs, deadline: float) -> Path:
+def run_path(f: Family, inp: Inputs, left, claims=None) -> Path:
+    """The kernel's run on the inputs, then each claim's reading (those named, or all), each under
+    a trace of its own: a claim's branches are its own, never the path's, so the paths are the same
+    whatever claims are read on them (docs/verify.md, *Each claim on its own*)."""
     wl = workload(f, inp)
     with Trace() as tr:
         try:
@@ -121,30 +209,36 @@ def run_path(f: Family, inp: Inputs, deadline: float) -> Path:
                 run = X.run_from(f.prog, None, CHUNK, run.machine)
                 if run.done:
                     break
-                if clock() > deadline:
+                if left() <= 0:
                     raise Deadline()
-            out, errs = {}, {}
-            for j, c in enumerate(f.prog.claims):  # a claim read at the end fails alone (F016, say)
-                try:
+            err, done = None, run.done
+        except X.KernelError as e:
+            err, done = str(e), True
+    out, errs, cf = {}, {}, {}
+    if err is None:
+        for j, c in enumerate(f.prog.claims):
+            if claims is not None and c.name not in claims:
+                continue
+            with Trace() as ct:
+                try:  # a claim whose reading fails on the path (F016, say) fails alone
                     out[c.name] = C.outcome(f.prog, run, j)
                 except X.KernelError as e:
                     errs[c.name] = str(e)
-            err, done = None, run.done
-        except X.KernelError as e:
-            out, errs, err, done = {}, {}, str(e), True
-    return Path(tr.facts, inp, out, err, done, errs)
+            cf[c.name] = ct.facts
+    return Path(tr.facts, inp, out, cf, err, done, errs)
 
 
 class Deadline(Exception):
     pass
 
 
-def explore(f: Family, deadline: float, visit) -> tuple:
-    """Run every feasible path of the family (depth first); visit(path) returns True to stop early.
+def explore(f: Family, left, visit, within=None) -> tuple:
+    """Run every feasible path of the family (depth first), its claims read on each without
+    branching it; visit(path) returns True to stop early; within(path, under) as explore_with's.
     Returns (paths run, the disjunction's terms of their conditions, the unknowns, whether it
     stopped early, the branches z3 could not decide)."""
     def run(inp):
-        p = run_path(f, inp, deadline)
+        p = run_path(f, inp, left)
         # a path past the fuel already leaves the undecided claims unknown: its far branches are
         # not flipped (the search goes on for counterexamples and witnesses elsewhere)
         return p.facts, p, None if p.done else LONG_FLIPS
@@ -157,69 +251,135 @@ def explore(f: Family, deadline: float, visit) -> tuple:
         names.update(dict.fromkeys(p.inputs.used))
         return visit(p)
 
-    count, stopped, undecided = explore_with(run, lambda n: domain(f, n), deadline, see)
+    count, stopped, undecided = explore_with(run, lambda n: domain(f, n), left, see, within=within)
     return count, conds, names, stopped, undecided
 
 
-def explore_with(run, domain, deadline: float, visit) -> tuple:
+def explore_claim(f: Family, path: Path, name: str, left, visit, under) -> tuple:
+    """Every reading of one claim on one path of the kernel: the path's condition held, each branch
+    the claim's reading took flipped once (a claim at an iteration read true, an `Ite` inside it, a
+    session's `given`). visit(reading) is called on the path itself first, then on each other
+    reading (a run on other inputs of the same path); True stops. `under`: the solver holding the
+    path's condition (explore_with's). (readings, stopped, undecided)."""
+    limit = None if path.done else LONG_FLIPS  # past the fuel: no proof, the near branches flipped
+
+    def run(inp):
+        q_ = run_path(f, inp, left, (name,))
+        return q_.claim_facts.get(name, []), q_, limit
+
+    first = (path.claim_facts.get(name, []), path, limit)
+    return explore_with(run, lambda n: domain(f, n), left, lambda _facts, r: visit(r),
+                        start=(path.inputs, first), under=under)
+
+
+def explore_with(run, domain, left, visit, base=(), start=None, within=None, under=None) -> tuple:
     """Depth first over the paths of `run`, each branch flipped once. run(inputs) gives (facts,
     what visit reads, how many facts to flip or None for all); domain(name) an unknown's range;
-    visit(facts, result) returns True to stop. Returns (paths run, whether it stopped early, the
-    branches z3 could not decide: the paths behind them were not run)."""
+    left() the CPU seconds left; visit(facts, result) returns True to stop. `start`: (inputs, run's
+    result on them) to begin from, else all-zero inputs. within(result, under) is called on each
+    path once its branches are flipped, `under` then holding the path's whole condition (a claim's
+    readings are explored there: `explore_claim`); True stops. `under`: (solver, its assertions)
+    to explore inside, the caller's path condition kept; else a solver of its own with `base`.
+    Returns (paths run, whether it stopped early, the branches z3 could not decide: the paths
+    behind them were not run)."""
     names: dict = {}
-    stack = [({}, 0)]
+    stack = [({}, 0)] if start is None else [(start, 0)]
     count = undecided = 0
-    while stack:
-        if clock() > deadline:
-            raise Deadline(count)
-        model, depth = stack.pop()
-        inp = Inputs(model)
-        try:
-            facts, res, limit = run(inp)
-        except Deadline:
-            raise Deadline(count) from None
-        count += 1
-        for n in inp.used:
-            names[n] = True
-        if visit(facts, res):
-            return count, True, undecided
+    # one solver for the whole exploration (a claim's readings share their path's): each unknown's
+    # range added once, each path's facts pushed and popped
+    if under is None:
         s = z3.Solver()
-        s.set("timeout", z3_ms(deadline))
         s.set("rlimit", QUERY_RLIMIT)
-        held = [domain(n) for n in names]
+        held = list(base)
         s.add(held)
-        seen = set()
-        last = len(facts) if limit is None else min(len(facts), limit)
-        for j, b in enumerate(facts[:last]):
-            if j % 64 == 0 and clock() > deadline:
+    else:
+        s, outer = under
+        held = list(outer)
+        s.push()
+    try:
+        while stack:
+            if left() <= 0:
                 raise Deadline(count)
-            key = b.hash()
-            if j >= depth and key not in seen:
+            model, depth = stack.pop()
+            if isinstance(model, tuple):
+                inp, (facts, res, limit) = model
+            else:
+                inp = Inputs(model)
+                try:
+                    facts, res, limit = run(inp)
+                except Deadline:
+                    raise Deadline(count) from None
+            count += 1
+            for n in inp.used:
+                if n not in names:
+                    names[n] = True
+                    held.append(domain(n))
+                    s.add(held[-1])
+            if visit(facts, res):
+                return count, True, undecided
+            last = len(facts) if limit is None else min(len(facts), limit)
+            if last <= depth and within is None:
+                continue
+            s.set("timeout", z3_ms(left))
+            s.push()
+            mark = len(held)
+            seen = set()
+            if under is not None and depth < last and within is None:
+                # a claim's readings hold on the whole path far more often than not: one query says
+                # so for all of them, where flipping each would ask one each
+                s.add(facts[:depth])
                 s.push()
-                s.add(z3.Not(b))
-                r, mdl = s.check(), None
-                if r == z3.sat:
-                    mdl = s.model()
-                elif r == z3.unknown:
-                    r, mdl = afresh(held + [z3.Not(b)], deadline)
-                    if r == z3.unknown:
-                        if clock() > deadline:
-                            raise Deadline(count)
-                        undecided += 1
-                if mdl is not None:
-                    nxt = {n: mdl.eval(z3.Int(n), model_completion=True).as_long() for n in names}
-                    stack.append((nxt, j + 1))
+                s.add(z3.Not(z3.And(facts[depth:last])))
+                r = s.check()
                 s.pop()
-            seen.add(key)
-            s.add(b)
-            held.append(b)
-    return count, False, undecided
+                if r == z3.unsat:
+                    s.pop()
+                    del held[mark:]
+                    continue
+                s.pop()
+                s.push()
+            for j, b in enumerate(facts):
+                if j % 64 == 0 and left() <= 0:
+                    raise Deadline(count)
+                key = b.hash()
+                if key in seen:
+                    continue
+                if depth <= j < last:
+                    s.push()
+                    s.add(z3.Not(b))
+                    r, mdl = s.check(), None
+                    if r == z3.sat:
+                        mdl = s.model()
+                    elif r == z3.unknown:
+                        r, mdl = afresh(held + [z3.Not(b)], left)
+                        if r == z3.unknown:
+                            if left() <= 0:
+                                raise Deadline(count)
+                            undecided += 1
+                    if mdl is not None:
+                        nxt = {n: model_value(mdl, n) for n in names}
+                        stack.append((nxt, j + 1))
+                    s.pop()
+                elif j >= last and within is None:
+                    break
+                seen.add(key)
+                s.add(b)
+                held.append(b)
+            stop = within(res, (s, held)) if within is not None else False
+            s.pop()
+            del held[mark:]
+            if stop:
+                return count, True, undecided
+        return count, False, undecided
+    finally:
+        if under is not None:
+            s.pop()
 
 
-def afresh(conds: list, deadline: float) -> tuple:
+def afresh(conds: list, left) -> tuple:
     """(z3's answer, its model when sat) for the conjunction, on a solver of its own."""
     s = z3.Solver()
-    s.set("timeout", z3_ms(deadline))
+    s.set("timeout", z3_ms(left))
     s.add(conds)
     r = s.check()
     return r, s.model() if r == z3.sat else None
@@ -250,8 +410,8 @@ def concrete_workload(f: Family, p: Path) -> dict:
         if f.prog.arrive == "poisson":
             t = concrete(used[f"a{k}"]) if f"a{k}" in used else 0
         elif f.prog.arrive == "renewal":
-            t = (k + 1) * f.prog.gap
+            t = q((k + 1) * f.prog.gap)
         else:
             t = 0
-        sessions.append({"arrival": t, "draws": draws})
+        sessions.append({"arrival": number(t), "draws": draws})
     return {"sessions": sessions}

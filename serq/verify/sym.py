@@ -1,11 +1,20 @@
-"""Concolic values: a natural the kernel computes with concretely that also carries a z3 term over
-the workload's unknowns (drawn attributes, arrival times). The kernel runs unchanged on them (one
-semantics): arithmetic builds terms, and every place where the kernel's control depends on one (a
-test, a comparison, a concrete use as an index) records the fact it relied on in the active
-`Trace`. The recorded facts are the path condition: every input satisfying it runs the same path."""
+"""Concolic values: a rational the kernel computes with concretely that also carries a z3 term over
+the workload's unknowns (drawn attributes, integers; arrival times, reals). The kernel runs
+unchanged on them (one semantics): arithmetic builds terms, and every place where the kernel's
+control depends on one (a test, a comparison, a concrete use as an index) records the fact it relied
+on in the active `Trace`. The recorded facts are the path condition: every input satisfying it runs
+the same path.
+
+A term is of z3's Int sort while every unknown and operation under it is whole (draws, sums,
+products, floors) and of its Real sort once a real unknown or a quotient enters it, as the value
+itself is an int or a Fraction (serq/ref/num.py); z3 mixes the two sorts by ToReal where they meet."""
 from __future__ import annotations
 
+from fractions import Fraction
+
 import z3
+
+from serq.ref.num import q, qdiv
 
 
 class Trace:
@@ -29,20 +38,41 @@ def _record(term):
         t.facts.append(term)
 
 
-def _t(x):
-    """A value's term: a SymInt's own, an int's numeral."""
-    return x.t if isinstance(x, SymInt) else z3.IntVal(int(x))
+_NUMERALS: dict = {}
+
+
+def numeral(x, real: bool = False):
+    """A number's z3 term: an int's Int numeral (Real beside a real term: z3py would coerce it
+    each time), a Fraction's Real one. Made once per value: building terms is most of the cost."""
+    key = (x, real or type(x) is Fraction)
+    t = _NUMERALS.get(key)
+    if t is None:
+        if len(_NUMERALS) > 100_000:
+            _NUMERALS.clear()
+        t = z3.RealVal(f"{x.numerator}/{x.denominator}" if type(x) is Fraction else int(x)) if key[1] \
+            else z3.IntVal(int(x))
+        _NUMERALS[key] = t
+    return t
+
+
+def _t(x, real: bool = False):
+    """A value's term: a SymNum's own, a number's numeral."""
+    return x.t if isinstance(x, SymNum) else numeral(x, real)
 
 
 term = _t
 
 
 def _c(x):
-    return x.c if isinstance(x, SymInt) else x
+    return x.c if isinstance(x, SymNum) else x
 
 
-def lift(c: int, t) -> "SymInt":
-    return SymInt(c, t)
+def _real(t):
+    return t if t.is_real() else z3.ToReal(t)
+
+
+def _ok(o) -> bool:
+    return isinstance(o, (int, Fraction, SymNum)) and not isinstance(o, bool)
 
 
 class SymBool:
@@ -73,16 +103,16 @@ class SymBool:
         return repr(self.c)
 
 
-class SymInt:
+class SymNum:
     __slots__ = ("c", "t")
 
-    def __init__(self, c: int, t):
-        self.c, self.t = c, t
+    def __init__(self, c, t):
+        self.c, self.t = q(c), t
 
     def _bin(self, o, f, g):
-        if not isinstance(o, (int, SymInt)) or isinstance(o, bool):
+        if not _ok(o):
             return NotImplemented
-        return SymInt(f(self.c, _c(o)), g(self.t, _t(o)))
+        return SymNum(f(self.c, _c(o)), g(self.t, _t(o, self.t.is_real())))
 
     def __add__(self, o):
         return self._bin(o, lambda a, b: a + b, lambda a, b: a + b)
@@ -101,13 +131,19 @@ class SymInt:
 
     __rmul__ = __mul__
 
+    def __truediv__(self, o):
+        # the exact quotient; the kernel tests the divisor for 0 first
+        return self._bin(o, qdiv, lambda a, b: _real(a) / _real(b))
+
+    def __rtruediv__(self, o):
+        return self._bin(o, lambda a, b: qdiv(b, a), lambda a, b: _real(b) / _real(a))
+
     def __floordiv__(self, o):
-        # the kernel divides naturals by positive divisors (it tests for 0 first): z3's integer
-        # division is then floor division
-        return self._bin(o, lambda a, b: a // b, lambda a, b: a / b)
+        # whole amounts by positive divisors (block rounding): z3's integer division is then floor
+        return self._bin(o, lambda a, b: a // b, _floordiv)
 
     def __rfloordiv__(self, o):
-        return self._bin(o, lambda a, b: b // a, lambda a, b: b / a)
+        return self._bin(o, lambda a, b: b // a, lambda a, b: _floordiv(b, a))
 
     def __mod__(self, o):
         return self._bin(o, lambda a, b: a % b, lambda a, b: a % b)
@@ -116,12 +152,18 @@ class SymInt:
         return self._bin(o, lambda a, b: b % a, lambda a, b: b % a)
 
     def __neg__(self):
-        return SymInt(-self.c, -self.t)
+        return SymNum(-self.c, -self.t)
+
+    def __floor__(self):
+        return SymNum(self.c // 1, self.t if self.t.is_int() else z3.ToInt(self.t))
+
+    def __ceil__(self):
+        return SymNum(-(-self.c // 1), self.t if self.t.is_int() else -z3.ToInt(-self.t))
 
     def _cmp(self, o, f, g):
-        if not isinstance(o, (int, SymInt)) or isinstance(o, bool):
+        if not _ok(o):
             return NotImplemented
-        return SymBool(f(self.c, _c(o)), g(self.t, _t(o)))
+        return SymBool(f(self.c, _c(o)), g(self.t, _t(o, self.t.is_real())))
 
     def __lt__(self, o):
         return self._cmp(o, lambda a, b: a < b, lambda a, b: a < b)
@@ -145,14 +187,15 @@ class SymInt:
         _record(self.t != 0 if self.c != 0 else self.t == 0)
         return self.c != 0
 
-    def __int__(self):  # a concrete use (an index, a float): the run relies on the value itself
-        _record(self.t == self.c)
-        return self.c
+    def __int__(self):  # a concrete use (an index, a count): the run relies on the value itself
+        _record(self.t == numeral(self.c))
+        return int(self.c)
 
     __index__ = __int__
 
     def __float__(self):
-        return float(int(self))
+        _record(self.t == numeral(self.c))
+        return float(self.c)
 
     def __hash__(self):
         return hash(self.c)
@@ -164,6 +207,12 @@ class SymInt:
         return format(self.c, spec)
 
 
+def _floordiv(a, b):
+    if a.is_int() and b.is_int():
+        return a / b
+    return z3.ToInt(_real(a) / _real(b))
+
+
 def concrete(x):
     """A value without its term (for writing a workload or a table)."""
-    return x.c if isinstance(x, (SymInt, SymBool)) else x
+    return x.c if isinstance(x, (SymNum, SymBool)) else x
