@@ -16,6 +16,11 @@ ORDERS = ("", " decode first", " by (remaining)", " by (decoding, remaining)")
 COSTS = {"1": 1, "2": 2, "1 + batch.decoding": 1, "1 + floor(batch.tokens / 16)": 1,
          "0.001 + 0.00004 * batch.tokens": 0.001, "0.25 + batch.tokens / 8": 0.25, "1.5": 1.5}
 ITERATIONS = 3000
+TOOLS = ("", "", "delay", "ps(1)", "ps(min(present, 2))", "ps(0.5 + present / 4)")
+# the victim of a growth that does not fit: lifo, SGLang's retraction, the most tokens left, the
+# least computed (each a key the reference names: decoding, position, remaining, admission)
+VICTIMS = ("", "", "(1 - decoding, position - prompt, -prompt) requeue tail", "(-remaining, admission)",
+           "(position) requeue head")
 SCHEDULES = ("vllm", "ungated", "exclusive", "only", "branch", "half")
 EACH = ("none", "const", "threshold")
 
@@ -42,10 +47,18 @@ class Case:
     fifo: bool = False  # the request queue is fifo (else by (submitted, serial), vLLM's)
     iter_claims: bool = True  # claims over iterations (none: the interpreter may fast-forward steady decoding)
     times: tuple = ()  # under poisson, each session's arrival time: real times, written as decimals
+    tool: str = ""     # a stage a session runs a tool call on before each next turn ("": none)
+    victim: str = ""   # with lifo, `preempt by (...)` in place of `preempt lifo` ("": lifo itself)
+    held: bool = False  # `reserve held`: a hold's unallocated reservation counts against later ones
 
     @property
     def n(self) -> int:
         return len(self.sessions)
+
+    @property
+    def population(self) -> int:
+        """Under closed: the sessions at 0; each later one comes as one ends."""
+        return min(2, self.n)
 
     @property
     def horizon(self) -> float:
@@ -84,7 +97,11 @@ def text(c: Case) -> str:
     hit = "cached" if c.prefix else "0"
     cache = "      cache (prompt + o - 1);\n" if c.prefix else ""
     arrive = {"batch": f"arrive batch({c.n});", "renewal": f"arrive renewal({c.gap});",
-              "poisson": "arrive poisson(1);"}[c.arrive]
+              "poisson": "arrive poisson(1);", "closed": f"arrive closed({c.population});"}[c.arrive]
+    preempt = ("preempt none;" if not c.lifo else f"preempt by {c.victim};" if c.victim else "preempt lifo;")
+    # a tool call between turns on a ps or delay stage, its work a quotient (docs/lean.md: JobS)
+    stage = f"stage tool : {c.tool};\n  " if c.tool else ""
+    tool = "run tool (cost(tool, (out + 1) / 2));" if c.tool else ""
     nreq = sum(len(s) for s in c.sessions)
     return f"""fn main() {{
   def in_phase() {{ running.decoding > 0 ? decoding : !decoding }}
@@ -118,14 +135,14 @@ def text(c: Case) -> str:
     }}
     execute ({c.cost});
   }}
-  pool kv on gpu {{ {f"block {c.bs};" if c.bs else ""} evict lru; {"preempt lifo;" if c.lifo else "preempt none;"} }}
+  pool kv on gpu {{ {f"block {c.bs};" if c.bs else ""} evict lru; {preempt}{" reserve held;" if c.held else ""} }}
   pool reqs on llm {{ {"queue fifo;" if c.fifo else "queue by (submitted, serial);"} }}
-  workload {{
+  {stage}workload {{
     {arrive}
     trace "trace.csv" ordered;
     hidden out;
     init {{ set context = 0; set lim = serial; }}
-    session {{ turn; while (more) {{ set context = prompt + out; turn; }} }}
+    session {{ turn; while (more) {{ set context = prompt + out; {tool} turn; }} }}
   }}
   server {{
     set submitted = now;
@@ -173,7 +190,7 @@ def cases(draw) -> Case:
     # mostly room for the longest conversation, sometimes less (a request refused or stuck)
     need = math.ceil(longest / unit) + 1
     blocks = draw(st.one_of(st.integers(need, need + 40), st.integers(2, max(2, need))))
-    arrive = draw(st.sampled_from(("batch", "batch", "renewal", "poisson")))
+    arrive = draw(st.sampled_from(("batch", "batch", "renewal", "poisson", "closed")))
     gap = draw(st.sampled_from((1, 2, 3, 8, 2.5, 0.75)))
     times: tuple = ()
     if arrive == "poisson":  # real arrival times: gaps in hundredths, 0 included (two at once)
@@ -186,4 +203,5 @@ def cases(draw) -> Case:
         schedule=draw(st.sampled_from(SCHEDULES)), lifo=draw(st.booleans()), prefix=draw(st.booleans()),
         chunked=draw(st.booleans()), reserve=draw(st.booleans()),
         cost=draw(st.sampled_from(sorted(COSTS))), arrive=arrive, gap=gap,
-        sessions=sessions, fifo=draw(st.booleans()), iter_claims=draw(st.booleans()), times=times)
+        sessions=sessions, fifo=draw(st.booleans()), iter_claims=draw(st.booleans()), times=times,
+        tool=draw(st.sampled_from(TOOLS)), victim=draw(st.sampled_from(VICTIMS)), held=draw(st.booleans()))

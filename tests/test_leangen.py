@@ -50,7 +50,13 @@ def test_the_fragment_holds_the_oracle_program_and_the_golden_list_says_which():
     # the engines that cost iterations in decimal seconds are inside since the values are rationals
     decimal = ["examples/engines/tgi.sq", "examples/single-turn/fastertransformer.sq",
                "examples/single-turn/separate_phases.sq", "examples/single-turn/vllm_single_turn.sq"]
-    assert len(papers) == 6 and inside == sorted(["examples/oracle/vllm_request.sq", *papers, *decimal])
+    # the multi-turn workloads whose sessions wait at a delay stage between turns (a tool, a person)
+    stages = ["examples/multi-turn/vllm.sq", "examples/multi-turn/vllm_chat.sq"]
+    # the engines whose memory preempts by keys or holds its reservations (SGLang's retraction,
+    # requeued at the tail; TensorRT-LLM's `reserve held`)
+    memory = ["examples/engines/sglang.sq", "examples/engines/tensorrt_llm.sq"]
+    assert len(papers) == 6 and inside == sorted(["examples/oracle/vllm_request.sq", *papers, *decimal, *stages,
+                                                  *memory])
     assert all(os.path.isfile(golden.golden_path(p)) for p in inside)
 
 
@@ -90,7 +96,8 @@ def test_claims_outside_the_fragment_is_a_diagnostic_with_a_caret():
     r = serq("claims", mg1)
     assert r.returncode == 1 and r.stdout == ""
     first, src, caret = r.stderr.splitlines()[:3]
-    assert first == f"{mg1}:10:3: error[F013]: the fifo stage `svc` is outside the Lean fragment (docs/lean.md)"
+    assert first == (f"{mg1}:10:3: error[F013]: the fifo stage `svc` (its jobs wait in line: a queue the fragment "
+                     "does not model) is outside the Lean fragment (docs/lean.md)")
     assert caret.index("^") == src.index("stage svc")
 
 
@@ -219,7 +226,7 @@ def _one_of_each():
     hp = R.HoldPool(0, n, None, True, False)
     stmts = [R.SetA("x", n), R.DrawA("x"), R.ObserveA("o", n), R.BranchS(n, (R.TurnS(),), ()),
              R.WhileS(n, (R.EndS(),)), R.TurnS(), R.HoldS((hp,), n, None, (R.RunS("decode", n, 0),)),
-             R.RunS("prefill", n, None), R.EndS()]
+             R.RunS("prefill", n, None), R.EndS(), R.JobS(0, n)]
     istmts = [R.IServe(n, (n,), None), R.IAdmit(None, n, n), R.IBranch(n, (R.ISet("r", n),), ()), R.ISet("r", n)]
     return exprs, stmts, istmts
 
@@ -228,7 +235,7 @@ def test_every_class_of_the_fragment_has_a_rendering():
     exprs, stmts, istmts = _one_of_each()
     classes = {c for c in vars(R).values() if dataclasses.is_dataclass(c) and isinstance(c, type)}
     covered = {type(x) for x in exprs + stmts + istmts} | {R.HoldPool, R.Pool, R.Engine, R.Claim, R.Program,
-                                                            R.Row, R.SessionIn, R.Workload}
+                                                            R.Row, R.SessionIn, R.Workload, R.Stage}
     assert classes == covered
     assert [T.expr(e).split()[0] for e in exprs] == [
         "Expr.num", "Expr.attr", "Expr.ctx", "Expr.step", "Expr.reg", "Expr.obs", "Expr.agg", "Expr.not",
@@ -237,7 +244,10 @@ def test_every_class_of_the_fragment_has_a_rendering():
     assert T.expr(exprs[8]) == "Expr.bin BinOp.ne (Expr.num 1) (Expr.num 1)"
     assert [T.stmt(s, 0).split()[0] for s in stmts] == [
         "Stmt.setA", "Stmt.drawA", "Stmt.observeA", "Stmt.branchS", "Stmt.whileS", "Stmt.turnS", "Stmt.holdS",
-        "Stmt.runS", "Stmt.endS"]
+        "Stmt.runS", "Stmt.endS", "Stmt.jobS"]
+    assert T.stmt(stmts[-1], 0) == "Stmt.jobS 0 (Expr.num 1)"
+    assert T.stage(R.Stage("think", None), 0) == '{ name := "think", phi := none }'
+    assert T.stage(R.Stage("tools", R.Ctx("present")), 0) == '{ name := "tools", phi := (some (Expr.ctx "present")) }'
     assert T.istmt(istmts[0], 0) == "IStmt.serve (some (Expr.num 1)) (some [Expr.num 1]) none"
 
 
@@ -267,6 +277,47 @@ def test_the_rationals_golden_file_writes_its_fractions():
                  "gap := (Q.mk 5 2)", "Expr.num (Q.mk 403 4)",
                  "Expr.bin BinOp.sub (Expr.num 0) (Expr.bin BinOp.div (Expr.ctx \"now\") (Expr.num 4))"):
         assert term in text, term
+
+
+def test_the_stages_golden_file_writes_its_stages_and_jobs():
+    """tests/data/leangen/stages.sq: a think time at a delay and a tool call at a ps stage whose
+    capacity reads `present`, each a session's `Stmt.jobS` naming its stage by index."""
+    text = read(golden.golden_path("tests/data/leangen/stages.sq"))
+    for term in ('{ name := "reader", phi := none }',
+                 '{ name := "tools", phi := (some (Expr.ite (Expr.bin BinOp.gt (Expr.ctx "present") (Expr.num 2)) '
+                 '(Expr.num 2) (Expr.ctx "present"))) }',
+                 'Stmt.drawA "~1",\n        Stmt.jobS 0 (Expr.attr "~1")',
+                 "Stmt.jobS 1 (Expr.bin BinOp.add (Expr.num 1) (Expr.attr \"~2\"))"):
+        assert term in text, term
+    for ex in ("examples/multi-turn/vllm.sq", "examples/multi-turn/vllm_chat.sq"):
+        text = read(golden.golden_path(ex))
+        assert "phi := none }]" in text and "Stmt.jobS 0 (Expr.attr" in text, ex
+
+
+def test_the_preempt_golden_file_writes_its_victim_keys_and_requeue_tail():
+    """tests/data/leangen/preempt.sq: SGLang's retraction, `preempt by (1 - decoding, position -
+    prompt, -prompt) requeue tail`, as `Pool.preempt` (the keys, `-e` written `0 - e`) and
+    `Pool.requeueTail`; a pool that preempts none is `preempt := none`."""
+    text = read(golden.golden_path("tests/data/leangen/preempt.sq"))
+    keys = ('preempt := (some [Expr.bin BinOp.sub (Expr.num 1) (Expr.ctx "decoding"), '
+            'Expr.bin BinOp.sub (Expr.ctx "position") (Expr.attr "prompt"), '
+            'Expr.bin BinOp.sub (Expr.num 0) (Expr.attr "prompt")])')
+    assert keys in text
+    assert "memory := true, requeueTail := true, reserveHeld := false }" in text
+    assert 'preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false' in text
+    lifo = read(golden.golden_path("tests/data/leangen/claims.sq"))
+    assert ('preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")])' in lifo
+            and "requeueTail := false" in lifo)
+    for ex, held in (("examples/engines/sglang.sq", "requeueTail := true, reserveHeld := true"),
+                     ("examples/engines/tensorrt_llm.sq", "requeueTail := false, reserveHeld := true")):
+        assert held in read(golden.golden_path(ex)), ex
+
+
+def test_the_closed_golden_file_writes_its_population():
+    """tests/data/leangen/closed.sq: `arrive closed(2)`, `Arrive.closed` with `n` the population."""
+    text = read(golden.golden_path("tests/data/leangen/closed.sq"))
+    assert "  arrive := Arrive.closed,\n  gap := 0,\n  n := 2," in text
+    assert "Serq.AtEnd program [] 500 1" in text
 
 
 # ---------------------------------------------------------------- lean/Serq/Oracle.lean

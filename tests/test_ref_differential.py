@@ -29,8 +29,10 @@ def _order(o):
 
 def interpreter(prog, c: Case):
     s = Settings(horizon=float(c.horizon), arrivals=c.n if c.arrive == "renewal" else None)
-    # poisson: the case's real arrival times, as `serq run --workload` replays them
-    wl = {"sessions": [{"arrival": t, "draws": []} for t in c.times]} if c.arrive == "poisson" else None
+    # poisson: the case's real arrival times, as `serq run --workload` replays them; closed: its
+    # sessions, each later one when one ends, and no more (the kernel's workload is finite)
+    wl = {"poisson": {"sessions": [{"arrival": t, "draws": []} for t in c.times]},
+          "closed": {"sessions": [{"arrival": 0, "draws": []} for _ in range(c.n)]}}.get(c.arrive)
     try:
         rep = api.run(prog, s, None, wl)
     except api.SerqError as e:
@@ -59,8 +61,10 @@ def in_floats(x):
 
 
 def exact_in_floats(c: Case) -> bool:
-    """Whether every constant of the case's program and every time is a float exactly."""
-    return "0.001" not in c.cost and "0.75" != str(c.gap)
+    """Whether every constant of the case's program and every time is a float exactly (a quarter,
+    a whole number): else its sums of times round in floating point, and an exact tie of two (an
+    arrival at 8.01 and an iteration that ends there) may be none to the interpreter."""
+    return "0.001" not in c.cost and "0.75" != str(c.gap) and all(float(t * 4).is_integer() for t in c.times)
 
 
 def kernel(prog, c: Case, folder):
@@ -68,7 +72,7 @@ def kernel(prog, c: Case, folder):
     if not exact_in_floats(c):
         p = in_floats(p)
     trace = ref.read_trace(os.path.join(folder, "trace.csv"))
-    arrivals = [of_decimal(t) for t in c.times] if c.arrive == "poisson" else None
+    arrivals = [of_decimal(t) if exact_in_floats(c) else t for t in c.times] if c.arrive == "poisson" else None
     try:
         res = ref.evaluate(p, ref.workload(p, c.n, trace=trace, arrivals=arrivals), horizon=of_decimal(c.horizon))
     except ref.exec.KernelError as e:

@@ -87,7 +87,7 @@ def test_every_ir_enumeration_maps_to_its_lean_constructors():
 def test_every_ir_lean_constructor_has_its_python_class():
     from serq.ref import ir as R
     classes = {"Expr": ["Num", "Attr", "Ctx", "StepVar", "Reg", "Obs", "Agg", "Not", "Bin", "Ite", "Fn"],
-               "Stmt": ["SetA", "DrawA", "ObserveA", "BranchS", "WhileS", "TurnS", "HoldS", "RunS", "EndS"],
+               "Stmt": ["SetA", "DrawA", "ObserveA", "BranchS", "WhileS", "TurnS", "HoldS", "RunS", "EndS", "JobS"],
                "IStmt": ["IServe", "IAdmit", "IBranch", "ISet"]}
     for name, pys in classes.items():
         assert len(lean_constructors(name)) == len(pys), name

@@ -631,3 +631,119 @@ def test_a_time_on_a_tie_is_moved_inside_its_path():
     assert all(Fraction(repr(float(v))) == v for v in (got["a0"], got["a1"]))   # exact as a float's repr
     # whole times on a whole clock are exact in floating point: nothing to move
     assert not robust.on_a_tie([a0 >= 3], {"a0": 3})
+
+
+THINK = ENGINE.replace("tokens cap 4;", "tokens cap 8;") + """
+  stage pause : STAGE;
+  workload {
+    arrive batch(2);
+    turn { Size p = 1 + min(~det(3), 2); }
+    session { turn; while (turn_no < 1 && ~bernoulli(0.5) == 1) { run pause (cost(pause, 1 + min(~exp(2), 2))); turn; } }
+  }
+  server { set t0 = now; llm (p, 1); observe done = now - t0; observe at = now; }
+  claim quick: at end (largest(done) <= 2);
+  claim soon: at end (largest(at) <= 6);
+  claim later: at end (largest(at) <= 7);
+"""
+
+
+@pytest.mark.parametrize("stage", ["delay", "ps(1)"])
+def test_a_think_time_between_turns_verifies(tmp_path, stage):
+    """Issue 26: a think or tool time on a delay or ps stage between turns is in the fragment (it
+    was F013): the session waits while the stage serves the drawn work, a ps(1) stage sharing its
+    rate among the sessions present, a delay serving each at rate 1. Verify's verdicts are the
+    enumeration's, and each counterexample replays (verify checks it before naming it)."""
+    prog = api.load(program(tmp_path, THINK.replace("STAGE", stage), f"think_{stage[:2]}.sq"))
+    res = verify(prog, 2, 2, timeout=60)
+    got = {k: v.verdict for k, v in res.claims.items()}
+    # draws: p, then the guard's bernoulli, the pause's work and the next turn's p when it is 1
+    want = {c.name: "proved" for c in res.prog.claims}
+    for n in (1, 2):
+        for vals in itertools.product(range(3), repeat=4 * n):
+            ds = [vals[4 * k:4 * k + 4] for k in range(n)]
+            o = ref.evaluate(res.prog, ref.workload(res.prog, n, draws=ds)).claims
+            for name in want:
+                if o[name].status == "failed":
+                    want[name] = "counterexample"
+    assert got == want, (got, want)
+    # a turn lasts 2 iterations; a pause of 3 after the first ends makes the second end at 7, and
+    # two pauses at once on ps(1) take 6 together: it ends at 10
+    assert got["quick"] == "proved" and got["soon"] == "counterexample"
+    assert got["later"] == ("proved" if stage == "delay" else "counterexample")
+
+
+RETRACT = """
+  device gpu { kv cap 12; }
+  engine llm on gpu {
+    reqs cap 4;
+    tokens cap 8;
+    request (prompt, o) {
+      set kept = prompt;
+      set attempts = 0;
+      at admission { known = max(kept, computed + 1); }
+      set kept = known;
+      set attempts = attempts + 1;
+      prefill (known) growing kv;
+      decode (o - (known - prompt)) growing kv;
+      observe tries = attempts;
+    }
+    schedule {
+      advance running;
+      admit waiting while (running.preempted == 0) taking reqs (1), kv (known) reserve (known);
+    }
+    execute (1);
+  }
+  pool kv on gpu { block 2; evict lru; preempt by VICTIM; }
+  pool reqs on llm { queue fifo; }
+  workload { arrive batch(2); turn { Size p = 1 + min(~det(2), 3); Size n = 1 + min(~det(2), 4); } }
+  server { llm (p, n); observe done = now; observe prompt_seen = p; }
+  claim calm: at end (largest(tries) <= 1);
+  claim quick: at end (largest(done) <= 7);
+"""
+
+
+@pytest.mark.parametrize("victim", ["(1 - decoding, position - prompt, -prompt) requeue tail",
+                                    "(-remaining, admission)", "(-admission)", "(-admission); reserve held"])
+def test_preempt_by_keys_agrees_with_enumeration(tmp_path, victim):
+    """Issue 26: `preempt by (keys)` (SGLang's retraction, any keys, `requeue tail`) is in the
+    fragment (it was F012 but for lifo): the victim is the resident with the least keys, read with
+    its attributes, `decoding`, `position`, `remaining` and `admission`; so is `reserve held` (a
+    hold's unallocated reservation counts against the others, and it grows into its own). Verify's
+    verdicts are the enumeration's on the plain kernel, and each counterexample replays through the
+    interpreter."""
+    body = RETRACT.replace("VICTIM", victim).replace(
+        "(1 - decoding, position - prompt, -prompt)", "(1 - decoding, position - kept, -kept)")
+    prog = api.load(program(tmp_path, body, "victim.sq"))
+    res = verify(prog, 2, 3, timeout=60)
+    got = {k: v.verdict for k, v in res.claims.items()}
+    assert got == expected(res.prog, 2, 3, 2), got
+    assert got["calm"] == "counterexample"      # the memory is tight: some growth preempts
+
+
+def test_a_closed_population_is_verified_on_its_paths(tmp_path):
+    """`arrive closed(n)` is in the fragment (it was F014): n sessions at 0, each that ends followed
+    by the workload's next; a workload of the family holds the population and up to N - 1 more. A
+    claim at end is about paths that end, and a closed population's never do: it is vacuously
+    proved, and the report says so with a workload. Claims over iterations agree with enumeration."""
+    body = ENGINE.replace("tokens cap 4;", "tokens cap 8;") + """
+  workload { arrive closed(2); turn { Size p = 1 + min(~det(3), 3); } }
+  server { llm (p, 1); observe done = now; }
+  claim budget: every iteration of llm (tokens <= 6);
+  claim tight: every iteration of llm (tokens <= 5);
+  claim ends: at end (count(done) == 0);
+"""
+    prog = api.load(program(tmp_path, body, "closed.sq"))
+    res = verify(prog, 2, 2, timeout=60)
+    got = {k: v.verdict for k, v in res.claims.items()}
+    want = {"budget": "proved", "tight": "proved", "ends": "proved"}
+    for n in (2, 3):   # the population of 2, and one more that comes when the first ends
+        for vals in itertools.product(range(3), repeat=n):
+            o = ref.evaluate(res.prog, ref.workload(res.prog, n, draws=[[v] for v in vals])).claims
+            for name in ("budget", "tight"):
+                if o[name].status == "failed":
+                    want[name] = "counterexample"
+            assert o["ends"].status == "not_evaluated"
+    assert got == want and want["tight"] == "counterexample", got
+    assert res.claims["ends"].unended is not None and "closed population" in res.claims["ends"].unended[1]
+    v = res.claims["tight"]
+    assert api.run(prog, None, None, v.workload)["claims"]["tight"]["status"] == "failed"

@@ -182,7 +182,8 @@ def allDone (p : Program) (ws : List Workload) (fuel : Nat) : Bool :=
     | some r => r.done && drained r.machine
     | none => false
 
-/-- Claim `j` is neither held nor witnessed on any workload (not witnessed, or failed). -/
+/-- Claim `j` is neither held nor witnessed on any workload (`checkOn` false: not witnessed, failed,
+or no outcome, its reading failed before an iteration decided it). -/
 def refuteAll (p : Program) (ws : List Workload) (fuel j : Nat) : Bool :=
   ws.all fun wl => !checkOn p wl fuel j
 

@@ -28,7 +28,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [], admitted := true, memory := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -65,7 +65,8 @@ def program : Program := {
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "work_conserving", form := Form.every, e := Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.eq (Expr.step StepVar.ntok true) (Expr.num 16)), given := none },
-    { name := "starved", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }] }
+    { name := "starved", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }],
+  stages := [] }
 
 /-- `claim work_conserving`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions). -/
 def claim_work_conserving : Prop :=
@@ -83,7 +84,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [], admitted := true, memory := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -120,7 +121,8 @@ def program : Program := {
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "work_conserving", form := Form.every, e := Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.eq (Expr.step StepVar.ntok true) (Expr.num 16)), given := none },
-    { name := "starved", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }] }
+    { name := "starved", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }],
+  stages := [] }
 
 /-- `claim work_conserving`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions). -/
 def claim_work_conserving : Prop :=
@@ -138,7 +140,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [], admitted := true, memory := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -175,7 +177,8 @@ def program : Program := {
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "work_conserving", form := Form.every, e := Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.eq (Expr.step StepVar.ntok true) (Expr.num 16)), given := none },
-    { name := "starved", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }] }
+    { name := "starved", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }],
+  stages := [] }
 
 /-- `claim work_conserving`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions). -/
 def claim_work_conserving : Prop :=
@@ -193,7 +196,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [], admitted := true, memory := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -230,7 +233,8 @@ def program : Program := {
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "work_conserving", form := Form.every, e := Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.eq (Expr.step StepVar.ntok true) (Expr.num 16)), given := none },
-    { name := "starved", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }] }
+    { name := "starved", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }],
+  stages := [] }
 
 /-- `claim work_conserving`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions). -/
 def claim_work_conserving : Prop :=
@@ -248,8 +252,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 32, block := 0, lifo := false, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 8, block := 0, lifo := false, queueKeys := [Expr.attr "o", Expr.attr "serial"], admitted := true, memory := false }],
+    { name := "kv", cap := some 32, block := 0, preempt := none, queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "o", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -289,7 +293,8 @@ def program : Program := {
   claims := [
     { name := "memory_bound", form := Form.every, e := Expr.bin BinOp.le (Expr.obs ObsFn.used "kv") (Expr.num 32), given := none },
     { name := "completion_alone", form := Form.atEnd, e := Expr.bin BinOp.ge (Expr.agg AggFn.total "done") (Expr.agg AggFn.total "alone"), given := none },
-    { name := "completion_lower_bound", form := Form.atEnd, e := Expr.bin BinOp.ge (Expr.agg AggFn.total "done") (Expr.agg AggFn.prefixTotal "alone"), given := (some (Expr.bin BinOp.gt (Expr.bin BinOp.mul (Expr.num 2) (Expr.bin BinOp.add (Expr.attr "p") (Expr.attr "o"))) (Expr.num 32))) }] }
+    { name := "completion_lower_bound", form := Form.atEnd, e := Expr.bin BinOp.ge (Expr.agg AggFn.total "done") (Expr.agg AggFn.prefixTotal "alone"), given := (some (Expr.bin BinOp.gt (Expr.bin BinOp.mul (Expr.num 2) (Expr.bin BinOp.add (Expr.attr "p") (Expr.attr "o"))) (Expr.num 32))) }],
+  stages := [] }
 
 /-- `claim memory_bound`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions). -/
 def claim_memory_bound : Prop :=
@@ -311,8 +316,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 32, block := 0, lifo := false, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 8, block := 0, lifo := false, queueKeys := [Expr.attr "o", Expr.attr "serial"], admitted := true, memory := false }],
+    { name := "kv", cap := some 32, block := 0, preempt := none, queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "o", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -352,7 +357,8 @@ def program : Program := {
   claims := [
     { name := "memory_bound", form := Form.every, e := Expr.bin BinOp.le (Expr.obs ObsFn.used "kv") (Expr.num 32), given := none },
     { name := "completion_alone", form := Form.atEnd, e := Expr.bin BinOp.ge (Expr.agg AggFn.total "done") (Expr.agg AggFn.total "alone"), given := none },
-    { name := "completion_lower_bound", form := Form.atEnd, e := Expr.bin BinOp.ge (Expr.agg AggFn.total "done") (Expr.agg AggFn.prefixTotal "alone"), given := (some (Expr.bin BinOp.gt (Expr.bin BinOp.mul (Expr.num 2) (Expr.bin BinOp.add (Expr.attr "p") (Expr.attr "o"))) (Expr.num 32))) }] }
+    { name := "completion_lower_bound", form := Form.atEnd, e := Expr.bin BinOp.ge (Expr.agg AggFn.total "done") (Expr.agg AggFn.prefixTotal "alone"), given := (some (Expr.bin BinOp.gt (Expr.bin BinOp.mul (Expr.num 2) (Expr.bin BinOp.add (Expr.attr "p") (Expr.attr "o"))) (Expr.num 32))) }],
+  stages := [] }
 
 /-- `claim memory_bound`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions). -/
 def claim_memory_bound : Prop :=
@@ -374,7 +380,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [], admitted := true, memory := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -413,7 +419,8 @@ def program : Program := {
   claims := [
     { name := "tiled", form := Form.every, e := Expr.bin BinOp.eq (Expr.bin BinOp.mod (Expr.step StepVar.npre true) (Expr.num 8)) (Expr.num 0), given := (some (Expr.bin BinOp.eq (Expr.bin BinOp.mod (Expr.attr "p") (Expr.num 8)) (Expr.num 0))) },
     { name := "ragged", form := Form.someIter, e := Expr.bin BinOp.ne (Expr.bin BinOp.mod (Expr.step StepVar.npre true) (Expr.num 8)) (Expr.num 0), given := none },
-    { name := "tile_idles_budget", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }] }
+    { name := "tile_idles_budget", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }],
+  stages := [] }
 
 /-- `claim tiled`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions, every session satisfying its `given`). -/
 def claim_tiled : Prop :=
@@ -435,7 +442,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [], admitted := true, memory := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -474,7 +481,8 @@ def program : Program := {
   claims := [
     { name := "tiled", form := Form.every, e := Expr.bin BinOp.eq (Expr.bin BinOp.mod (Expr.step StepVar.npre true) (Expr.num 8)) (Expr.num 0), given := (some (Expr.bin BinOp.eq (Expr.bin BinOp.mod (Expr.attr "p") (Expr.num 8)) (Expr.num 0))) },
     { name := "ragged", form := Form.someIter, e := Expr.bin BinOp.ne (Expr.bin BinOp.mod (Expr.step StepVar.npre true) (Expr.num 8)) (Expr.num 0), given := none },
-    { name := "tile_idles_budget", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }] }
+    { name := "tile_idles_budget", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }],
+  stages := [] }
 
 /-- `claim tiled`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions, every session satisfying its `given`). -/
 def claim_tiled : Prop :=
@@ -499,7 +507,8 @@ def allDone (p : Program) (ws : List Workload) (fuel : Nat) : Bool :=
     | some r => r.done && drained r.machine
     | none => false
 
-/-- Claim `j` is neither held nor witnessed on any workload (not witnessed, or failed). -/
+/-- Claim `j` is neither held nor witnessed on any workload (`checkOn` false: not witnessed, failed,
+or no outcome, its reading failed before an iteration decided it). -/
 def refuteAll (p : Program) (ws : List Workload) (fuel j : Nat) : Bool :=
   ws.all fun wl => !checkOn p wl fuel j
 

@@ -6,11 +6,17 @@ import Serq.Exec
 What a claim means (the reference's *Claims*, docs/lean.md): a proposition over the paths of the
 program's workload family. A path is a run of `Exec.run`; its iterations are the entries of
 `Machine.path`, each with every claim over iterations read as the iteration starts, after its
-batch is scheduled. `given` restricts the family to the workloads whose every session satisfies
-it once its init has run.
+batch is scheduled (`claimValue`: `some (some b)`, or `none` where the reading failed). Each
+claim is read on its own: a claim whose reading fails at an iteration after the one that decides
+it is decided all the same, and one claim's failed reading does not touch another's outcome.
+`given` restricts the family to the workloads whose every session satisfies it once its init has
+run; a session whose `given` cannot be read (its reading fails) fails the claim's outcome, as a
+failed reading of the claim itself does (`outOfScope`, `Scoped`).
 
 The finite reading of one path, `outcome`, is the Python kernel's `serq/ref/claims.py`, twin
-for twin; the propositions quantify it over the family.
+for twin (Python keeps each iteration's machine and reads claim `j` on it iteration by iteration
+until it is decided; Lean keeps each reading, or its failure: the same outcome); the propositions
+quantify it over the family.
 -/
 namespace Serq
 
@@ -27,40 +33,71 @@ inductive Outcome where
   | notEvaluated
   deriving DecidableEq, Repr
 
-/-- The first session whose attributes after init fail the claim's `given`. -/
-def outOfScope (p : Program) (m : Machine) (c : Claim) : Option Nat :=
-  match c.given with
-  | none => none
-  | some g => (m.given.find? fun (sid, attrs) => eval p m { attrs := some attrs, sid := some sid } g == some 0).map (·.1)
+/-- The sessions' `given`, read on each session's attributes after init in the order they were
+recorded: `some (some sid)` for the first that reads 0, `some none` when none does, `none` when a
+reading fails before any reads 0. -/
+def givenScan (p : Program) (m : Machine) (g : Expr) : List (Nat × List (String × Q)) → Option (Option Nat)
+  | [] => some none
+  | (sid, attrs) :: rest =>
+    match eval p m { attrs := some attrs, sid := some sid } g with
+    | none => none
+    | some v => if v == 0 then some (some sid) else givenScan p m g rest
 
-/-- The first iteration (its time and its index from 0) at which claim `j` reads `want`. -/
-def firstAt (j : Nat) (want : Bool) : List (Q × List (Option Bool)) → Nat → Option (Q × Nat)
-  | [], _ => none
-  | (t, vals) :: rest, k => if vals.get? j == some (some want) then some (t, k) else firstAt j want rest (k + 1)
+/-- The first session whose attributes after init fail the claim's `given` (read 0): `some (some
+sid)`; `some none` when every session satisfies it (or the claim has none); `none` when reading a
+session's `given` failed first, which fails the claim's outcome (Python: `out_of_scope`, which
+raises). -/
+def outOfScope (p : Program) (m : Machine) (c : Claim) : Option (Option Nat) :=
+  match c.given with
+  | none => some none
+  | some g => givenScan p m g m.given
+
+/-- The first iteration (its time and its index, counting from `k`) at which claim `j` reads
+`want`, scanning the path in order: `some (some (t, k))`; `some none` when no iteration does;
+`none` when a reading of claim `j` failed before any iteration read `want` (Python: the loop of
+`outcome`, where `claim_value` raises). -/
+def firstAt (j : Nat) (want : Bool) : List (Q × List (Option (Option Bool))) → Nat → Option (Option (Q × Nat))
+  | [], _ => some none
+  | (t, vals) :: rest, k =>
+    match vals.get? j with
+    | some none => none
+    | some (some (some b)) => if b == want then some (some (t, k)) else firstAt j want rest (k + 1)
+    | _ => firstAt j want rest (k + 1)
 
 /-- Every session has ended. -/
 def drained (m : Machine) : Bool := m.sess.all (!·.alive)
 
-/-- Claim `j`'s outcome on a run. -/
+/-- Claim `j`'s outcome on a run; `none` when the run gives it none: a session's `given` could not
+be read (`outOfScope`), or the claim's reading failed at an iteration before one decided it (an
+`every` claim read false, a `some` claim true), or at the end for a claim at end. A claim at end
+is not evaluated while a session is live, and never under `closed`: the population never ends,
+and the end of the workload's last session only cuts the path (Python: `outcome`). -/
 def outcome (p : Program) (r : Run) (j : Nat) : Option Outcome := do
   let c ← p.claims.get? j
   let m := r.machine
-  match outOfScope p m c with
+  let out ← outOfScope p m c
+  match out with
   | some sid => pure (.outOfScope sid)
   | none =>
     match c.form with
     | .atEnd =>
-      if !r.done || !drained m then pure .notEvaluated
+      if !r.done || !drained m || p.arrive == .closed then pure .notEvaluated
       else do
         let v ← eval p m {} c.e
         pure (if v != 0 then .held else .failed m.now m.eng.iterations)
-    | .every => pure (match firstAt j false m.path 0 with
-      | some (t, k) => .failed t k
-      | none => .held)
-    | .someIter => pure (match firstAt j true m.path 0 with
-      | some (t, k) => .witnessed t k
-      | none => .notWitnessed)
+    | .every => do
+      let hit ← firstAt j false m.path 0
+      pure (match hit with
+        | some (t, k) => .failed t k
+        | none => .held)
+    | .someIter => do
+      let hit ← firstAt j true m.path 0
+      pure (match hit with
+        | some (t, k) => .witnessed t k
+        | none => .notWitnessed)
 
+/-- Each claim's outcome, in the program's order; `none` for a claim whose reading failed, the
+others' all the same (Python: `outcomes`, `None` for that claim). -/
 def outcomes (p : Program) (r : Run) : List (Option Outcome) :=
   (List.range p.claims.length).map (outcome p r)
 
@@ -68,12 +105,14 @@ def outcomes (p : Program) (r : Run) : List (Option Outcome) :=
 
 /-- A session's arrival as the program's arrival law allows it: 0 under `batch`, `(k + 1)` gaps
 under a constant `renewal` (a rational gap), any time under `poisson` (the order of sessions is
-their serial). -/
+their serial), 0 under `closed` (the population's first `n` arrive at 0, and each later one when a
+session ends, its `arrival` unread). -/
 def arrivalOk (p : Program) (k : Nat) (s : SessionIn) : Prop :=
   match p.arrive with
   | .batch => s.arrival = 0
   | .renewal => s.arrival = Q.mul (Q.ofNat (k + 1)) p.gap
   | .poisson => True
+  | .closed => s.arrival = 0
 
 /-- Arrivals in serial order, compared as rationals. -/
 def ordered : List SessionIn → Prop
@@ -81,37 +120,57 @@ def ordered : List SessionIn → Prop
   | [_] => True
   | a :: b :: rest => Q.le a.arrival b.arrival = true ∧ ordered (b :: rest)
 
-/-- The family of a program within `bound` sessions: any number of sessions up to the bound, each
-drawn attribute any natural number (its `draws`), arrivals as the law allows, and under a trace
-session `k` replaying trace session `k` modulo the trace's. -/
+/-- The family of a program within `bound` sessions: any number of sessions up to the bound (under
+`closed(n)` at least `n`: a workload of fewer is no path of the program's, whose population is
+`n`), each drawn attribute any natural number (its `draws`), arrivals as the law allows, and under
+a trace session `k` replaying trace session `k` modulo the trace's. -/
 def InFamily (p : Program) (trace : List (List Row)) (bound : Nat) (wl : Workload) : Prop :=
-  wl.sessions.length ≤ bound ∧ ordered wl.sessions ∧
+  wl.sessions.length ≤ bound ∧ (p.arrive = Arrive.closed → p.n ≤ wl.sessions.length) ∧
+  ordered wl.sessions ∧
   ∀ k s, wl.sessions.get? k = some s →
     arrivalOk p k s ∧ (p.trace = true → trace ≠ [] ∧ some s.rows = trace.get? (k % trace.length))
 
-/-- Every session of the run's workload satisfies the claim's `given`. -/
-def Given (p : Program) (c : Claim) (r : Run) : Prop := outOfScope p r.machine c = none
+/-- Every session of the run's workload satisfies the claim's `given`, each reading made. -/
+def Given (p : Program) (c : Claim) (r : Run) : Prop := outOfScope p r.machine c = some none
 
-/-- Claim `j` holds at every iteration of a run (a prefix of a path, by its fuel). -/
-def EveryOn (r : Run) (j : Nat) : Prop := ∀ e, e ∈ r.machine.path → e.2.get? j = some (some true)
+/-- `P` as the claim's `given` scopes it on a run: `P` when every session satisfies `given`; true
+when a session is out of scope (the run's workload is not in the claim's family); false when a
+session's `given` could not be read first (the claim's outcome fails: `outcome` is `none`). -/
+def Scoped (p : Program) (c : Claim) (r : Run) (P : Prop) : Prop :=
+  match outOfScope p r.machine c with
+  | some none => P
+  | some (some _) => True
+  | none => False
+
+/-- Claim `j` reads true at every iteration of a run (a prefix of a path, by its fuel): a reading
+that is false or failed is not true. -/
+def EveryOn (r : Run) (j : Nat) : Prop := ∀ e, e ∈ r.machine.path → e.2.get? j = some (some (some true))
+
+/-- Claim `j` reads true at some iteration of a run, and no reading of it before that iteration
+failed (the witness `outcome` names). -/
+def SomeOn (r : Run) (j : Nat) : Prop := ∃ w, firstAt j true r.machine.path 0 = some (some w)
 
 /-- `every iteration of S (e)`: on every path of every workload of the family that satisfies
-`given`, every iteration. A path is every run of it by any fuel, so paths that never end count. -/
+`given`, every iteration (`Scoped`: a path whose `given` cannot be read fails it). A path is every
+run of it by any fuel, so paths that never end count. -/
 def Every (p : Program) (trace : List (List Row)) (bound j : Nat) : Prop :=
   ∀ c, p.claims.get? j = some c →
-  ∀ wl fuel r, InFamily p trace bound wl → run p wl fuel = some r → Given p c r → EveryOn r j
+  ∀ wl fuel r, InFamily p trace bound wl → run p wl fuel = some r → Scoped p c r (EveryOn r j)
 
 /-- `some iteration of S (e)`: some path of some workload of the family has an iteration at which
-it holds (the workload must not draw: its draws are the family's, chosen here). -/
+it holds, no reading of it failing before (`SomeOn`; the workload must not draw: its draws are the
+family's, chosen here). -/
 def SomeIter (p : Program) (trace : List (List Row)) (bound j : Nat) : Prop :=
   ∃ c wl fuel r, p.claims.get? j = some c ∧ InFamily p trace bound wl ∧ run p wl fuel = some r ∧
-    Given p c r ∧ ∃ e, e ∈ r.machine.path ∧ e.2.get? j = some (some true)
+    Given p c r ∧ SomeOn r j
 
-/-- `at end (e)`: every run of the family that ends with every session ended satisfies it. -/
+/-- `at end (e)`: every run of the family that ends with every session ended satisfies it
+(`Scoped` by `given`). Under `closed` no path ends (the population never ends: `outcome` gives
+`notEvaluated`), so it says nothing. -/
 def AtEnd (p : Program) (trace : List (List Row)) (bound j : Nat) : Prop :=
   ∀ c, p.claims.get? j = some c →
   ∀ wl fuel r, InFamily p trace bound wl → run p wl fuel = some r → r.done = true → drained r.machine = true →
-    Given p c r → ∃ v, eval p r.machine {} c.e = some v ∧ v ≠ 0
+    p.arrive ≠ Arrive.closed → Scoped p c r (∃ v, eval p r.machine {} c.e = some v ∧ v ≠ 0)
 
 /-- Claim `j` as a proposition, by its form. -/
 def Holds (p : Program) (trace : List (List Row)) (bound j : Nat) : Prop :=
@@ -125,7 +184,8 @@ def Holds (p : Program) (trace : List (List Row)) (bound j : Nat) : Prop :=
 /-! ## Finite checks `decide` evaluates -/
 
 /-- Claim `j` on one workload, within `fuel`: `true` when the run's outcome is `held` or
-`witnessed` (or the claim is out of this workload's scope). -/
+`witnessed` (or the claim is out of this workload's scope); `false` when the run fails or gives the
+claim no outcome (its reading failed before an iteration decided it). -/
 def checkOn (p : Program) (wl : Workload) (fuel j : Nat) : Bool :=
   match run p wl fuel with
   | none => false

@@ -17,7 +17,9 @@ it is set, a guard that is not 0 or 1) or the fuel may run out: `none`.
 
 Orders follow the reference's *Ties*: events by time then the order they were scheduled,
 sessions in the order they became ready, an engine's iteration starting once no other event is
-pending at its instant (*Events and settling*).
+pending at its instant (*Events and settling*). A ps or delay stage beside the engine (`PsSt`)
+serves its jobs (a session's think or tool time, `Stmt.jobS`) all at once in virtual time, the
+event of its next end set anew whenever its jobs change (*Stages*).
 -/
 namespace Serq
 
@@ -82,12 +84,16 @@ structure Req where
   it : Nat := 0
   deriving Repr
 
+/-- One hold's allocation on one pool: its session, units, position, the prefix it consumed,
+whether a growing run moved the position, and the hold's reserve on the pool, which
+`reserve held` keeps (Python: `Alloc`). -/
 structure Alloc where
   sid : Nat
   units : Nat
   pos : Nat
   consumed : Nat
   advanced : Bool := false
+  reserve : Nat := 0
   deriving Repr
 
 /-- A cached prefix: its owner (`none`: dead), units, release time (a rational) and release
@@ -155,6 +161,10 @@ structure Sess where
   atRun : Option Nat := none
   turnRec : Option TurnRec := none
   alive : Bool := true
+  /-- the ps stage it is a job at -/
+  atStage : Option Nat := none
+  /-- its preempted hold re-enters its queue as a newcomer (`requeue tail`), not at its head -/
+  tail : Bool := false
   deriving Repr
 
 /-- The iteration being planned. -/
@@ -184,10 +194,13 @@ structure Eng where
   batch : List (Nat × Nat) := []
   deriving Repr
 
+/-- An event's kind: a session's arrival, a think time's end, the iteration's end, a ps stage's
+next end (its index) (Python: the tuple's `"arrive"`, `"wake"`, `"end"`, `"stage"`). -/
 inductive EvKind where
   | arrive (k : Nat)
   | wake (sid : Nat)
   | iterEnd
+  | stage (i : Nat)
   deriving Repr
 
 /-- An event: its time (a rational), the order it was scheduled, its kind. -/
@@ -197,9 +210,24 @@ structure Event where
   kind : EvKind
   deriving Repr
 
+/-- A ps stage's state (*Stages*): its virtual time `v`, the work each present job has received,
+as of `last`, each job's rate since, and its jobs (finish tag, start order, session) in the order
+they started; `ev` the sequence number of the event set for the next end, `started` the jobs
+started so far. Times and work are rationals (Python: `PsSt`). -/
+structure PsSt where
+  v : Q := 0
+  last : Q := 0
+  rate : Q := 0
+  jobs : List (Q × Nat × Nat) := []
+  ev : Option Nat := none
+  started : Nat := 0
+  deriving Repr
+
 /-- The machine: the time (a rational), the pending events, the ready sessions, each session,
 each pool and the engine; `obs` holds (name, value, time, session, turn), `path` each iteration's
-time and claim values, `given` each session's attributes after init. -/
+time and each claim's reading at it (`claimValue`: its value, `none` for a claim at end, or the
+outer `none` when the reading failed), `given` each session's attributes after init, `ps` each ps
+stage's state (one per `Program.stages`). -/
 structure Machine where
   now : Q
   events : List Event
@@ -214,9 +242,10 @@ structure Machine where
   ridSeq : Nat := 0
   arrived : Nat := 0
   obs : List (String × Q × Q × Nat × Nat) := []
-  path : List (Q × List (Option Bool)) := []
+  path : List (Q × List (Option (Option Bool))) := []
   given : List (Nat × List (String × Q)) := []
   requests : List (Nat × Nat × TurnRec) := []
+  ps : List PsSt := []
   deriving Repr
 
 /-- What an expression reads besides the machine: a session's attributes and id, the moment's
@@ -437,9 +466,20 @@ def testGuard (p : Program) (m : Machine) (env : Env) (e : Expr) : Option Bool :
 
 /-! ## Pools -/
 
-def roomFor (p : Program) (m : Machine) (i r : Nat) : Bool :=
+/-- What the holders reserved and have not allocated, which `reserve held` counts against the
+pool's later admissions and growths: the sum of `reserve - units` (0 when below) (Python:
+`held_extra`). -/
+def heldExtra (p : Program) (m : Machine) (i : Nat) : Nat :=
+  match p.pools.get? i, m.pools.get? i with
+  | some pool, some st => if pool.reserveHeld then sumList (st.allocs.map fun a => a.reserve - a.units) else 0
+  | _, _ => 0
+
+/-- Room for `r` more units, the holders' unallocated reservations counted (`heldExtra`), less a
+`credit` the asker may grow into (its own reservation: `grow`) (Python: `room_for`, whose `r` is
+`r - credit`, which may be below 0). -/
+def roomFor (p : Program) (m : Machine) (i r : Nat) (credit : Nat := 0) : Bool :=
   match (p.pools.get? i).bind (·.cap), m.pools.get? i with
-  | some cap, some st => st.used + r ≤ cap
+  | some cap, some st => st.used + heldExtra p m i + r ≤ cap + credit
   | _, _ => true
 
 /-- Evict one entry's `take` units (the entry goes when nothing is left of it). -/
@@ -546,14 +586,14 @@ def tryAdmit (p : Program) (m : Machine) (it : QItem) (i : Nat) : Option (Machin
     let pool ← p.pools.get? hp.pool
     let u ← (eval p m env hp.units).bind amount
     let r ← match hp.reserve with | none => pure 0 | some e => (eval p m env e).bind amount
-    pure (roundUp u pool.block, max (roundUp u pool.block) r)
-  let fits := (pools.zip units).all fun (hp, (_, need)) =>
+    pure (roundUp u pool.block, max (roundUp u pool.block) r, r)
+  let fits := (pools.zip units).all fun (hp, (_, need, _)) =>
     (match (p.pools.get? hp.pool).bind (·.cap) with | some cap => decide (need ≤ cap) | none => true) &&
     roomFor p m hp.pool need
   if !fits then pure (m, false)
   else do
     let rho ← match reuse with | none => pure none | some e => ((eval p m env e).bind amount).map some
-    let (m, got) := (pools.zip units).foldl (fun (acc : Machine × List Nat) (hp, (u, _)) =>
+    let (m, got) := (pools.zip units).foldl (fun (acc : Machine × List Nat) (hp, (u, _, _)) =>
       match cache with
       | none => (acc.1, acc.2 ++ [0])
       | some _ => let (m', c) := consume p acc.1 hp.pool it.sid rho u; (m', acc.2 ++ [c])) (m, [])
@@ -561,26 +601,121 @@ def tryAdmit (p : Program) (m : Machine) (it : QItem) (i : Nat) : Option (Machin
     let cached := got.foldl max 0
     let tr := s.turnRec.map fun r => if r.cached.isSome then r else { r with cached := some cached }
     let m := setSess m { s with attrs := assign s.attrs "cached" (Q.ofNat cached), held := true, turnRec := tr }
-    let m := ((pools.zip units).zip got).foldl (fun m ((hp, (u, _)), c) =>
+    let m := ((pools.zip units).zip got).foldl (fun m ((hp, (u, _, r)), c) =>
       let m := makeRoom p m hp.pool u
       match m.pools.get? hp.pool with
       | none => m
       | some st => setPool m hp.pool { st with used := st.used + u,
                                                allocs := st.allocs ++ [{ sid := it.sid, units := u, pos := c,
-                                                                         consumed := c }] }) m
+                                                                         consumed := c, reserve := r }] }) m
     let st ← m.pools.get? i
     pure (setPool m i { st with queue := st.queue.filter (·.seq != it.seq) }, true)
 
+/-! ## ps and delay stages -/
+
+def setPs (m : Machine) (i : Nat) (st : PsSt) : Machine := { m with ps := put m.ps i st }
+
+/-- Each of `n` jobs' rate, `phi(n) / n` (a delay's is 1; 0 with no job); `phi`, read with
+`present` the `n` jobs, is a rate above 0, else the run fails (the interpreter's R010) (Python:
+`ps_rate`). -/
+def psRate (p : Program) (m : Machine) (i n : Nat) : Option Q := do
+  let stage ← p.stages.get? i
+  if n == 0 then pure 0
+  else match stage.phi with
+    | none => pure 1
+    | some phi => do
+      let v ← eval p m { x := [("present", Q.ofNat n)] } phi
+      if Q.le v 0 then none else Q.div v (Q.ofNat n)
+
+/-- The stage's virtual time brought to now: each present job has received `rate * elapsed`
+(Python: `ps_advance`). -/
+def psAdvance (m : Machine) (i : Nat) : Machine :=
+  match m.ps.get? i with
+  | none => m
+  | some st =>
+    let v := if st.jobs.isEmpty then st.v else Q.add st.v (Q.mul st.rate (Q.sub m.now st.last))
+    setPs m i { st with v := v, last := m.now }
+
+/-- The least finish tag of a stage's jobs (`none` with no job). -/
+def psLeast : List (Q × Nat × Nat) → Option Q
+  | [] => none
+  | j :: js => some (js.foldl (fun (a : Q) (b : Q × Nat × Nat) => Q.min a b.1) j.1)
+
+/-- The event for the stage's next end, set anew (a new sequence number: *Ties*, events at one
+instant in the order they were scheduled) whenever the stage changes, the one before dropped: at
+`now + (least tag - v) / rate` (Python: `ps_schedule`). -/
+def psSchedule (p : Program) (m : Machine) (i : Nat) : Option Machine := do
+  let st ← m.ps.get? i
+  let rate ← psRate p m i st.jobs.length
+  let other (e : Event) : Bool :=
+    match e.kind with
+    | .stage j => j != i
+    | _ => true
+  let m := { m with events := m.events.filter other }
+  match psLeast st.jobs with
+  | none => pure (setPs m i { st with rate := rate, ev := none })
+  | some tag => do
+    let d ← Q.div (Q.sub tag st.v) rate
+    let m := schedule m (Q.add m.now (Q.max 0 d)) (.stage i)
+    pure (setPs m i { st with rate := rate, ev := some m.seq })
+
+/-- A job joins: its finish tag is the virtual time now plus its work (Python: `ps_submit`). -/
+def psSubmit (p : Program) (m : Machine) (i sid : Nat) (w : Q) : Option Machine := do
+  let m := psAdvance m i
+  let st ← m.ps.get? i
+  let m := setPs m i { st with jobs := st.jobs ++ [(Q.add st.v w, st.started + 1, sid)],
+                               started := st.started + 1 }
+  psSchedule p m i
+
+/-- A job leaves before its end: its session ended, or its hold was preempted (Python:
+`ps_remove`). -/
+def psRemove (p : Program) (m : Machine) (i sid : Nat) : Option Machine := do
+  let m := psAdvance m i
+  let st ← m.ps.get? i
+  psSchedule p (setPs m i { st with jobs := st.jobs.filter (·.2.2 != sid) }) i
+
+/-- The stage's next end: the jobs whose tags the virtual time has reached end, ties in the order
+they started, each session woken in that order (Python: `ps_fire`). -/
+def psFire (p : Program) (m : Machine) (i : Nat) : Option Machine := do
+  let m := psAdvance m i
+  let st ← m.ps.get? i
+  let v := match psLeast st.jobs with
+    | none => st.v
+    | some tag => Q.max st.v tag
+  let done := sortBy (fun (a b : Q × Nat × Nat) => Q.lt a.1 b.1 || (a.1 == b.1 && a.2.1 < b.2.1))
+    (st.jobs.filter fun j => Q.le j.1 v)
+  let m := setPs m i { st with v := v, jobs := st.jobs.filter fun j => Q.lt v j.1 }
+  let m ← psSchedule p m i
+  let wakeJob (m : Machine) (j : Q × Nat × Nat) : Machine :=
+    match m.sess.get? j.2.2 with
+    | none => m
+    | some s => wake (setSess m { s with atStage := none }) j.2.2
+  pure (done.foldl wakeJob m)
+
+/-- `run S (w)` on a ps or delay stage: the session waits while the stage serves `w`, a time ≥ 0
+(below 0 the run fails: the interpreter's R007); a job of no work completes at once. The result
+says whether the session blocked (Python: `job_stmt`). -/
+def jobStmt (p : Program) (m : Machine) (sid stage : Nat) (work : Expr) : Option (Machine × Bool) := do
+  let w ← eval p m (sessEnv m sid) work
+  if Q.lt w 0 then none
+  else if w == 0 then pure (m, false)
+  else do
+    let m ← psSubmit p m stage sid w
+    let s ← m.sess.get? sid
+    pure (setSess m { s with atStage := some stage }, true)
+
 /-! ## Sessions -/
 
-/-- Session `k` arrives: its init, the claims' `given`, then its turns (*Workload*). -/
+/-- Session `k` arrives: its init, the claims' `given`, then its turns (*Workload*). Under
+`renewal` and `poisson` it schedules the next session's arrival; under `batch` every arrival was
+scheduled at the start, and under `closed` the next arrives when a session ends (`finish`). -/
 def arrive (p : Program) (m : Machine) (k : Nat) : Option Machine := do
   let w ← m.wl.sessions.get? k
   let main := p.session.getD [.turnS]
   let s : Sess := { sid := k, attrs := [("serial", Q.ofNat k), ("turn_no", 0), ("cached", 0), ("computed", 0)],
                     cont := [.blk main, .given, .blk p.init], rows := w.rows, draws := w.draws }
   let m := wake { m with sess := m.sess ++ [s], arrived := m.arrived + 1 } k
-  if p.arrive != .batch && k + 1 < m.wl.sessions.length then
+  if p.arrive != .batch && p.arrive != .closed && k + 1 < m.wl.sessions.length then
     let next ← m.wl.sessions.get? (k + 1)
     pure (schedule m next.arrival (.arrive (k + 1)))
   else pure m
@@ -608,7 +743,9 @@ def dropReq (m : Machine) (rid : Nat) : Machine :=
                                                                  budget := pl.budget.map (· + n) })
   | _, _ => m
 
-/-- The session ends: its hold released (caches kept), its waiting undone. -/
+/-- The session ends: its hold released (caches kept), its waiting undone, its job at a ps stage
+gone; under `closed` the workload's next session, while one is left, arrives at once in its place
+(Python: `finish`). -/
 def finish (p : Program) (m : Machine) (sid : Nat) : Option Machine := do
   let s ← m.sess.get? sid
   let m ← match s.hold, s.held with
@@ -619,8 +756,11 @@ def finish (p : Program) (m : Machine) (sid : Nat) : Option Machine := do
       pure (setPool m i { st with queue := st.queue.filter (·.sid != sid) })
     | none, _ => pure m
   let m := match s.atRun with | some rid => dropReq m rid | none => m
+  let m ← match s.atStage with | some i => psRemove p m i sid | none => pure m
   let s ← m.sess.get? sid
-  pure (setSess m { s with alive := false, cont := [], hold := none, held := false, atRun := none })
+  let m := setSess m { s with alive := false, cont := [], hold := none, held := false, atRun := none,
+                              atStage := none }
+  if p.arrive == .closed && m.arrived < m.wl.sessions.length then arrive p m m.arrived else pure m
 
 def push (s : Sess) (fs : List Frame) : Sess := { s with cont := s.cont ++ fs }
 
@@ -634,7 +774,8 @@ def turn (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool) := d
     let m := setSess m (push { s with rowI := s.rowI + 1 } [.turnGo (some row)])
     if row.think > 0 then pure (schedule m (Q.add m.now (Q.ofNat row.think)) (.wake sid), true) else pure (m, false)
 
-/-- A hold joins its first pool's queue (a preempted one at the head), after each of its units and
+/-- A hold joins its first pool's queue (a preempted one at the head, unless its pool requeues at
+the tail: `Sess.tail`, then as a newcomer, waited from now), after each of its units and
 reserves that reads only attributes and numbers is judged: above the cap, the request can never
 fit and is refused (*Pools*). Units and reserves are amounts. -/
 def hold (p : Program) (m : Machine) (sid : Nat) (h : Stmt) : Option (Machine × Bool) := do
@@ -660,10 +801,10 @@ def hold (p : Program) (m : Machine) (sid : Nat) (h : Stmt) : Option (Machine ×
   else do
     let i ← pools.head?.map (·.pool)
     let st ← m.pools.get? i
-    let it : QItem := { sid := sid, seq := m.joinSeq + 1, t := m.now, head := s.retry.isSome }
+    let it : QItem := { sid := sid, seq := m.joinSeq + 1, t := m.now, head := s.retry.isSome && !s.tail }
     let q := if it.head then it :: st.queue else st.queue ++ [it]
     let m := setPool { m with joinSeq := m.joinSeq + 1 } i { st with queue := q }
-    let s := push { s with hold := some h, held := false, retry := none } [.scope h, .blk body]
+    let s := push { s with hold := some h, held := false, retry := none, tail := false } [.scope h, .blk body]
     pure (want (setSess m s), true)
 
 /-- Insert a request after those admitted no later (the engine keeps admission order). -/
@@ -710,6 +851,7 @@ def execStmt (p : Program) (m : Machine) (sid : Nat) (st : Stmt) : Option (Machi
   | .holdS .. => hold p m sid st
   | .runS mode work growing => runStmt p m sid mode work growing
   | .endS => do pure (← finish p m sid, true)
+  | .jobS stage work => jobStmt p m sid stage work
 
 /-- The top frame of the continuation; the result says whether the session blocked. -/
 def execFrame (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool) := do
@@ -798,46 +940,79 @@ def tokensFor (m : Machine) (r : Req) (cap : Option Nat) : Machine × Nat :=
         else (m, n)
       | none => (m, n)
 
-/-- `preempt lifo`: of the holders that are the engine's residents, the one admitted last. -/
-def victim (p : Program) (m : Machine) (i : Nat) : Option Nat := do
+/-- What a holder reserved on a `reserve held` pool and has not allocated (0 on another pool)
+(Python: `own_extra`). -/
+def ownExtra (p : Program) (m : Machine) (i sid : Nat) : Nat :=
+  match p.pools.get? i, findAlloc m i sid with
+  | some pool, some a => if pool.reserveHeld then a.reserve - a.units else 0
+  | _, _ => 0
+
+/-- `preempt by (keys)`: of the holders that are the engine's residents, in the order of their
+latest admission, the one with the least keys, each read with its attributes and `admission` (its
+rank in that order, from 0), `position` (its allocation's position), `decoding` (1 when its run
+on the engine is a decode) and `remaining` (its run's tokens left, 0 without a run); ties to the
+one admitted last (the keys end with `0 - rank`) (*Pools*; `preempt lifo` is `by (0 - admission)`).
+`some none`: no victim (`preempt none`, or no candidate); `none`: a key's reading failed (Python:
+`victim`). -/
+def victim (p : Program) (m : Machine) (i : Nat) : Option (Option Nat) := do
   let pool ← p.pools.get? i
-  if !pool.lifo then none
-  else do
+  match pool.preempt with
+  | none => pure none
+  | some keys => do
     let st ← m.pools.get? i
     let res := residentIds p m
-    let cands := (st.allocs.map (·.sid)).filter res.contains
-    let adm (sid : Nat) : Nat := ((m.sess.get? sid).map (·.engAdm)).getD 0
-    (sortBy (fun a b => adm a < adm b) cands).getLast?
+    let adm (a : Alloc) : Nat := ((m.sess.get? a.sid).map (·.engAdm)).getD 0
+    let cands := sortBy (fun a b => adm a < adm b) (st.allocs.filter fun a => res.contains a.sid)
+    let keyed ← (cands.zip (List.range cands.length)).mapM fun (a, rank) => do
+      let r := m.eng.reqs.find? (·.sid == a.sid)
+      let x : List (String × Q) :=
+        [("admission", Q.ofNat rank), ("position", Q.ofNat a.pos),
+         ("decoding", if (r.map (·.mode == .decode)).getD false then 1 else 0),
+         ("remaining", Q.ofNat ((r.map (·.left)).getD 0))]
+      let ks ← keys.mapM (eval p m (sessEnv m a.sid x))
+      pure (ks ++ [Q.sub 0 (Q.ofNat rank)], a.sid)
+    match keyed with
+    | [] => pure none
+    | k0 :: rest =>
+      -- the first with the least keys (Python: `k < bk`, strict)
+      pure (some (rest.foldl (fun (b y : List Q × Nat) => if lexLt y.1 b.1 then y else b) k0).2)
 
-/-- The victim's hold is released with its computed prefix cached, its request leaves the engine,
-and the hold executes again at the head of its queue, reading `computed` (*Pools*). -/
+/-- The victim's hold is released with its computed prefix cached, its request leaves the engine
+and its job its ps stage (a job inside the hold's body), and the hold executes again, reading
+`computed`: at the head of its queue, or as a newcomer when the pool says `requeue tail`
+(`Sess.tail`, which `hold` reads) (*Pools*; Python: `preempt`). -/
 def preempt (p : Program) (m : Machine) (sid i : Nat) : Option Machine := do
+  let pool ← p.pools.get? i
   let s ← m.sess.get? sid
   let a ← findAlloc m i sid
   let h ← s.hold
   let pos := computedOf a true
   let m ← release p m sid h true
   let m := match s.atRun with | some rid => dropReq m rid | none => m
+  let m ← match s.atStage with | some j => psRemove p m j sid | none => pure m
   let s ← m.sess.get? sid
   -- the continuation below the hold's scope, with the hold to execute again
   let below := (s.cont.reverse.dropWhile fun f => match f with | .scope _ => false | _ => true).drop 1 |>.reverse
   let tr := s.turnRec.map fun r => { r with preemptions := r.preemptions + 1 }
   let m := setSess m { s with cont := below ++ [.blk [h]], hold := none, held := false, retry := some pos,
-                              atRun := none, turnRec := tr }
+                              atRun := none, turnRec := tr, atStage := none, tail := pool.requeueTail }
   pure { m with ready := m.ready.filter (· != sid) ++ [sid] }
 
-/-- Grow block by block, preempting the last admitted resident while there is no room; a grower
-that preempts itself ends the iteration's serving (*Engines*). -/
+/-- Grow block by block, preempting the pool's victim (`victim`) while there is no room; under
+`reserve held` the grower grows into its own reservation first (`ownExtra`, the room's credit); a
+grower that preempts itself ends the iteration's serving (*Engines*). -/
 def grow (p : Program) (m : Machine) (r : Req) (need : Nat) : Nat → Option (Machine × Bool)
   | 0 => none
   | fuel + 1 => do
     let i ← r.growing
-    if roomFor p m i need then do
+    if roomFor p m i need (ownExtra p m i r.sid) then do
       let m := makeRoom p m i need
       let a ← findAlloc m i r.sid
       let st ← m.pools.get? i
       pure (setAlloc (setPool m i { st with used := st.used + need }) i { a with units := a.units + need }, true)
-    else match victim p m i with
+    else do
+      let v ← victim p m i
+      match v with
       | none => pure (m, false)
       | some v => do
         let m := setVar m .preempted ((lookup StepVar.preempted m.eng.vars).getD 0 + 1)
@@ -1034,23 +1209,35 @@ def exclusive (p : Program) (m : Machine) (full : Option Nat) : Option Machine :
                 (give p m new chunk).map (·.1)
       go (List.range p.pools.length) m
 
-/-- Each claim over iterations read as the iteration starts, after its batch is scheduled
-(*Claims*); `none` for a claim at end. -/
-def claimValues (p : Program) (m : Machine) : Option (List (Option Bool)) := do
-  let pl ← m.eng.plan
-  let demand := sumList (m.eng.reqs.filter (·.left > 0) |>.map fun r =>
-    if r.mode == .decode then 1 else match pl.chunk with | none => r.left | some c => min r.left c)
-  let env : Env := { x := [("served", Q.ofNat m.eng.servedTotal), ("arrived", Q.ofNat m.arrived),
-                           ("demand", Q.ofNat demand)] }
-  p.claims.mapM fun c =>
-    if c.form == .atEnd then pure none else do
-      let v ← eval p m env c.e
-      pure (some (v != 0))
+/-- Claim `j` over iterations read as its iteration starts, after the batch is scheduled
+(*Claims*): `some (some b)` its value, `some none` for a claim at end (it has none), and `none` when
+the reading fails (an attribute it reads has no value, a division by 0), which fails neither the
+run nor another claim's reading (Python: `claim_value`, which keeps the iteration's machine and
+reads the claim only when asked, iteration by iteration until it is decided; `outcome` reads the
+same values here, stopping at the same iteration). -/
+def claimValue (p : Program) (m : Machine) (j : Nat) : Option (Option Bool) := do
+  let c ← p.claims.get? j
+  if c.form == .atEnd then pure none
+  else do
+    let pl ← m.eng.plan
+    let demand := sumList (m.eng.reqs.filter (·.left > 0) |>.map fun r =>
+      if r.mode == .decode then 1 else match pl.chunk with | none => r.left | some k => min r.left k)
+    let env : Env := { x := [("served", Q.ofNat m.eng.servedTotal), ("arrived", Q.ofNat m.arrived),
+                             ("demand", Q.ofNat demand)] }
+    let v ← eval p m env c.e
+    pure (some (v != 0))
+
+/-- Every claim's reading at an iteration, in the program's order (Python: `claim_values`); a
+failed reading is that claim's `none`, the others' read all the same. -/
+def claimValues (p : Program) (m : Machine) : List (Option (Option Bool)) :=
+  (List.range p.claims.length).map (claimValue p m)
 
 /-- Plan an iteration: the schedule's statements, then its cost and its claims; a try that
 schedules no token is no iteration unless it preempted (*Engines*): what it admitted stays
 admitted, and its register sets are undone. The tokens cap and the granule are amounts; the cost is
-a time ≥ 0, and above 0 when tokens are scheduled, else the run fails. -/
+a time ≥ 0, and above 0 when tokens are scheduled, else the run fails. Each claim's reading is kept
+on the path (`claimValues`), a failed one as that claim's `none`: it fails no run (Python keeps the
+machine, `(now, m)`, and reads each claim from it when asked). -/
 def startIteration (p : Program) (m : Machine) : Option Machine := do
   let eng := p.engine
   let m := { m with eng := { m.eng with vars := runningValues p m, bvars := [(.ndec, 0), (.kvb, 0), (.kvp, 0)],
@@ -1084,8 +1271,7 @@ def startIteration (p : Program) (m : Machine) : Option Machine := do
     if Q.lt cost 0 then none
     else if ntok > 0 && Q.le cost 0 then none
     else do
-      let vals ← claimValues p m
-      let m := { m with path := m.path ++ [(m.now, vals)],
+      let m := { m with path := m.path ++ [(m.now, claimValues p m)],
                         eng := { m.eng with servedTotal := m.eng.servedTotal + ntok,
                                             iterations := m.eng.iterations + 1, busy := true,
                                             batch := pl.batch, plan := none } }
@@ -1140,18 +1326,27 @@ def endIteration (p : Program) (m : Machine) : Option Machine := do
 
 /-! ## The run -/
 
+/-- The machine at 0: under `batch` every session's arrival scheduled, under `closed` the first
+`n`'s (the population; the rest arrive as sessions end), else the first session's (Python:
+`initial`). -/
 def initial (p : Program) (wl : Workload) : Machine :=
   let m : Machine := { now := 0, events := [], seq := 0, ready := [], sess := [],
-                       pools := p.pools.map fun _ => {}, eng := { regs := p.engine.registers }, wl := wl }
+                       pools := p.pools.map fun _ => {}, eng := { regs := p.engine.registers }, wl := wl,
+                       ps := p.stages.map fun _ => {} }
+  let arriveAll (ss : List SessionIn) : Machine :=
+    (ss.zip (List.range ss.length)).foldl (fun m (s, k) => schedule m s.arrival (.arrive k)) m
   match p.arrive, wl.sessions with
   | _, [] => m
-  | .batch, ss => (ss.zip (List.range ss.length)).foldl (fun m (s, k) => schedule m s.arrival (.arrive k)) m
+  | .batch, ss => arriveAll ss
+  | .closed, ss => arriveAll (ss.take p.n)
   | _, s :: _ => schedule m s.arrival (.arrive 0)
 
 def settleFuel : Nat := 1000000
 
 /-- One move of the machine: settle, then start the engine's iteration when nothing else is
-pending at this instant, else the next event up to the horizon. The flag: the run is over. -/
+pending at this instant, else the next event up to the horizon. Under `closed` an arrival event
+brings the workload's next session, whichever it is, or none when none is left (Python: `step`).
+The flag: the run is over. -/
 def step (p : Program) (m : Machine) (horizon : Option Q) : Option (Machine × Bool) := do
   let m ← settle p m settleFuel
   let nextLater := match m.events with | [] => true | e :: _ => Q.lt m.now e.t
@@ -1165,9 +1360,20 @@ def step (p : Program) (m : Machine) (horizon : Option Q) : Option (Machine × B
       else do
         let m := { m with events := rest, now := e.t }
         match e.kind with
-        | .arrive k => pure (← arrive p m k, false)
+        | .arrive k =>
+          if p.arrive == .closed then
+            -- the next session, whichever event brings it (a start): `finish` may have brought
+            -- one of the first `n` already
+            if m.arrived < m.wl.sessions.length then do
+              let m ← arrive p m m.arrived
+              pure (m, false)
+            else pure (m, false)
+          else do
+            let m ← arrive p m k
+            pure (m, false)
         | .wake sid => pure (wake m sid, false)
         | .iterEnd => pure (← endIteration p m, false)
+        | .stage i => pure (← psFire p m i, false)
 
 /-- A run: the machine at its end and whether it ended within the fuel. -/
 structure Run where

@@ -42,7 +42,9 @@ inductive AggFn where
 
 /-- An expression; its value is a rational. A constant (`num`) is the rational it writes (a
 decimal `0.001` is `1/1000`; a negation `-e` is written `0 - e`). A context variable (`ctx`) is one
-of `now`, `admission`, `decoding`, `remaining`, `waited`, `demand`, `served`, `arrived`. -/
+of `now`, `admission`, `decoding`, `remaining`, `waited`, `demand`, `served`, `arrived`, `present`
+(the jobs at a ps stage, read by its capacity `Stage.phi`), `position` (a preemption key's
+candidate's position in its hold, read by `Pool.preempt`) (Python: `CTX`). -/
 inductive Expr where
   | num (v : Q)
   | attr (name : String)
@@ -75,7 +77,9 @@ structure HoldPool where
 
 /-- A statement of a session. `drawA x` takes the workload's next value (any natural);
 `holdS` waits in its first pool's queue, and its `cache` is `none` when it takes no part in the
-prefix cache. -/
+prefix cache; `jobS stage work` is `run S (work)` on a ps or delay stage (an index into
+`Program.stages`: a think or tool time), the session waiting while the stage serves `work`, a time
+(a rational ≥ 0) (Python: `JobS`). -/
 inductive Stmt where
   | setA (name : String) (e : Expr)
   | drawA (name : String)
@@ -86,6 +90,7 @@ inductive Stmt where
   | holdS (pools : List HoldPool) (reuse cache : Option Expr) (body : List Stmt)
   | runS (mode : Mode) (work : Expr) (growing : Option Nat)
   | endS
+  | jobS (stage : Nat) (work : Expr)
   deriving Repr
 
 /-- A statement of the engine's iteration (*The iteration as a program*). -/
@@ -96,16 +101,22 @@ inductive IStmt where
   | set (name : String) (e : Expr)
   deriving Repr
 
-/-- A pool: its cap (`none`: inf), block (0: none), `preempt lifo` (else `none`), its queue's
-keys (`[]`: fifo), whether the engine admits its queue, whether it is the engine's memory. -/
+/-- A pool: its cap (`none`: inf), block (0: none), its victim's keys `preempt by (keys)` (`none`:
+`preempt none`; `preempt lifo` is `some [0 - admission]`, as the fragment writes `-e`), its queue's
+keys (`[]`: fifo), whether the engine admits its queue, whether it is the engine's memory,
+whether a preempted hold re-enters its queue as a newcomer (`requeue tail`; `false`: at its head,
+`requeue head`), and whether a hold's unallocated reservation counts against later admissions and
+growths (`reserve held`) (Python: `Pool`, the same fields in the same order). -/
 structure Pool where
   name : String
   cap : Option Nat
   block : Nat
-  lifo : Bool
+  preempt : Option (List Expr)
   queueKeys : List Expr
   admitted : Bool
   memory : Bool
+  requeueTail : Bool := false
+  reserveHeld : Bool := false
   deriving Repr
 
 /-- The one step stage. `budget`, `chunk` and `granule` are amounts (naturals when read); `chunk`
@@ -124,6 +135,15 @@ structure Engine where
   registers : List (String × Q)
   deriving Repr
 
+/-- A ps stage beside the engine: every job present is served at once, each at rate
+`phi(present) / present`, `phi` an expression reading the context variable `present`; `phi` is
+`none` for a delay, every job at rate 1 (`ps(present)`, as the IR writes a delay) (Python:
+`Stage`). -/
+structure Stage where
+  name : String
+  phi : Option Expr
+  deriving Repr
+
 inductive Form where
   | every | someIter | atEnd
   deriving DecidableEq, Repr
@@ -135,12 +155,16 @@ structure Claim where
   given : Option Expr
   deriving Repr
 
+/-- The arrival law: `batch(n)` (every session at 0), a constant `renewal(c)`, `poisson`, and
+`closed(n)`, a population of `n` sessions at 0, each that ends followed at once by the workload's
+next (Python: `Program.arrive`'s strings, by `LEAN_ARRIVALS`). -/
 inductive Arrive where
-  | batch | renewal | poisson
+  | batch | renewal | poisson | closed
   deriving DecidableEq, Repr
 
 /-- A program: `gap` is a constant `renewal`'s gap, a rational above 0 (0 otherwise); `n` is
-`batch`'s count. -/
+`batch`'s count or `closed`'s population (0 otherwise); `stages` are the ps and delay stages beside
+the engine, which `Stmt.jobS` names by index (none by default). -/
 structure Program where
   pools : List Pool
   engine : Engine
@@ -153,6 +177,7 @@ structure Program where
   session : Option (List Stmt)
   server : List Stmt
   claims : List Claim
+  stages : List Stage := []
   deriving Repr
 
 /-- One trace row: a turn's `new`, `out`, `think` and `forced`, naturals. -/

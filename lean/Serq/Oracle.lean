@@ -37,8 +37,8 @@ def answers (r : Option Run) (reqs : List (Nat × Nat)) : Option (List (Option Q
     observed r.machine "last_token" q.1 q.2, observed r.machine "preemptions" q.1 q.2)))
 
 def pools_1 : List Pool := [
-    { name := "kv", cap := some 176, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 176, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_1 : Engine := {
     name := "vllm",
@@ -130,8 +130,8 @@ def server_2 : List Stmt := [
         Stmt.observeA "preemptions" (Expr.bin BinOp.sub (Expr.attr "attempts") (Expr.num 1))]]
 
 def pools_2 : List Pool := [
-    { name := "kv", cap := some 1008, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 8, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 1008, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_2 : Engine := {
     name := "vllm",
@@ -147,8 +147,8 @@ def engine_2 : Engine := {
     registers := [] }
 
 def pools_3 : List Pool := [
-    { name := "kv", cap := some 1008, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 2, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 1008, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_3 : Engine := {
     name := "vllm",
@@ -164,8 +164,8 @@ def engine_3 : Engine := {
     registers := [] }
 
 def pools_4 : List Pool := [
-    { name := "kv", cap := some 304, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 8, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 304, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_4 : Engine := {
     name := "vllm",
@@ -225,8 +225,8 @@ def engine_5 : Engine := {
     registers := [] }
 
 def pools_5 : List Pool := [
-    { name := "kv", cap := some 608, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 8, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 608, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_6 : Engine := {
     name := "vllm",
@@ -255,8 +255,8 @@ def engine_7 : Engine := {
     registers := [] }
 
 def pools_6 : List Pool := [
-    { name := "kv", cap := some 416, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 7, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 416, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_8 : Engine := {
     name := "vllm",
@@ -272,8 +272,8 @@ def engine_8 : Engine := {
     registers := [] }
 
 def pools_7 : List Pool := [
-    { name := "kv", cap := some 896, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 3, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 896, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_9 : Engine := {
     name := "vllm",
@@ -289,8 +289,8 @@ def engine_9 : Engine := {
     registers := [] }
 
 def pools_8 : List Pool := [
-    { name := "kv", cap := some 512, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 5, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 512, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_10 : Engine := {
     name := "vllm",
@@ -306,8 +306,8 @@ def engine_10 : Engine := {
     registers := [] }
 
 def pools_9 : List Pool := [
-    { name := "kv", cap := some 944, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 2, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 944, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_11 : Engine := {
     name := "vllm",
@@ -323,8 +323,8 @@ def engine_11 : Engine := {
     registers := [] }
 
 def pools_10 : List Pool := [
-    { name := "kv", cap := some 624, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 7, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_12 : Engine := {
     name := "vllm",
@@ -340,12 +340,12 @@ def engine_12 : Engine := {
     registers := [] }
 
 def pools_11 : List Pool := [
-    { name := "kv", cap := some 720, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 7, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 720, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_12 : List Pool := [
-    { name := "kv", cap := some 528, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 3, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 528, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_13 : Engine := {
     name := "vllm",
@@ -361,8 +361,8 @@ def engine_13 : Engine := {
     registers := [] }
 
 def pools_13 : List Pool := [
-    { name := "kv", cap := some 944, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 1, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 944, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 1, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_14 : Engine := {
     name := "vllm",
@@ -378,8 +378,8 @@ def engine_14 : Engine := {
     registers := [] }
 
 def pools_14 : List Pool := [
-    { name := "kv", cap := some 864, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 2, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 864, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_15 : Engine := {
     name := "vllm",
@@ -395,8 +395,8 @@ def engine_15 : Engine := {
     registers := [] }
 
 def pools_15 : List Pool := [
-    { name := "kv", cap := some 304, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 6, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 304, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_16 : Engine := {
     name := "vllm",
@@ -412,12 +412,12 @@ def engine_16 : Engine := {
     registers := [] }
 
 def pools_16 : List Pool := [
-    { name := "kv", cap := some 640, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 2, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 640, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_17 : List Pool := [
-    { name := "kv", cap := some 592, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 5, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 592, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_17 : Engine := {
     name := "vllm",
@@ -433,24 +433,24 @@ def engine_17 : Engine := {
     registers := [] }
 
 def pools_18 : List Pool := [
-    { name := "kv", cap := some 608, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 2, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 608, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_19 : List Pool := [
-    { name := "kv", cap := some 624, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 6, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_20 : List Pool := [
-    { name := "kv", cap := some 912, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 912, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_21 : List Pool := [
-    { name := "kv", cap := some 400, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 1, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 400, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 1, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_22 : List Pool := [
-    { name := "kv", cap := some 768, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 3, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 768, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_18 : Engine := {
     name := "vllm",
@@ -466,16 +466,16 @@ def engine_18 : Engine := {
     registers := [] }
 
 def pools_23 : List Pool := [
-    { name := "kv", cap := some 320, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 320, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_24 : List Pool := [
-    { name := "kv", cap := some 640, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 8, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 640, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_25 : List Pool := [
-    { name := "kv", cap := some 688, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 8, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 688, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_19 : Engine := {
     name := "vllm",
@@ -491,12 +491,12 @@ def engine_19 : Engine := {
     registers := [] }
 
 def pools_26 : List Pool := [
-    { name := "kv", cap := some 672, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 672, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_27 : List Pool := [
-    { name := "kv", cap := some 512, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 6, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 512, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_20 : Engine := {
     name := "vllm",
@@ -512,12 +512,12 @@ def engine_20 : Engine := {
     registers := [] }
 
 def pools_28 : List Pool := [
-    { name := "kv", cap := some 544, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 1, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 544, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 1, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_29 : List Pool := [
-    { name := "kv", cap := some 880, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 6, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 880, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_21 : Engine := {
     name := "vllm",
@@ -533,8 +533,8 @@ def engine_21 : Engine := {
     registers := [] }
 
 def pools_30 : List Pool := [
-    { name := "kv", cap := some 576, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 7, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 576, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_22 : Engine := {
     name := "vllm",
@@ -550,8 +550,8 @@ def engine_22 : Engine := {
     registers := [] }
 
 def pools_31 : List Pool := [
-    { name := "kv", cap := some 768, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 2, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 768, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_23 : Engine := {
     name := "vllm",
@@ -567,12 +567,12 @@ def engine_23 : Engine := {
     registers := [] }
 
 def pools_32 : List Pool := [
-    { name := "kv", cap := some 352, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 6, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 352, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_33 : List Pool := [
-    { name := "kv", cap := some 432, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 3, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 432, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_24 : Engine := {
     name := "vllm",
@@ -588,12 +588,12 @@ def engine_24 : Engine := {
     registers := [] }
 
 def pools_34 : List Pool := [
-    { name := "kv", cap := some 592, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 3, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 592, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_35 : List Pool := [
-    { name := "kv", cap := some 656, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 1, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 656, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 1, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_25 : Engine := {
     name := "vllm",
@@ -609,16 +609,16 @@ def engine_25 : Engine := {
     registers := [] }
 
 def pools_36 : List Pool := [
-    { name := "kv", cap := some 848, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 5, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 848, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_37 : List Pool := [
-    { name := "kv", cap := some 912, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 2, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 912, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_38 : List Pool := [
-    { name := "kv", cap := some 368, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 6, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 368, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_26 : Engine := {
     name := "vllm",
@@ -634,8 +634,8 @@ def engine_26 : Engine := {
     registers := [] }
 
 def pools_39 : List Pool := [
-    { name := "kv", cap := some 496, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 2, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 496, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_27 : Engine := {
     name := "vllm",
@@ -651,12 +651,12 @@ def engine_27 : Engine := {
     registers := [] }
 
 def pools_40 : List Pool := [
-    { name := "kv", cap := some 624, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 3, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_41 : List Pool := [
-    { name := "kv", cap := some 704, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 3, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 704, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_28 : Engine := {
     name := "vllm",
@@ -672,12 +672,12 @@ def engine_28 : Engine := {
     registers := [] }
 
 def pools_42 : List Pool := [
-    { name := "kv", cap := some 640, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 640, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_43 : List Pool := [
-    { name := "kv", cap := some 656, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 3, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 656, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_29 : Engine := {
     name := "vllm",
@@ -693,12 +693,12 @@ def engine_29 : Engine := {
     registers := [] }
 
 def pools_44 : List Pool := [
-    { name := "kv", cap := some 528, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 8, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 528, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_45 : List Pool := [
-    { name := "kv", cap := some 368, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 2, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 368, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_30 : Engine := {
     name := "vllm",
@@ -714,8 +714,8 @@ def engine_30 : Engine := {
     registers := [] }
 
 def pools_46 : List Pool := [
-    { name := "kv", cap := some 336, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 3, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 336, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_31 : Engine := {
     name := "vllm",
@@ -731,32 +731,32 @@ def engine_31 : Engine := {
     registers := [] }
 
 def pools_47 : List Pool := [
-    { name := "kv", cap := some 368, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 3, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 368, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_48 : List Pool := [
-    { name := "kv", cap := some 624, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 5, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_49 : List Pool := [
-    { name := "kv", cap := some 240, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 5, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 240, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_50 : List Pool := [
-    { name := "kv", cap := some 304, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 5, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 304, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_51 : List Pool := [
-    { name := "kv", cap := some 176, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 3, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 176, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_52 : List Pool := [
-    { name := "kv", cap := some 384, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 2, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 384, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_53 : List Pool := [
-    { name := "kv", cap := some 416, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 2, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 416, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_32 : Engine := {
     name := "vllm",
@@ -772,8 +772,8 @@ def engine_32 : Engine := {
     registers := [] }
 
 def pools_54 : List Pool := [
-    { name := "kv", cap := some 288, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 2, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 288, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def engine_33 : Engine := {
     name := "vllm",
@@ -789,24 +789,24 @@ def engine_33 : Engine := {
     registers := [] }
 
 def pools_55 : List Pool := [
-    { name := "kv", cap := some 400, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 8, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 400, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_56 : List Pool := [
-    { name := "kv", cap := some 224, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 3, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 224, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_57 : List Pool := [
-    { name := "kv", cap := some 256, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 8, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 256, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_58 : List Pool := [
-    { name := "kv", cap := some 288, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 5, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 288, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 def pools_59 : List Pool := [
-    { name := "kv", cap := some 400, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 7, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }]
+    { name := "kv", cap := some 400, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
 
 /-! ## 01_self_preemption (tools/oracle/results/01_self_preemption.json) -/
 
@@ -821,7 +821,8 @@ def program_01_self_preemption : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_01_self_preemption : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨40, 60, 0, 0⟩] },
@@ -848,7 +849,8 @@ def program_01b_self_preemption_prefix_caching : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_01b_self_preemption_prefix_caching : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨40, 60, 0, 0⟩] },
@@ -875,7 +877,8 @@ def program_02_chunked_prefill_shared_budget : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_02_chunked_prefill_shared_budget : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨100, 5, 0, 0⟩] },
@@ -902,7 +905,8 @@ def program_03_request_cap : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_03_request_cap : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨20, 6, 0, 0⟩] },
@@ -931,7 +935,8 @@ def program_04_head_of_line_blocking : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_04_head_of_line_blocking : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨160, 20, 0, 0⟩] },
@@ -958,7 +963,8 @@ def program_04b_head_of_line_reserve_full_isl_off : Program := {
   turn := turn_1,
   session := session_1,
   server := server_3,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_04b_head_of_line_reserve_full_isl_off : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨160, 20, 0, 0⟩] },
@@ -985,7 +991,8 @@ def program_05_chunk_cap : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_05_chunk_cap : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨150, 4, 0, 0⟩] },
@@ -1012,7 +1019,8 @@ def program_06_six_mixed_staggered_39_blocks : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_06_six_mixed_staggered_39_blocks : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨200, 30, 0, 0⟩] },
@@ -1042,7 +1050,8 @@ def program_07_chunk_cap_lifted_when_alone : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_07_chunk_cap_lifted_when_alone : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨200, 10, 0, 0⟩] },
@@ -1068,7 +1077,8 @@ def program_08_random_00 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_00 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨92, 27, 0, 0⟩] },
@@ -1097,7 +1107,8 @@ def program_08_random_01 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_01 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨67, 3, 0, 0⟩] },
@@ -1125,7 +1136,8 @@ def program_08_random_02 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_02 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨14, 27, 12, 0⟩] },
@@ -1151,7 +1163,8 @@ def program_08_random_03 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_03 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨59, 25, 13, 0⟩] },
@@ -1179,7 +1192,8 @@ def program_08_random_04 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_04 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨169, 49, 2, 0⟩] },
@@ -1205,7 +1219,8 @@ def program_08_random_05 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_05 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨180, 60, 0, 0⟩] },
@@ -1234,7 +1249,8 @@ def program_08_random_06 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_06 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨15, 55, 6, 0⟩] },
@@ -1263,7 +1279,8 @@ def program_08_random_07 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_07 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨130, 30, 5, 0⟩] },
@@ -1289,7 +1306,8 @@ def program_08_random_08 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_08 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨37, 41, 8, 0⟩] },
@@ -1320,7 +1338,8 @@ def program_08_random_09 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_09 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨179, 10, 1, 0⟩] },
@@ -1348,7 +1367,8 @@ def program_08_random_10 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_10 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨38, 29, 1, 0⟩] },
@@ -1378,7 +1398,8 @@ def program_08_random_11 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_11 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨197, 11, 1, 0⟩] },
@@ -1408,7 +1429,8 @@ def program_08_random_12 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_12 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨79, 38, 13, 0⟩] },
@@ -1437,7 +1459,8 @@ def program_08_random_13 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_13 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨113, 47, 0, 0⟩] },
@@ -1467,7 +1490,8 @@ def program_08_random_14 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_14 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨191, 31, 0, 0⟩] },
@@ -1496,7 +1520,8 @@ def program_08_random_15 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_15 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨76, 51, 0, 0⟩] },
@@ -1522,7 +1547,8 @@ def program_08_random_16 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_16 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨124, 36, 0, 0⟩] },
@@ -1549,7 +1575,8 @@ def program_08_random_17 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_17 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨126, 41, 2, 0⟩] },
@@ -1579,7 +1606,8 @@ def program_08_random_18 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_18 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨92, 20, 28, 0⟩] },
@@ -1608,7 +1636,8 @@ def program_08_random_19 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_19 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨84, 56, 1, 0⟩] },
@@ -1637,7 +1666,8 @@ def program_08_random_20 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_20 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨77, 12, 2, 0⟩] },
@@ -1667,7 +1697,8 @@ def program_08_random_21 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_21 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨191, 60, 0, 0⟩] },
@@ -1696,7 +1727,8 @@ def program_08_random_22 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_22 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨133, 52, 1, 0⟩] },
@@ -1728,7 +1760,8 @@ def program_08_random_23 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_23 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨116, 36, 1, 0⟩] },
@@ -1757,7 +1790,8 @@ def program_08_random_24 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_24 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨116, 16, 1, 0⟩] },
@@ -1788,7 +1822,8 @@ def program_08_random_25 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_25 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨82, 31, 17, 0⟩] },
@@ -1817,7 +1852,8 @@ def program_08_random_26 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_26 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨82, 13, 0, 0⟩] },
@@ -1848,7 +1884,8 @@ def program_08_random_27 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_27 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨42, 59, 6, 0⟩] },
@@ -1880,7 +1917,8 @@ def program_08_random_28 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_28 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨135, 22, 2, 0⟩] },
@@ -1909,7 +1947,8 @@ def program_08_random_29 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_29 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨185, 44, 0, 0⟩] },
@@ -1935,7 +1974,8 @@ def program_08_random_30 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_30 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨51, 18, 1, 0⟩] },
@@ -1966,7 +2006,8 @@ def program_08_random_31 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_31 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨2, 41, 3, 0⟩] },
@@ -1994,7 +2035,8 @@ def program_08_random_32 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_32 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨97, 26, 0, 0⟩] },
@@ -2022,7 +2064,8 @@ def program_08_random_33 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_33 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨142, 47, 0, 0⟩] },
@@ -2050,7 +2093,8 @@ def program_08_random_34 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_34 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨17, 47, 4, 0⟩] },
@@ -2076,7 +2120,8 @@ def program_08_random_35 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_35 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨33, 2, 7, 0⟩] },
@@ -2105,7 +2150,8 @@ def program_08_random_36 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_36 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨39, 29, 0, 0⟩] },
@@ -2137,7 +2183,8 @@ def program_08_random_37 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_37 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨149, 3, 0, 0⟩] },
@@ -2166,7 +2213,8 @@ def program_08_random_38 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_38 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨101, 8, 0, 0⟩] },
@@ -2197,7 +2245,8 @@ def program_08_random_39 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_08_random_39 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨140, 56, 22, 0⟩] },
@@ -2229,7 +2278,8 @@ def program_09_prefix_caching_multiturn : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_09_prefix_caching_multiturn : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨50, 10, 0, 0⟩, ⟨20, 8, 1, 0⟩, ⟨37, 5, 2, 0⟩] },
@@ -2258,7 +2308,8 @@ def program_new_random_00 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_new_random_00 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨115, 59, 1, 0⟩] },
@@ -2287,7 +2338,8 @@ def program_new_random_01 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_new_random_01 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨162, 43, 3, 0⟩] },
@@ -2315,7 +2367,8 @@ def program_new_random_02 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_new_random_02 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨44, 1, 14, 0⟩] },
@@ -2343,7 +2396,8 @@ def program_new_random_03 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_new_random_03 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨45, 8, 6, 0⟩] },
@@ -2370,7 +2424,8 @@ def program_prefix_00 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_prefix_00 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨48, 12, 6, 0⟩, ⟨5, 8, 3, 0⟩] },
@@ -2397,7 +2452,8 @@ def program_prefix_01 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_prefix_01 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨37, 11, 2, 0⟩] },
@@ -2425,7 +2481,8 @@ def program_prefix_02 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_prefix_02 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨43, 18, 0, 0⟩] },
@@ -2451,7 +2508,8 @@ def program_prefix_03 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_prefix_03 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨42, 12, 2, 0⟩, ⟨19, 8, 2, 0⟩, ⟨25, 13, 2, 0⟩] },
@@ -2477,7 +2535,8 @@ def program_prefix_tight_00 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_prefix_tight_00 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨32, 26, 2, 0⟩, ⟨29, 24, 3, 0⟩] },
@@ -2504,7 +2563,8 @@ def program_prefix_tight_01 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_prefix_tight_01 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨19, 48, 1, 0⟩] },
@@ -2531,7 +2591,8 @@ def program_prefix_tight_02 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_prefix_tight_02 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨47, 36, 1, 0⟩, ⟨7, 35, 1, 0⟩] },
@@ -2558,7 +2619,8 @@ def program_prefix_tight_03 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_prefix_tight_03 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨28, 27, 2, 0⟩] },
@@ -2588,7 +2650,8 @@ def program_tight_00 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_tight_00 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨7, 61, 5, 0⟩] },
@@ -2616,7 +2679,8 @@ def program_tight_01 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_tight_01 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨47, 44, 3, 0⟩] },
@@ -2643,7 +2707,8 @@ def program_tight_02 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_tight_02 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨144, 63, 8, 0⟩] },
@@ -2673,7 +2738,8 @@ def program_tight_03 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_1,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_tight_03 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨43, 79, 5, 0⟩] },
@@ -2700,7 +2766,8 @@ def program_tight_cached_00 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_tight_cached_00 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨102, 73, 3, 0⟩] },
@@ -2728,7 +2795,8 @@ def program_tight_cached_01 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_tight_cached_01 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨42, 36, 7, 0⟩] },
@@ -2760,7 +2828,8 @@ def program_tight_cached_02 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_tight_cached_02 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨139, 5, 8, 0⟩] },
@@ -2788,7 +2857,8 @@ def program_tight_cached_03 : Program := {
   turn := turn_1,
   session := session_1,
   server := server_2,
-  claims := claims_1 }
+  claims := claims_1,
+  stages := [] }
 
 def workload_tight_cached_03 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨140, 9, 8, 0⟩] },

@@ -554,14 +554,19 @@ class Sim(Iterations):
         if arr.k == "batch":
             for t in times:
                 self.at(t, self._arrive_replayed)
+        elif arr.k == "closed":  # its population at 0; each later session when one ends (_finish)
+            for _ in times[:arr.n]:
+                self.at(0.0, self._arrive_replayed)
         elif times:
             self.at(times[0], self._arrive_replayed)
 
     def _arrive_replayed(self):
         k = self.sessions_arrived
         sessions = self.workload["sessions"]
+        if k >= len(sessions):   # closed: its sessions all in (one refused at 0 brought the next early)
+            return
         self._arrive_one().replay = list(sessions[k]["draws"])
-        if self.prog.workload.arrive.k != "batch" and k + 1 < len(sessions):
+        if self.prog.workload.arrive.k not in ("batch", "closed") and k + 1 < len(sessions):
             self.at(float(sessions[k + 1]["arrival"]), self._arrive_replayed)
 
     def too_many_arrivals(self):
@@ -736,7 +741,10 @@ class Sim(Iterations):
         else:
             self.sessions_completed += 1
         if self.closed:
-            self._arrive_one()
+            if self.workload is None:
+                self._arrive_one()
+            elif self.sessions_arrived < len(self.workload["sessions"]):
+                self._arrive_replayed()   # the workload's next session takes the place of this one
 
     # ------------------------------------------------------------ observations
     def observe(self, name, v, sess):
@@ -770,7 +778,8 @@ class Sim(Iterations):
                 st = self.claim_state[c.name]
                 if st["status"] == "not_evaluated":  # never failed, or never witnessed
                     st["status"] = "held" if c.form == "every" else "not_witnessed"
-        live = bool(self.live)
+        # a closed population never ends: a replayed workload's last session only cuts its path
+        live = bool(self.live) or (self.closed and self.workload is not None)
         for c, f, _ in self.claims_end:
             st = self.claim_state[c.name]
             if st["status"] == "out_of_scope":

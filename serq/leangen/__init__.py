@@ -68,6 +68,7 @@ def program_fields(p: R.Program) -> dict:
         "session": "none" if p.session is None else f"some {T.lines(p.session, T.stmt, 4)}",
         "server": T.lines(p.server, T.stmt, 4),
         "claims": T.lines(p.claims, T.claim, 4),
+        "stages": T.lines(p.stages, T.stage, 4),
     }
 
 

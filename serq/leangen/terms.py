@@ -20,7 +20,7 @@ STEP_VARS = {v: v[0].lower() + v[1:] for v in R.STEP_VARS}
 OBS = {"budget_left": "budgetLeft", **{o: o for o in R.OBS if o != "budget_left"}}
 AGGS = {"prefix_total": "prefixTotal", **{a: a for a in R.AGGS if a != "prefix_total"}}
 FORMS = {"every": "every", "some": "someIter", "end": "atEnd"}
-ARRIVE = {"batch": "batch", "renewal": "renewal", "poisson": "poisson"}
+ARRIVE = {"batch": "batch", "renewal": "renewal", "poisson": "poisson", "closed": "closed"}
 MODES = {"prefill": "prefill", "decode": "decode"}
 
 # Lean 4's keywords and the commands' leading words: never a generated identifier on their own
@@ -187,6 +187,8 @@ def stmt(s, indent: int) -> str:
         return f"Stmt.runS Mode.{MODES[s.mode]} ({expr(s.work)}) {g}"
     if isinstance(s, R.EndS):
         return "Stmt.endS"
+    if isinstance(s, R.JobS):
+        return f"Stmt.jobS {nat(s.stage)} ({expr(s.work)})"
     raise TypeError(f"not a statement of the fragment: {s!r}")
 
 
@@ -213,10 +215,20 @@ def istmt(s, indent: int) -> str:
 
 
 def pool(p: R.Pool, indent: int) -> str:
+    """A pool: `preempt` its victim's keys (`none`: preempt none; `preempt lifo` is
+    `some [0 - admission]`), `requeueTail` whether a victim re-enters its queue as a newcomer,
+    `reserveHeld` whether a hold's unallocated reservation counts against later ones."""
     cap = "none" if p.cap is None else f"some {nat(p.cap)}"
-    return (f"{{ name := {string(p.name)}, cap := {cap}, block := {nat(p.block)}, lifo := {boolean(p.lifo)},"
+    preempt = "none" if p.preempt is None else f"(some {flat_list(p.preempt, expr)})"
+    return (f"{{ name := {string(p.name)}, cap := {cap}, block := {nat(p.block)}, preempt := {preempt},"
             f" queueKeys := {flat_list(p.queue_keys, expr)}, admitted := {boolean(p.admitted)},"
-            f" memory := {boolean(p.memory)} }}")
+            f" memory := {boolean(p.memory)}, requeueTail := {boolean(p.requeue_tail)},"
+            f" reserveHeld := {boolean(p.reserve_held)} }}")
+
+
+def stage(st: R.Stage, indent: int) -> str:
+    """A ps stage: its capacity phi (reading `present`), or `none` for a delay (every job at rate 1)."""
+    return f"{{ name := {string(st.name)}, phi := {opt_expr(st.phi)} }}"
 
 
 def claim(c: R.Claim, indent: int) -> str:

@@ -37,7 +37,8 @@ def outcome(p: R.Program, run: X.Run, j: int) -> Outcome:
     if sid is not None:
         return Outcome("out_of_scope", session=sid)
     if c.form == "end":
-        if not run.done or any(s.alive for s in m.sess):
+        # a closed population never ends: its last workload session's end only cuts the path
+        if not run.done or any(s.alive for s in m.sess) or p.arrive == "closed":
             return Outcome("not_evaluated")
         ok = X.eval_expr(p, m, X.Env(), c.e) != 0
         return Outcome("held" if ok else "failed", at=m.now)
@@ -49,4 +50,12 @@ def outcome(p: R.Program, run: X.Run, j: int) -> Outcome:
 
 
 def outcomes(p: R.Program, run: X.Run) -> dict:
-    return {c.name: outcome(p, run, j) for j, c in enumerate(p.claims)}
+    """Each claim's outcome, or None where reading it failed (a division by 0, F016): that claim
+    alone (Lean: `none` for it)."""
+    out = {}
+    for j, c in enumerate(p.claims):
+        try:
+            out[c.name] = outcome(p, run, j)
+        except X.KernelError:
+            out[c.name] = None
+    return out

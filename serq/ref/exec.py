@@ -66,6 +66,7 @@ class Alloc:
     pos: int
     consumed: int
     advanced: bool = False     # a growing run moved the position
+    reserve: int = 0           # the hold's reserve on the pool, which `reserve held` keeps
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,8 @@ class Sess:
     at_run: Optional[int] = None     # the request id it waits for
     rec: Optional[TurnRec] = None
     alive: bool = True
+    at_stage: Optional[int] = None   # the ps stage it is a job at
+    tail: bool = False               # its preempted hold re-enters its queue as a newcomer (requeue tail)
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,19 @@ class Eng:
 
 
 @dataclass(frozen=True)
+class PsSt:
+    """A ps stage's state (*Stages*): its virtual time v, the work each present job has received,
+    as of `last`, each job's rate since, and its jobs (finish tag, start order, session) in the
+    order they started; `ev` the sequence number of the event set for the next end."""
+    v: object = 0
+    last: object = 0
+    rate: object = 0
+    jobs: tuple = ()
+    ev: Optional[int] = None
+    started: int = 0
+
+
+@dataclass(frozen=True)
 class Machine:
     now: int
     events: tuple              # (t, seq, kind, arg), sorted
@@ -202,6 +218,7 @@ class Machine:
     path: tuple = ()           # per iteration: (t, the machine its claims read: claim_value)
     given: tuple = ()          # (sid, attrs after init)
     requests: tuple = ()       # (sid, turn, TurnRec)
+    ps: tuple = ()             # PsSt, one per Program.stages
 
 
 @dataclass(frozen=True)
@@ -513,9 +530,17 @@ def guard(p: R.Program, m: Machine, env: Env, e) -> bool:
 # ---------------------------------------------------------------- pools
 
 
+def held_extra(p: R.Program, m: Machine, i: int) -> int:
+    """What the holders reserved and have not allocated, which `reserve held` counts against the
+    pool's later admissions and growths: Σ max(0, reserve - units) (*Pools*)."""
+    if not p.pools[i].reserve_held:
+        return 0
+    return sum(max(0, a.reserve - a.units) for a in m.pools[i].allocs)
+
+
 def room_for(p: R.Program, m: Machine, i: int, r: int) -> bool:
     cap = p.pools[i].cap
-    return cap is None or m.pools[i].used + r <= cap
+    return cap is None or m.pools[i].used + held_extra(p, m, i) + r <= cap
 
 
 def make_room(p: R.Program, m: Machine, i: int, need: int) -> Machine:
@@ -619,12 +644,13 @@ def try_admit(p: R.Program, m: Machine, it: QItem, i: int) -> tuple:
     sid = it.sid
     h = m.sess[sid].hold
     env = sess_env(m, sid)
-    units, needs = [], []
+    units, needs, reserves = [], [], []
     for hp in h.pools:
         u = round_up(amount(eval_expr(p, m, env, hp.units), "a hold's units"), p.pools[hp.pool].block)
         r = amount(eval_expr(p, m, env, hp.reserve), "a hold's reserve") if hp.reserve is not None else 0
         units.append(u)
         needs.append(max(u, r))
+        reserves.append(r)
     for hp, need in zip(h.pools, needs):
         cap = p.pools[hp.pool].cap
         if (cap is not None and need > cap) or not room_for(p, m, hp.pool, need):
@@ -641,10 +667,10 @@ def try_admit(p: R.Program, m: Machine, it: QItem, i: int) -> tuple:
     cached = max(got) if got else 0
     rec = s.rec if s.rec is None or s.rec.cached is not None else replace(s.rec, cached=cached)
     m = set_sess(m, replace(s, attrs=assign(s.attrs, "cached", cached), held=True, rec=rec))
-    for hp, u, c in zip(h.pools, units, got):
+    for hp, u, c, r in zip(h.pools, units, got, reserves):
         m = make_room(p, m, hp.pool, u)
         st = m.pools[hp.pool]
-        m = set_pool(m, hp.pool, replace(st, used=st.used + u, allocs=st.allocs + (Alloc(sid, u, c, c),)))
+        m = set_pool(m, hp.pool, replace(st, used=st.used + u, allocs=st.allocs + (Alloc(sid, u, c, c, False, r),)))
     st = m.pools[i]
     return set_pool(m, i, replace(st, queue=tuple(x for x in st.queue if x is not it))), True
 
@@ -660,7 +686,7 @@ def arrive(p: R.Program, m: Machine, k: int) -> Machine:
              (Blk(main), Given(), Blk(p.init)), rows=w.rows, draws=w.draws)
     m = replace(m, sess=m.sess + (s,), arrived=m.arrived + 1)
     m = wake(m, k)
-    if p.arrive != "batch" and k + 1 < len(m.wl.sessions):
+    if p.arrive not in ("batch", "closed") and k + 1 < len(m.wl.sessions):
         m = schedule(m, m.wl.sessions[k + 1].arrival, "arrive", k + 1)
     return m
 
@@ -676,8 +702,13 @@ def finish(p: R.Program, m: Machine, sid: int) -> Machine:
         m = set_pool(m, i, replace(st, queue=tuple(x for x in st.queue if x.sid != sid)))
     if s.at_run is not None:
         m = drop_req(m, s.at_run)
+    if s.at_stage is not None:
+        m = ps_remove(p, m, s.at_stage, sid)
     s = m.sess[sid]
-    return set_sess(m, replace(s, alive=False, cont=(), hold=None, held=False, at_run=None))
+    m = set_sess(m, replace(s, alive=False, cont=(), hold=None, held=False, at_run=None, at_stage=None))
+    if p.arrive == "closed" and m.arrived < len(m.wl.sessions):
+        m = arrive(p, m, m.arrived)   # a closed population: the next session takes this one's place
+    return m
 
 
 def run_sess(p: R.Program, m: Machine, sid: int, fuel: int = SESS_FUEL) -> Machine:
@@ -760,6 +791,8 @@ def exec_stmt(p: R.Program, m: Machine, sid: int, st) -> tuple:
         return run_stmt(p, m, sid, st)
     if isinstance(st, R.EndS):
         return finish(p, m, sid), True
+    if isinstance(st, R.JobS):
+        return job_stmt(p, m, sid, st)
     raise AssertionError(st)
 
 
@@ -797,11 +830,13 @@ def hold(p: R.Program, m: Machine, sid: int, h: R.HoldS) -> tuple:
                 hp.static_reserve and amount(eval_expr(p, m, env, hp.reserve), "a hold's reserve") > pool.cap:
             return finish(p, m, sid), True
     i = h.pools[0].pool
-    it = QItem(sid, m.join_seq + 1, m.now, s.retry is not None)
+    # a preempted hold re-enters at its queue's head, or with `requeue tail` as a newcomer, waited
+    # from 0 (*Pools*)
+    it = QItem(sid, m.join_seq + 1, m.now, s.retry is not None and not s.tail)
     st = m.pools[i]
     line = (it,) + st.queue if it.head else st.queue + (it,)
     m = set_pool(replace(m, join_seq=m.join_seq + 1), i, replace(st, queue=line))
-    s = push(replace(s, hold=h, held=False, retry=None), Scope(h), Blk(h.body))
+    s = push(replace(s, hold=h, held=False, retry=None, tail=False), Scope(h), Blk(h.body))
     return want(set_sess(m, s)), True
 
 
@@ -840,6 +875,89 @@ def settle(p: R.Program, m: Machine, fuel: int = SETTLE_FUEL) -> Machine:
         fuel -= 1
         sid, m = m.ready[0], replace(m, ready=m.ready[1:])
         m = run_sess(p, m, sid)
+    return m
+
+
+# ---------------------------------------------------------------- ps and delay stages
+
+
+def job_stmt(p: R.Program, m: Machine, sid: int, st: R.JobS) -> tuple:
+    """`run S (w)` on a ps or delay stage: the session waits while the stage serves w, a time >= 0
+    (R007 below it); a job of no work completes at once."""
+    w = eval_expr(p, m, sess_env(m, sid), st.work)
+    if w < 0:
+        raise KernelError("R007", f"a run's work is an amount, not negative: this one is {w}")
+    if w == 0:
+        return m, False
+    m = ps_submit(p, m, st.stage, sid, w)
+    return set_sess(m, replace(m.sess[sid], at_stage=st.stage)), True
+
+
+def set_ps(m: Machine, i: int, st: PsSt) -> Machine:
+    return replace(m, ps=put(m.ps, i, st))
+
+
+def ps_rate(p: R.Program, m: Machine, i: int, n: int):
+    """Each of n jobs' rate, phi(n) / n (a delay's is 1); phi is a rate above 0 (R010)."""
+    phi = p.stages[i].phi
+    if n == 0:
+        return 0
+    if phi is None:
+        return 1
+    v = eval_expr(p, m, Env(x=(("present", n),)), phi)
+    if v <= 0:
+        raise KernelError("R010", f"stage `{p.stages[i].name}`'s capacity ps(phi) is {v} with {n} present: "
+                                  "it must be above 0")
+    return qdiv(v, n)
+
+
+def ps_advance(m: Machine, i: int) -> Machine:
+    """The stage's virtual time brought to now: each present job has received rate * elapsed."""
+    st = m.ps[i]
+    v = q(st.v + st.rate * (m.now - st.last)) if st.jobs else st.v
+    return set_ps(m, i, replace(st, v=v, last=m.now))
+
+
+def ps_schedule(p: R.Program, m: Machine, i: int) -> Machine:
+    """The event for the stage's next end, set anew (a new sequence number: *Ties*, events at one
+    instant in the order they were scheduled) whenever the stage changes, the one before dropped."""
+    st = m.ps[i]
+    rate = ps_rate(p, m, i, len(st.jobs))
+    m = replace(m, events=tuple(e for e in m.events if not (e[2] == "stage" and e[3] == i)))
+    if not st.jobs:
+        return set_ps(m, i, replace(st, rate=rate, ev=None))
+    tag = min(j[0] for j in st.jobs)
+    t = q(m.now + max(0, qdiv(tag - st.v, rate)))
+    m = schedule(m, t, "stage", i)
+    return set_ps(m, i, replace(st, rate=rate, ev=m.seq))
+
+
+def ps_submit(p: R.Program, m: Machine, i: int, sid: int, w) -> Machine:
+    """A job joins: its finish tag is the virtual time now plus its work."""
+    m = ps_advance(m, i)
+    st = m.ps[i]
+    m = set_ps(m, i, replace(st, jobs=st.jobs + ((q(st.v + w), st.started + 1, sid),), started=st.started + 1))
+    return ps_schedule(p, m, i)
+
+
+def ps_remove(p: R.Program, m: Machine, i: int, sid: int) -> Machine:
+    """A job leaves before its end (its session ended, or its hold was preempted)."""
+    m = ps_advance(m, i)
+    st = m.ps[i]
+    return ps_schedule(p, set_ps(m, i, replace(st, jobs=tuple(j for j in st.jobs if j[2] != sid))), i)
+
+
+def ps_fire(p: R.Program, m: Machine, i: int) -> Machine:
+    """The stage's next end: the jobs whose tags the virtual time has reached end, ties in the order
+    they started, each session woken in that order."""
+    m = ps_advance(m, i)
+    st = m.ps[i]
+    v = max([st.v] + [min(j[0] for j in st.jobs)] if st.jobs else [st.v])
+    done = sorted((j for j in st.jobs if j[0] <= v), key=lambda j: (j[0], j[1]))
+    m = set_ps(m, i, replace(st, v=v, jobs=tuple(j for j in st.jobs if j[0] > v)))
+    m = ps_schedule(p, m, i)
+    for _, _, sid in done:
+        m = wake(set_sess(m, replace(m.sess[sid], at_stage=None)), sid)
     return m
 
 
@@ -1060,7 +1178,8 @@ def grow(p: R.Program, m: Machine, r: Req, need: int) -> tuple:
     that preempts itself ends the iteration's serving (*Engines*)."""
     i = r.growing
     fuel = GROW_FUEL
-    while not room_for(p, m, i, need):
+    # under `reserve held` the grower grows into its own reservation first
+    while not room_for(p, m, i, need - own_extra(p, m, i, r.sid)):
         if fuel == 0:
             out_of_fuel("a growth")
         fuel -= 1
@@ -1078,15 +1197,32 @@ def grow(p: R.Program, m: Machine, r: Req, need: int) -> tuple:
     return set_alloc(m, i, replace(a, units=a.units + need)), True
 
 
+def own_extra(p: R.Program, m: Machine, i: int, sid: int) -> int:
+    """What a holder reserved on a `reserve held` pool and has not allocated (0 on another pool)."""
+    a = find_alloc(m, i, sid)
+    return max(0, a.reserve - a.units) if p.pools[i].reserve_held and a is not None else 0
+
+
 def victim(p: R.Program, m: Machine, i: int) -> Optional[int]:
-    """`preempt lifo`: of the holders that are the engine's residents, the one admitted last."""
-    if not p.pools[i].lifo:
+    """`preempt by (keys)`: of the holders that are the engine's residents, in the order of their
+    latest admission, the least keys, read for each with its attributes, `admission` its place in
+    that order, `position` its hold's computed position, `decoding` and `remaining` its run's;
+    ties to the one admitted last (*Pools*; `preempt lifo` is `by (-admission)`)."""
+    keys = p.pools[i].preempt
+    if keys is None:
         return None
     res = resident_ids(p, m)
-    cands = [a.sid for a in m.pools[i].allocs if a.sid in res]
-    if not cands:
-        return None
-    return sorted(cands, key=lambda sid: m.sess[sid].eng_adm)[-1]
+    cands = sorted((a for a in m.pools[i].allocs if a.sid in res), key=lambda a: m.sess[a.sid].eng_adm)
+    best = bk = None
+    for rank, a in enumerate(cands):
+        r = next((x for x in m.eng.reqs if x.sid == a.sid), None)
+        env = sess_env(m, a.sid, (("admission", rank), ("position", a.pos),
+                                  ("decoding", int(r is not None and r.mode == "decode")),
+                                  ("remaining", r.left if r is not None else 0)))
+        k = tuple(eval_expr(p, m, env, f) for f in keys) + (-rank,)
+        if bk is None or k < bk:
+            best, bk = a.sid, k
+    return best
 
 
 def preempt(p: R.Program, m: Machine, sid: int, i: int) -> Machine:
@@ -1097,10 +1233,13 @@ def preempt(p: R.Program, m: Machine, sid: int, i: int) -> Machine:
     m = release(p, m, sid, s.hold, True)
     if s.at_run is not None:
         m = drop_req(m, s.at_run)
+    if s.at_stage is not None:   # a job inside the hold's body, on a ps stage: it leaves it
+        m = ps_remove(p, m, s.at_stage, sid)
     s = m.sess[sid]
     k = max(j for j, f in enumerate(s.cont) if isinstance(f, Scope))
     rec = replace(s.rec, preemptions=s.rec.preemptions + 1) if s.rec is not None else None
-    s = replace(s, cont=s.cont[:k] + (Blk((s.hold,)),), hold=None, held=False, retry=pos, at_run=None, rec=rec)
+    s = replace(s, cont=s.cont[:k] + (Blk((s.hold,)),), hold=None, held=False, retry=pos, at_run=None, rec=rec,
+                at_stage=None, tail=p.pools[i].requeue_tail)
     m = set_sess(m, s)
     return replace(m, ready=tuple(x for x in m.ready if x != sid) + (sid,))
 
@@ -1251,11 +1390,12 @@ def end_iteration(p: R.Program, m: Machine) -> Machine:
 
 
 def initial(p: R.Program, wl: R.Workload) -> Machine:
-    m = Machine(0, (), 0, (), (), tuple(PoolSt() for _ in p.pools), Eng(regs=p.engine.registers), wl)
+    m = Machine(0, (), 0, (), (), tuple(PoolSt() for _ in p.pools), Eng(regs=p.engine.registers), wl,
+                ps=tuple(PsSt() for _ in p.stages))
     if not wl.sessions:
         return m
-    if p.arrive == "batch":
-        for k, s in enumerate(wl.sessions):
+    if p.arrive in ("batch", "closed"):   # a closed population's first n at 0, the rest as sessions end
+        for k, s in enumerate(wl.sessions[:p.n] if p.arrive == "closed" else wl.sessions):
             m = schedule(m, s.arrival, "arrive", k)
         return m
     return schedule(m, wl.sessions[0].arrival, "arrive", 0)
@@ -1273,9 +1413,13 @@ def step(p: R.Program, m: Machine, horizon: Optional[int] = None) -> tuple:
     (t, _, kind, arg), m = m.events[0], replace(m, events=m.events[1:])
     m = replace(m, now=t)
     if kind == "arrive":
+        if p.arrive == "closed":   # the next session, whichever event brings it (a start or an end)
+            return (arrive(p, m, m.arrived) if m.arrived < len(m.wl.sessions) else m), False
         return arrive(p, m, arg), False
     if kind == "wake":
         return wake(m, arg), False
+    if kind == "stage":
+        return ps_fire(p, m, arg), False
     return end_iteration(p, m), False
 
 

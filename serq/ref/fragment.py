@@ -31,8 +31,9 @@ class _Conv:
         self.pool_ix = {p.name: i for i, p in enumerate(prog.pools)}
         self.engine = None
         self.loc = None  # the innermost node with a location seen so far
+        self.stage_ix: dict = {}   # the ps and delay stages, by name
+        self.in_phi = False        # converting a ps stage's capacity, which reads `present`
         self.lift = None   # a workload statement's draws, read through the expression around them
-        self.cond = 0      # how deep the expression is under a condition (an arm, a short circuit)
         self.fresh = 0
 
     # -- diagnostics
@@ -73,8 +74,9 @@ class _Conv:
         if k == "attr":
             return R.Attr(e.name)
         if k == "ctx":
-            if e.name not in R.CTX:
-                self.fail("F003", f"the context variable `{e.name}`", e.at)
+            if e.name not in R.CTX or (e.name == "present" and not self.in_phi):
+                self.fail("F003", f"the context variable `{e.name}`" + (" outside a ps stage's capacity"
+                                                                         if e.name == "present" else ""), e.at)
             return R.Ctx(e.name)
         if k == "step":
             return R.StepVar(e.name, e.batch)
@@ -83,6 +85,8 @@ class _Conv:
         if k == "obs":
             if e.fn not in R.OBS:
                 self.fail("F003", f"the observable `{e.fn}`", e.at)
+            if e.of.name in self.stage_ix:
+                self.fail("F013", f"`{e.fn}({e.of.name})`, an observable of a ps or delay stage,", e.at)
             return R.Obs(e.fn, self.target(e.of))
         if k == "agg":
             if e.name in CLIENT_METRICS:
@@ -94,9 +98,14 @@ class _Conv:
             return R.Not(self.expr(e.e))
         if k == "bin":
             left = self.expr(e.l)
-            return R.Bin(e.op, left, self.under(e.r) if e.op in ("&&", "||") else self.expr(e.r))
+            if e.op in ("&&", "||") and self.lift is not None and _draws(e.r):
+                return self.short_circuit(e.op, left, e.r)
+            return R.Bin(e.op, left, self.expr(e.r))
         if k == "if":
-            return R.Ite(self.expr(e.c), self.under(e.a), self.under(e.b))
+            c = self.expr(e.c)
+            if self.lift is not None and (_draws(e.a) or _draws(e.b)):
+                return self.arms(c, e.a, e.b)
+            return R.Ite(c, self.expr(e.a), self.expr(e.b))
         if k == "fn":
             if e.name not in R.FUNS:
                 self.fail("F007", f"the function `{e.name}`", e.at)
@@ -107,24 +116,50 @@ class _Conv:
             if self.lift is None:
                 self.fail("F008", f"a draw `~{e.dist}` outside the workload's statements (the family draws a "
                                   "session's attributes)", e.at)
-            if self.cond:
-                self.fail("F008", f"a draw `~{e.dist}` under a condition (an arm of `?:`, or after `&&` or `||`: "
-                                  "drawn or not as the values fall)", e.at)
             # each occurrence its own unknown, any natural, drawn where the interpreter draws it:
             # before the statement, in the order the expression reads (Claims: the family)
-            self.fresh += 1
-            name = f"~{self.fresh}"
+            name = self.temp()
             self.lift.append(R.DrawA(name))
             return R.Attr(name)
         raise AssertionError(k)
 
-    def under(self, e):
-        """An operand the interpreter reads only on a condition."""
-        self.cond += 1
+    def temp(self) -> str:
+        """An attribute of the conversion's own: `~N`, a name no program has."""
+        self.fresh += 1
+        return f"~{self.fresh}"
+
+    def arm(self, e) -> tuple:
+        """An operand the interpreter reads only on a condition, its draws its own: (the
+        statements that draw and read it into a fresh attribute, that attribute)."""
+        outer, self.lift = self.lift, []
         try:
-            return self.expr(e)
+            v = self.expr(e)
+            return tuple(self.lift), v
         finally:
-            self.cond -= 1
+            self.lift = outer
+
+    def arms(self, c, a, b):
+        """`c ? a : b` with a draw in an arm: the interpreter draws only in the arm it takes, so
+        the arms are a branch on `c != 0` (a test: 0 or 1), each setting a fresh attribute."""
+        t = self.temp()
+        sa, va = self.arm(a)
+        sb, vb = self.arm(b)
+        test = R.Bin("!=", c, R.Num(0))
+        self.lift.append(R.BranchS(test, sa + (R.SetA(t, va),), sb + (R.SetA(t, vb),)))
+        return R.Attr(t)
+
+    def short_circuit(self, op: str, left, r):
+        """`l && r` or `l || r` with a draw in r, which the interpreter reads only when l does not
+        decide: a branch on `l != 0` setting a fresh attribute to the connective's 0 or 1."""
+        t = self.temp()
+        sr, vr = self.arm(r)
+        read = sr + (R.SetA(t, R.Bin("!=", vr, R.Num(0))),)
+        test = R.Bin("!=", left, R.Num(0))
+        if op == "&&":
+            self.lift.append(R.BranchS(test, read, (R.SetA(t, R.Num(0)),)))
+        else:
+            self.lift.append(R.BranchS(test, (R.SetA(t, R.Num(1)),), read))
+        return R.Attr(t)
 
     def lifted(self, where: str, f):
         """(the draws a workload statement's expressions make, in order, what f converts)."""
@@ -185,8 +220,15 @@ class _Conv:
         if k == "hold":
             return self.hold(s, where, depth)
         if k == "run":
-            if s.mode is None or len(s.stages) != 1 or self.target(s.stages[0]) != self.engine:
-                self.fail("F013", "a run on a stage other than the engine", at)
+            if len(s.stages) != 1:
+                self.fail("F013", "a run holding several stages at once (a flow)", at)
+            name = self.target(s.stages[0])
+            if name in self.stage_ix and s.mode is None and s.growing is None:
+                # a think or tool time: a job on a ps or delay stage, its draws before it
+                draws, work = self.lifted(where, lambda: self.expr(s.work))
+                return draws + (R.JobS(self.stage_ix[name], work),)
+            if s.mode is None or name != self.engine:
+                self.fail("F013", "a run on a stage other than the engine or a ps or delay stage", at)
             return R.RunS(s.mode, self.expr(s.work), self.pool(s.growing) if s.growing is not None else None)
         self.fail("F009", f"the statement `{k}`", at)
 
@@ -220,17 +262,11 @@ class _Conv:
             self.fail("F004", f"the pool array `{p.name}[{p.count}]`", p.at)
         if p.evict.k != "lru":
             self.fail("F012", "`evict by`", p.at)
-        lifo = False
-        if p.preempt.k == "by":
-            keys = p.preempt.keys
-            lifo = (len(keys) == 1 and keys[0].k == "un" and keys[0].op == "-" and keys[0].e.k == "ctx"
-                    and keys[0].e.name == "admission" and p.preempt.requeue == "head")
-            if not lifo:
-                self.fail("F012", "`preempt by` other than `preempt lifo`", p.at)
+        victim = None
+        if p.preempt.k == "by":  # `preempt lifo` is `by (-admission)`, as the parser writes it
             if p.memory != self.engine:
-                self.fail("F012", "`preempt lifo` on a pool that is not the engine's memory", p.at)
-        if p.reserve_held:
-            self.fail("F012", "`reserve held`", p.at)
+                self.fail("F012", "`preempt by` on a pool that is not the engine's memory", p.at)
+            victim = tuple(self.expr(k) for k in p.preempt.keys)
         if p.spill is not None:
             self.fail("F012", "`spill`", p.at)
         if p.content:
@@ -241,16 +277,20 @@ class _Conv:
         cap = None if p.cap.k == "inf" or _fold(p.cap) == float("inf") else self.const(p.cap, "a cap")
         block = self.const(p.block, "a block") if p.block is not None else 0
         keys = tuple(self.expr(k) for k in p.queue.keys) if p.queue.k == "by" else ()
-        return R.Pool(p.name, cap, block, lifo, keys, p.admit_via == self.engine, p.memory == self.engine)
+        return R.Pool(p.name, cap, block, victim, keys, p.admit_via == self.engine, p.memory == self.engine,
+                      p.preempt.k == "by" and p.preempt.requeue == "tail", bool(p.reserve_held))
 
     def engine_decl(self) -> R.Engine:
         steps = [s for s in self.prog.stages if s.kind.k == "step"]
-        others = [s for s in self.prog.stages if s.kind.k != "step"]
-        if others:
-            self.fail("F013", f"the {others[0].kind.k} stage `{others[0].name}`", others[0].at)
+        for s in self.prog.stages:
+            if s.kind.k == "fifo":
+                self.fail("F013", f"the fifo stage `{s.name}` (its jobs wait in line: a queue the fragment does "
+                                  "not model)", s.at)
+            if s.kind.k == "ps" and s.count is not None:
+                self.fail("F004", f"the stage array `{s.name}[{s.count}]`", s.at)
         if len(steps) != 1:
             self.fail("F013", f"a program of {len(steps)} engines (the fragment has one)",
-                      steps[1].at if steps else None)
+                      steps[1].at if steps else (self.prog.stages[0].at if self.prog.stages else None))
         st = steps[0]
         self._at(st)
         if st.count is not None:
@@ -278,8 +318,27 @@ class _Conv:
                              tuple(self.istmt(t) for t in s.else_))
         return R.ISet(s.name, self.expr(s.e))
 
+    def stage_decls(self) -> tuple:
+        """The ps and delay stages (a delay is ps(present), as the IR writes it)."""
+        out = []
+        for st in self.prog.stages:
+            if st.kind.k != "ps":
+                continue
+            self._at(st)
+            phi = st.kind.phi
+            delay = phi.k == "ctx" and phi.name == "present"
+            self.stage_ix[st.name] = len(out)
+            self.in_phi = True
+            try:
+                out.append(R.Stage(st.name, None if delay else self.expr(phi)))
+            finally:
+                self.in_phi = False
+        self.loc = None
+        return tuple(out)
+
     def program(self) -> R.Program:
         prog = self.prog
+        stages = self.stage_decls()
         eng = self.engine_decl()
         pools = tuple(self.pool_decl(p) for p in prog.pools)
         wl = prog.workload
@@ -290,7 +349,7 @@ class _Conv:
             gap = self.const(a.gap, "a renewal gap", natural=False)
             if gap <= 0:
                 self.fail("F014", f"a renewal gap of {gap}", a.at)
-        elif a.k == "batch":
+        elif a.k in ("batch", "closed"):
             n = a.n
         elif a.k != "poisson":
             self.fail("F014", f"`arrive {a.k}`", a.at)
@@ -307,7 +366,20 @@ class _Conv:
                 self.fail("F013", "a claim over the iterations of another stage", c.at)
             claims.append(R.Claim(c.name, c.form, self.expr(c.e), self.opt(c.given)))
         return R.Program(pools, eng, a.k, gap, n, wl.trace is not None, init, turn, session, server,
-                         tuple(claims))
+                         tuple(claims), stages=stages)
+
+
+def _draws(e) -> bool:
+    """Whether an IR expression draws anywhere inside."""
+    if e is None:
+        return False
+    if getattr(e, "k", None) == "draw":
+        return True
+    for name in ("e", "l", "r", "c", "a", "b"):
+        sub = getattr(e, name, None)
+        if sub is not None and hasattr(sub, "k") and _draws(sub):
+            return True
+    return any(_draws(x) for x in (getattr(e, "args", None) or ()) if hasattr(x, "k"))
 
 
 def _fold(e):

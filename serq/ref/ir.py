@@ -14,7 +14,7 @@ from typing import Optional, Union
 
 BIN_OPS = ("+", "-", "*", "/", "%", "==", "!=", "<", "<=", ">", ">=", "&&", "||")
 FUNS = ("min", "max", "sum", "floor", "ceil", "round", "abs", "reusable")
-CTX = ("now", "admission", "decoding", "remaining", "waited", "demand", "served", "arrived")
+CTX = ("now", "admission", "decoding", "remaining", "waited", "demand", "served", "arrived", "present", "position")
 STEP_VARS = ("Nres", "Ndec", "Kvb", "Kvp", "Preempted", "Admitted", "Ntok", "Npre", "Attn", "Queued")
 OBS = ("used", "free", "holders", "queued", "queue", "busy", "cachedin", "budget_left", "work")
 AGGS = ("total", "count", "largest", "smallest", "prefix_total")
@@ -97,7 +97,7 @@ LEAN_AGGS = {"total": "total", "count": "count", "largest": "largest", "smallest
              "prefix_total": "prefixTotal"}
 LEAN_MODES = {"prefill": "prefill", "decode": "decode"}
 LEAN_FORMS = {"every": "every", "some": "someIter", "end": "atEnd"}
-LEAN_ARRIVALS = {"batch": "batch", "renewal": "renewal", "poisson": "poisson"}
+LEAN_ARRIVALS = {"batch": "batch", "renewal": "renewal", "poisson": "poisson", "closed": "closed"}
 
 # ---------------------------------------------------------------- statements (Lean: Serq.Stmt)
 
@@ -168,7 +168,15 @@ class EndS:
     pass
 
 
-Stmt = Union[SetA, DrawA, ObserveA, BranchS, WhileS, TurnS, HoldS, RunS, EndS]
+@dataclass(frozen=True)
+class JobS:
+    """`run S (work)` on a ps or delay stage (a think or tool time, `tool Z;`): the session waits
+    while the stage serves the work (*Stages*)."""
+    stage: int                 # the stage's index in Program.stages
+    work: Expr
+
+
+Stmt = Union[SetA, DrawA, ObserveA, BranchS, WhileS, TurnS, HoldS, RunS, EndS, JobS]
 
 # ---------------------------------------------------------------- the iteration (Lean: Serq.IStmt)
 
@@ -206,14 +214,24 @@ IStmt = Union[IServe, IAdmit, IBranch, ISet]
 
 
 @dataclass(frozen=True)
+class Stage:
+    """A ps stage: every job at once, each at phi(present)/present; `phi` None is a delay, every
+    job at rate 1 (ps(present), which the IR writes)."""
+    name: str
+    phi: Optional[Expr]
+
+
+@dataclass(frozen=True)
 class Pool:
     name: str
     cap: Optional[int]         # None: no cap (inf)
     block: int                 # 0: no block
-    lifo: bool                 # preempt lifo (else preempt none)
+    preempt: Optional[tuple]   # `preempt by (keys)`: the victim has the least keys (lifo: (0 - admission,)); None: none
     queue_keys: tuple          # () is queue fifo
     admitted: bool             # the engine admits its queue (admit_via)
     memory: bool               # the engine's memory
+    requeue_tail: bool = False  # a victim re-enters its queue as a newcomer (`requeue tail`), else at its head
+    reserve_held: bool = False  # a hold's unallocated reservation counts against later admissions
 
 
 @dataclass(frozen=True)
@@ -241,9 +259,9 @@ class Claim:
 class Program:
     pools: tuple
     engine: Engine
-    arrive: str                # "batch" | "renewal" | "poisson"
+    arrive: str                # "batch" | "renewal" | "poisson" | "closed"
     gap: object                # renewal's constant gap, a rational above 0 (0 otherwise)
-    n: int                     # batch's count (0 otherwise)
+    n: int                     # batch's count, closed's population (0 otherwise)
     trace: bool                # sessions replay a trace (ordered)
     init: tuple
     turn: tuple
@@ -251,6 +269,7 @@ class Program:
     server: tuple
     claims: tuple
     side_server: bool = True   # an `end;` in the server refuses (kept for the report's count)
+    stages: tuple = ()         # Stage: the ps and delay stages beside the engine
 
 
 # ---------------------------------------------------------------- one concrete workload

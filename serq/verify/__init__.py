@@ -189,8 +189,8 @@ class _Search:
                     o = path.outcomes.get(cs.v.name)
                     if not path.done or (o is not None and o.status == "not_evaluated"):
                         # the claim says nothing of a path that never reaches its end: the user is told
-                        cs.v.unended = (S.concrete_workload(fam, path),
-                                        UNENDED_FUEL if not path.done else UNENDED_LIVE)
+                        cs.v.unended = (S.concrete_workload(fam, path), UNENDED_FUEL if not path.done else
+                                        UNENDED_CLOSED if self.p.arrive == "closed" else UNENDED_LIVE)
             return False
         return visit
 
@@ -241,7 +241,7 @@ class _Search:
                 break
             if n in self.finished:
                 continue
-            fam = S.Family(self.p, n, lv, lv, self.trace)
+            fam = S.Family(self.p, self.size(n), lv, lv, self.trace)
             try:
                 count, conds, names, stopped, undecided = S.explore(fam, self.kernel_left(limit), self.visit(fam),
                                                                     self.within(fam))
@@ -264,6 +264,11 @@ class _Search:
             if lv == self.values and n not in self.finished and not undecided:
                 self.finished[n] = False      # the bound itself, every path run
         return False
+
+    def size(self, n: int) -> int:
+        """The sessions of the n-th size: n, or under closed(k) the population and n - 1 that come as
+        sessions end (a workload of fewer is no path of the program's)."""
+        return n if self.p.arrive != "closed" else self.p.n + n - 1
 
     def all_covered(self) -> bool:
         return len(self.finished) == self.sessions and all(self.finished.values())
@@ -350,6 +355,7 @@ class Disagreement(Exception):
 TIMED_OUT = "the timeout ran out replaying it"
 UNENDED_LIVE = "sessions are still live when nothing more happens (a deadlock or a stall)"
 UNENDED_FUEL = f"the path runs past {S.FUEL} kernel steps (it may end later, or never)"
+UNENDED_CLOSED = "a closed population never ends: each session that ends is followed by another"
 PROBE_SHARE = 0.1   # of the timeout, the most the first look at values 0..1 may take
 INDUCT_SHARE = 0.7  # of the timeout, the most the proof over every state may take (at 0.5, bari_tiling.sq's
                     # `tiled` ran out of its 30 CPU s on a slow day: a machine's speed changed its verdict)

@@ -95,6 +95,10 @@ def scope(p: R.Program) -> tuple:
         return None, "sessions take several turns"
     if p.trace:
         return None, "the sessions replay a trace"
+    if p.stages:
+        return None, "a session waits at a ps or delay stage"
+    if p.arrive == "closed":
+        return None, "a closed population"
     if p.engine.registers:
         return None, "the engine has registers"
     if _reads(p, "Ctx(name='admission')"):
@@ -117,7 +121,7 @@ def scope(p: R.Program) -> tuple:
     if not all(_pure(st.work) for st in h.body):
         return None, "a run's work reads more than attributes and numbers"
     before = list(_stmts(p.init + p.turn + p.server[:p.server.index(h)]))
-    if any(isinstance(st, (R.RunS, R.HoldS, R.EndS, R.WhileS, R.TurnS)) for st in before):
+    if any(isinstance(st, (R.RunS, R.HoldS, R.EndS, R.WhileS, R.TurnS, R.JobS)) for st in before):
         return None, "a session may block or loop before the hold"
     # a session reaches the hold at its arrival: what it computes before reads the clock then
     if not all(_pure(e, now=True) for st in before for e in _exprs(st)):

@@ -168,7 +168,7 @@ def workload(f: Family, inp: Inputs) -> R.Workload:
             t = inp.value(f"a{k}")   # the k-th arrival time, in serial order
         elif f.prog.arrive == "renewal":
             t = q((k + 1) * f.prog.gap)
-        else:
+        else:   # batch, and closed: the population at 0, each later one when a session ends
             t = 0
         rows = tuple(f.trace[k % len(f.trace)]) if f.trace else ()
         sess.append(R.SessionIn(t, Draws(inp, k), rows))

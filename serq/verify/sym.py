@@ -104,15 +104,19 @@ class SymBool:
 
 
 class SymNum:
-    __slots__ = ("c", "t")
+    __slots__ = ("c", "t", "r")
 
-    def __init__(self, c, t):
+    def __init__(self, c, t, r=None):
+        # r: whether the term is of z3's Real sort, known to the operation that made it (asking z3
+        # each time was a tenth of a search's time)
         self.c, self.t = q(c), t
+        self.r = t.is_real() if r is None else r
 
-    def _bin(self, o, f, g):
+    def _bin(self, o, f, g, real=False):
         if not _ok(o):
             return NotImplemented
-        return SymNum(f(self.c, _c(o)), g(self.t, _t(o, self.t.is_real())))
+        r = real or self.r or (o.r if isinstance(o, SymNum) else type(o) is Fraction)
+        return SymNum(f(self.c, _c(o)), g(self.t, _t(o, self.r)), r)
 
     def __add__(self, o):
         return self._bin(o, lambda a, b: a + b, lambda a, b: a + b)
@@ -133,17 +137,23 @@ class SymNum:
 
     def __truediv__(self, o):
         # the exact quotient; the kernel tests the divisor for 0 first
-        return self._bin(o, qdiv, lambda a, b: _real(a) / _real(b))
+        return self._bin(o, qdiv, lambda a, b: _real(a) / _real(b), True)
 
     def __rtruediv__(self, o):
-        return self._bin(o, lambda a, b: qdiv(b, a), lambda a, b: _real(b) / _real(a))
+        return self._bin(o, lambda a, b: qdiv(b, a), lambda a, b: _real(b) / _real(a), True)
 
     def __floordiv__(self, o):
         # whole amounts by positive divisors (block rounding): z3's integer division is then floor
-        return self._bin(o, lambda a, b: a // b, _floordiv)
+        out = self._bin(o, lambda a, b: a // b, _floordiv)
+        if out is not NotImplemented:
+            out.r = False
+        return out
 
     def __rfloordiv__(self, o):
-        return self._bin(o, lambda a, b: b // a, lambda a, b: _floordiv(b, a))
+        out = self._bin(o, lambda a, b: b // a, lambda a, b: _floordiv(b, a))
+        if out is not NotImplemented:
+            out.r = False
+        return out
 
     def __mod__(self, o):
         return self._bin(o, lambda a, b: a % b, lambda a, b: a % b)
@@ -152,18 +162,18 @@ class SymNum:
         return self._bin(o, lambda a, b: b % a, lambda a, b: b % a)
 
     def __neg__(self):
-        return SymNum(-self.c, -self.t)
+        return SymNum(-self.c, -self.t, self.r)
 
     def __floor__(self):
-        return SymNum(self.c // 1, self.t if self.t.is_int() else z3.ToInt(self.t))
+        return SymNum(self.c // 1, z3.ToInt(self.t) if self.r else self.t, False)
 
     def __ceil__(self):
-        return SymNum(-(-self.c // 1), self.t if self.t.is_int() else -z3.ToInt(-self.t))
+        return SymNum(-(-self.c // 1), -z3.ToInt(-self.t) if self.r else self.t, False)
 
     def _cmp(self, o, f, g):
         if not _ok(o):
             return NotImplemented
-        return SymBool(f(self.c, _c(o)), g(self.t, _t(o, self.t.is_real())))
+        return SymBool(f(self.c, _c(o)), g(self.t, _t(o, self.r)))
 
     def __lt__(self, o):
         return self._cmp(o, lambda a, b: a < b, lambda a, b: a < b)

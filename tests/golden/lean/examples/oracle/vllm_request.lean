@@ -11,8 +11,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 176, block := 16, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false }],
+    { name := "kv", cap := some 176, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "vllm",
     budget := (some (Expr.num 128)),
@@ -68,7 +68,8 @@ def program : Program := {
         Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.bin BinOp.sub (Expr.attr "out") (Expr.num 1)) (Expr.bin BinOp.sub (Expr.attr "known") (Expr.attr "prompt"))) (some 0),
         Stmt.observeA "last_token" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.num 1)),
         Stmt.observeA "preemptions" (Expr.bin BinOp.sub (Expr.attr "attempts") (Expr.num 1))]],
-  claims := [] }
+  claims := [],
+  stages := [] }
 
 /-- The program's trace: each session's rows (`new`, `out`, `think`, `forced`), in file order. -/
 def trace : List (List Row) := [

@@ -12,7 +12,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [], admitted := true, memory := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -51,7 +51,8 @@ def program : Program := {
   claims := [
     { name := "tiled", form := Form.every, e := Expr.bin BinOp.eq (Expr.bin BinOp.mod (Expr.step StepVar.npre true) (Expr.num 8)) (Expr.num 0), given := (some (Expr.bin BinOp.eq (Expr.bin BinOp.mod (Expr.attr "p") (Expr.num 8)) (Expr.num 0))) },
     { name := "ragged", form := Form.someIter, e := Expr.bin BinOp.ne (Expr.bin BinOp.mod (Expr.step StepVar.npre true) (Expr.num 8)) (Expr.num 0), given := none },
-    { name := "tile_idles_budget", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }] }
+    { name := "tile_idles_budget", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }],
+  stages := [] }
 
 /-- `claim tiled`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions, every session satisfying its `given`). -/
 def claim_tiled : Prop :=

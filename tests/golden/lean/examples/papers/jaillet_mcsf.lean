@@ -12,8 +12,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 32, block := 0, lifo := false, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 8, block := 0, lifo := false, queueKeys := [Expr.attr "o", Expr.attr "serial"], admitted := true, memory := false }],
+    { name := "kv", cap := some 32, block := 0, preempt := none, queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "o", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -53,7 +53,8 @@ def program : Program := {
   claims := [
     { name := "memory_bound", form := Form.every, e := Expr.bin BinOp.le (Expr.obs ObsFn.used "kv") (Expr.num 32), given := none },
     { name := "completion_alone", form := Form.atEnd, e := Expr.bin BinOp.ge (Expr.agg AggFn.total "done") (Expr.agg AggFn.total "alone"), given := none },
-    { name := "completion_lower_bound", form := Form.atEnd, e := Expr.bin BinOp.ge (Expr.agg AggFn.total "done") (Expr.agg AggFn.prefixTotal "alone"), given := (some (Expr.bin BinOp.gt (Expr.bin BinOp.mul (Expr.num 2) (Expr.bin BinOp.add (Expr.attr "p") (Expr.attr "o"))) (Expr.num 32))) }] }
+    { name := "completion_lower_bound", form := Form.atEnd, e := Expr.bin BinOp.ge (Expr.agg AggFn.total "done") (Expr.agg AggFn.prefixTotal "alone"), given := (some (Expr.bin BinOp.gt (Expr.bin BinOp.mul (Expr.num 2) (Expr.bin BinOp.add (Expr.attr "p") (Expr.attr "o"))) (Expr.num 32))) }],
+  stages := [] }
 
 /-- `claim memory_bound`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions). -/
 def claim_memory_bound : Prop :=

@@ -12,7 +12,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [], admitted := true, memory := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -49,7 +49,8 @@ def program : Program := {
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "work_conserving", form := Form.every, e := Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.eq (Expr.step StepVar.ntok true) (Expr.num 16)), given := none },
-    { name := "starved", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }] }
+    { name := "starved", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.lt (Expr.step StepVar.ntok true) (Expr.num 16)), given := none }],
+  stages := [] }
 
 /-- `claim work_conserving`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions). -/
 def claim_work_conserving : Prop :=

@@ -12,8 +12,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 256, block := 8, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [], admitted := true, memory := false }],
+    { name := "kv", cap := some 256, block := 8, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 32)),
@@ -63,7 +63,8 @@ def program : Program := {
   claims := [
     { name := "bounded_batch", form := Form.every, e := Expr.bin BinOp.le (Expr.step StepVar.ntok true) (Expr.num 32), given := none },
     { name := "busy", form := Form.someIter, e := Expr.bin BinOp.and (Expr.bin BinOp.gt (Expr.step StepVar.ntok true) (Expr.num 0)) (Expr.bin BinOp.ge (Expr.ctx "demand") (Expr.step StepVar.ntok true)), given := none },
-    { name := "quick", form := Form.atEnd, e := Expr.bin BinOp.le (Expr.agg AggFn.largest "done") (Expr.num 1000), given := (some (Expr.bin BinOp.le (Expr.attr "turns") (Expr.num 3))) }] }
+    { name := "quick", form := Form.atEnd, e := Expr.bin BinOp.le (Expr.agg AggFn.largest "done") (Expr.num 1000), given := (some (Expr.bin BinOp.le (Expr.attr "turns") (Expr.num 3))) }],
+  stages := [] }
 
 /-- `claim bounded_batch`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions). -/
 def claim_bounded_batch : Prop :=

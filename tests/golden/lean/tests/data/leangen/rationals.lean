@@ -12,8 +12,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 256, block := 8, lifo := true, queueKeys := [], admitted := false, memory := true },
-    { name := "reqs", cap := some 4, block := 0, lifo := false, queueKeys := [], admitted := true, memory := false }],
+    { name := "kv", cap := some 256, block := 8, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 32)),
@@ -51,7 +51,8 @@ def program : Program := {
     Stmt.observeA "back" (Expr.bin BinOp.sub (Expr.num 0) (Expr.bin BinOp.div (Expr.ctx "now") (Expr.num 4)))],
   claims := [
     { name := "thirds", form := Form.every, e := Expr.bin BinOp.and (Expr.bin BinOp.le (Expr.bin BinOp.sub (Expr.num 0) (Expr.step StepVar.ntok true)) (Expr.num 0)) (Expr.bin BinOp.eq (Expr.fn Fun.floor [Expr.bin BinOp.div (Expr.num 7) (Expr.num 2)]) (Expr.num 3)), given := none },
-    { name := "quick", form := Form.atEnd, e := Expr.bin BinOp.le (Expr.agg AggFn.largest "done") (Expr.num (Q.mk 403 4)), given := none }] }
+    { name := "quick", form := Form.atEnd, e := Expr.bin BinOp.le (Expr.agg AggFn.largest "done") (Expr.num (Q.mk 403 4)), given := none }],
+  stages := [] }
 
 /-- `claim thirds`: it holds at the start of every iteration of every path of every workload of the program's family (up to 500 sessions). -/
 def claim_thirds : Prop :=
