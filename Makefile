@@ -48,9 +48,9 @@ check: $(STAMP)
 	$(BIN)/python tools/gen_claims_proved.py --check
 	$(BIN)/python tools/verify_papers.py --check
 	$(BIN)/python -m pytest $(DIFFERENTIAL) tests/test_papers.py -k "not verdicts_at_the_default_bound"
-	@if command -v lake >/dev/null 2>&1; then cd lean && lake build && \
+	@if command -v lake >/dev/null 2>&1; then cd lean && lake build Serq && lake build SerqOracle && \
 	  for f in $(GOLDEN_LEAN); do echo "lake env lean $$f"; lake env lean ../$$f || exit 1; done; \
-	else echo "Lean build SKIPPED: lake is not on the PATH (no Lean toolchain here); lean/, the golden files and ClaimsProved.lean were not compiled"; fi
+	else echo "Lean build SKIPPED: lake is not on the PATH (no Lean toolchain here); lean/ (Serq, SerqOracle), the golden files and ClaimsProved.lean were not compiled"; fi
 
 # regenerate the golden Lean files, lean/Serq/Oracle.lean and examples/papers/ClaimsProved.lean
 # (docs/leangen.md, docs/lean.md)

@@ -2,4 +2,3 @@ import Serq.Num
 import Serq.IR
 import Serq.Exec
 import Serq.Claims
-import Serq.Oracle

@@ -1,9 +1,16 @@
 import Lake
 open Lake DSL
 
--- serQ's Lean side: the fragment's IR, its executable semantics and claims (docs/lean.md).
--- Lean 4 core only, no Mathlib.
+-- serQ's Lean side (docs/lean.md). Lean 4 core only, no Mathlib.
 package serq where
 
+/-- The fragment's semantics: its numbers, IR, executable semantics and claims (`lake build`).
+No proof of a scenario: building it checks the definitions alone. -/
 @[default_target]
 lean_lib Serq where
+  roots := #[`Serq]
+
+/-- The vLLM oracle theorems, one `decide +kernel` per recorded scenario (`lake build SerqOracle`):
+minutes of kernel work, kept out of the library. -/
+lean_lib SerqOracle where
+  roots := #[`Serq.Oracle]

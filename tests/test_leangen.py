@@ -359,7 +359,20 @@ def test_oracle_leaves_out_exactly_the_scenarios_where_the_kernel_differs():
     left = re.findall(r"^\* `(\S+)`: (.*)$", text, flags=re.M)
     assert [n for n, _ in left] == ["09b_prefix_caching_multiturn_tight", "10_preempt_only_step_stall"]
     assert "70 theorems of 72 scenarios tried" in text
-    assert "import Serq.Oracle" in read(os.path.join("lean", "Serq.lean"))
+
+
+
+def test_the_library_builds_no_scenario_and_the_oracle_is_a_target_of_its_own():
+    """Issue 27: building the semantics (`lake build`, the default target `Serq`) ran all 70
+    `decide +kernel` scenario checks, since Serq.lean imported Oracle.lean. The library imports the
+    semantics alone; SerqOracle is its own target, and `make check` builds both where lake is."""
+    lib = read(os.path.join("lean", "Serq.lean"))
+    assert "import Serq.Oracle" not in lib
+    assert all(f"import Serq.{m}" in lib for m in ("Num", "IR", "Exec", "Claims"))
+    lake = read(os.path.join("lean", "lakefile.lean"))
+    assert re.search(r"@\[default_target\]\s*lean_lib Serq where\s*roots := #\[`Serq\]", lake)
+    assert re.search(r"lean_lib SerqOracle where\s*roots := #\[`Serq\.Oracle\]", lake)
+    assert "lake build Serq && lake build SerqOracle" in read("Makefile")
 
 
 def test_oracle_lean_is_current():

@@ -264,3 +264,51 @@ def test_a_workload_draws_anywhere_in_its_statements(tmp_path):
     assert res.live == 0 and len(done) == 3 == run["observe"]["done"]["count"]
     assert (done[0], done[-1]) == (run["observe"]["done"]["min"], run["observe"]["done"]["max"])
     assert run["claims"]["fast"]["status"] == res.claims["fast"].status
+
+
+def test_the_twins_agree_at_their_edges(monkeypatch):
+    """Issue 27: at the fuel's edge and past a list's end, Exec.lean and serq/ref/exec.py did not
+    agree (fuel 0 with no work left was `none` in Lean and success in Python; `put` past the end
+    left Lean's list and appended to Python's). Both now: no work left needs no fuel, a growth with
+    room needs no preemption's fuel, and `put` past the end changes nothing. Driven here through
+    the Python; the Lean definitions are read for the same first cases (no Lean runs here)."""
+    p = ref.convert(api.load(THREE))
+    m = X.initial(p, ref.workload(p, 1, draws=[[3, 2]]))
+    assert X.put((1, 2), 5, 9) == (1, 2) and X.put((1, 2), 1, 9) == (1, 9)
+    assert X.run_body(p, m, (), 0) is m and X.settle(p, m, 0) is m
+    with pytest.raises(X.KernelError):
+        X.settle(p, X.wake(m, 0), 0)
+    # a planned iteration whose queue is empty: nothing to admit, no fuel needed
+    m1 = X.step(p, m)[0]
+    m1 = X.set_eng(m1, plan=X.Plan(16, None, None))
+    assert X.admit_pool(p, m1, 1, None, None, None, 0) == (m1, False)
+    # a growth with room needs no fuel; one without room and no fuel is out of it
+    run = X.run(p, ref.workload(p, 1, draws=[[3, 2]]), fuel=2).machine   # the prefill in flight
+    (r,) = run.eng.reqs
+    assert r.growing is not None and X.room_for(p, run, r.growing, 1)
+    monkeypatch.setattr(X, "GROW_FUEL", 0)
+    got, ok = X.grow(p, run, r, 1)
+    assert ok and X.find_alloc(got, r.growing, r.sid).units == X.find_alloc(run, r.growing, r.sid).units + 1
+    with open(os.path.join(ROOT, "lean", "Serq", "Exec.lean"), encoding="utf-8") as fh:
+        lean = fh.read()
+    assert re.search(r"def runBody[^\n]*\n  \| _, \[\], m => some m[^\n]*\n  \| 0, _ :: _, _ => none", lean)
+    assert re.search(r"def settle[^\n]*\n  \| 0 => if m\.ready\.isEmpty then some m else none", lean)
+    assert re.search(r"def admitPool[^\n]*\n[^\n]*\n  \| 0 => do[^\n]*\n[^\n]*\n    if st\.queue\.isEmpty then "
+                     r"pure \(m, false\) else none", lean)
+    assert re.search(r"def grow [^\n]*\n  let i ← r\.growing\n  if roomFor[^\n]*then growInto[^\n]*\n  else match fuel", lean)
+    assert re.search(r"def put [^\n]*\n  \| \[\], _, _ => \[\]", lean)
+
+
+def test_a_theorems_fuel_is_what_its_run_needs():
+    """Issue 27: each generated theorem states its run with the fuel the Python twin's run needs,
+    no more (Oracle.lean gave every scenario a million moves): with `moves` the run ends, with one
+    fewer it does not. Oracle.lean and ClaimsProved.lean say so in each theorem's comment."""
+    p = ref.convert(api.load(THREE))
+    wl = ref.workload(p, 3, draws=[[8, 3], [8, 3], [8, 3]])
+    k = ref.moves(p, wl)
+    assert X.run(p, wl, fuel=k).done and not X.run(p, wl, fuel=k - 1).done
+    with open(os.path.join(ROOT, "lean", "Serq", "Oracle.lean"), encoding="utf-8") as fh:
+        oracle = fh.read()
+    stated = re.findall(r"The Python twin's run takes (\d+) moves: the fuel\ngiven.*?\n.*?\n    answers \(run \S+ "
+                        r"\S+ (\d+) ", oracle, flags=re.S)
+    assert len(stated) == 70 and all(a == b for a, b in stated)

@@ -46,6 +46,7 @@ class Scenario:
     horizon: int
     expected: list              # (request id, session, turn, first, last, preemptions), vLLM's
     differs: str | None         # None: the reference kernel gives the same; else the first difference
+    moves: int = 0              # the moves the Python twin's run takes: the theorem's fuel
 
 
 def scenario_paths() -> list[str]:
@@ -85,7 +86,8 @@ def scenario(path: str) -> Scenario:
                 differs = f"request {rid}: {FIELDS[k]} vLLM {want[k]}, the reference kernel {have[k]}"
     if differs is None and not res.done:
         differs = "the reference kernel's run did not end"
-    return Scenario(name, os.path.relpath(path, ROOT), p, wl, horizon, expected, differs)
+    moves = ref.moves(p, wl, horizon) if differs is None else 0
+    return Scenario(name, os.path.relpath(path, ROOT), p, wl, horizon, expected, differs, moves)
 
 
 def generate(paths: list[str] | None = None) -> tuple[str, list[Scenario]]:

@@ -9,10 +9,10 @@ import Serq.Claims
 Each program of examples/papers/ as `serq claims` writes it (its claims' propositions over the
 whole family, `SerqGen.<Name>.claim_<claim>`, up to 500 sessions, are stated there and not proved
 here), then, for each claim, the bounded statement: on every workload of a finite family, the run
-ends with every session ended within the fuel, and the claim's outcome (`Serq.outcome`) is the
-verdict named (`checkAll`: held or witnessed; `refuteAll`: not witnessed or failed). For an `every
-iteration` claim held on a family, that is `EveryOn` on each of those complete paths; for `some
-iteration`, a witness. Linking `checkAll` to `Serq.Every` restricted to the family (through
+ends with every session ended within the fuel, and the claim's status (`Serq.Outcome.status`) is
+the one named, exactly (`allAre`: `held` is held, never out of scope, which is a status of its own).
+For an `every iteration` claim held on a family, that is `EveryOn` on each of those complete paths;
+for `some iteration`, a witness. Linking `allAre` to `Serq.Every` restricted to the family (through
 `outcome` and `firstAt`) is not proved here.
 
 Every statement was evaluated true by the reference kernel (serq/ref/) before it was written.
@@ -506,12 +506,6 @@ def allDone (p : Program) (ws : List Workload) (fuel : Nat) : Bool :=
   ws.all fun wl => match run p wl fuel with
     | some r => r.done && drained r.machine
     | none => false
-
-/-- Claim `j` is neither held nor witnessed on any workload (`checkOn` false: not witnessed, failed,
-or no outcome, its reading failed before an iteration decided it). -/
-def refuteAll (p : Program) (ws : List Workload) (fuel j : Nat) : Bool :=
-  ws.all fun wl => !checkOn p wl fuel j
-
 /-- 108 workloads (tools/gen_claims_proved.py, `FAMILIES`). -/
 def two_sessions : List Workload := [
   { sessions := [
@@ -1522,112 +1516,112 @@ def ragged_prompt : List Workload := [
   { sessions := [
     { arrival := 0, draws := [1, 0, 0], rows := [] }] }]
 
-/-- `work_conserving` (examples/papers/li_dai_peng_sarathi.sq): held on every workload of `two_sessions`, each run ending with every session ended. -/
+/-- `work_conserving` (examples/papers/li_dai_peng_sarathi.sq): held on every workload of `two_sessions` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 2048 moves in all, 28 the most: the fuel given, no more than they need. -/
 theorem Sarathi_work_conserving_held_two_sessions :
-    allDone SerqGen.Sarathi.program two_sessions 100000 = true ∧
-      checkAll SerqGen.Sarathi.program two_sessions 100000 0 = true := by
+    allDone SerqGen.Sarathi.program two_sessions 28 = true ∧
+      allAre SerqGen.Sarathi.program two_sessions 28 0 "held" = true := by
   decide +kernel
 
-/-- `starved` (examples/papers/li_dai_peng_sarathi.sq): not_witnessed on every workload of `two_sessions`, each run ending with every session ended. -/
+/-- `starved` (examples/papers/li_dai_peng_sarathi.sq): not_witnessed on every workload of `two_sessions` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 2048 moves in all, 28 the most: the fuel given, no more than they need. -/
 theorem Sarathi_starved_not_witnessed_two_sessions :
-    allDone SerqGen.Sarathi.program two_sessions 100000 = true ∧
-      refuteAll SerqGen.Sarathi.program two_sessions 100000 1 = true := by
+    allDone SerqGen.Sarathi.program two_sessions 28 = true ∧
+      allAre SerqGen.Sarathi.program two_sessions 28 1 "not_witnessed" = true := by
   decide +kernel
 
-/-- `starved` (examples/papers/li_dai_peng_sarathi.sq): not_witnessed on every workload of `starved_witness`, each run ending with every session ended. -/
+/-- `starved` (examples/papers/li_dai_peng_sarathi.sq): not_witnessed on every workload of `starved_witness` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 13 moves in all, 13 the most: the fuel given, no more than they need. -/
 theorem Sarathi_starved_not_witnessed_starved_witness :
-    allDone SerqGen.Sarathi.program starved_witness 100000 = true ∧
-      refuteAll SerqGen.Sarathi.program starved_witness 100000 1 = true := by
+    allDone SerqGen.Sarathi.program starved_witness 13 = true ∧
+      allAre SerqGen.Sarathi.program starved_witness 13 1 "not_witnessed" = true := by
   decide +kernel
 
-/-- `work_conserving` (examples/papers/li_dai_peng_orca.sq): held on every workload of `two_sessions`, each run ending with every session ended. -/
+/-- `work_conserving` (examples/papers/li_dai_peng_orca.sq): held on every workload of `two_sessions` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 1978 moves in all, 26 the most: the fuel given, no more than they need. -/
 theorem Orca_work_conserving_held_two_sessions :
-    allDone SerqGen.Orca.program two_sessions 100000 = true ∧
-      checkAll SerqGen.Orca.program two_sessions 100000 0 = true := by
+    allDone SerqGen.Orca.program two_sessions 26 = true ∧
+      allAre SerqGen.Orca.program two_sessions 26 0 "held" = true := by
   decide +kernel
 
-/-- `starved` (examples/papers/li_dai_peng_orca.sq): not_witnessed on every workload of `two_sessions`, each run ending with every session ended. -/
+/-- `starved` (examples/papers/li_dai_peng_orca.sq): not_witnessed on every workload of `two_sessions` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 1978 moves in all, 26 the most: the fuel given, no more than they need. -/
 theorem Orca_starved_not_witnessed_two_sessions :
-    allDone SerqGen.Orca.program two_sessions 100000 = true ∧
-      refuteAll SerqGen.Orca.program two_sessions 100000 1 = true := by
+    allDone SerqGen.Orca.program two_sessions 26 = true ∧
+      allAre SerqGen.Orca.program two_sessions 26 1 "not_witnessed" = true := by
   decide +kernel
 
-/-- `starved` (examples/papers/li_dai_peng_orca.sq): not_witnessed on every workload of `starved_witness`, each run ending with every session ended. -/
+/-- `starved` (examples/papers/li_dai_peng_orca.sq): not_witnessed on every workload of `starved_witness` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 11 moves in all, 11 the most: the fuel given, no more than they need. -/
 theorem Orca_starved_not_witnessed_starved_witness :
-    allDone SerqGen.Orca.program starved_witness 100000 = true ∧
-      refuteAll SerqGen.Orca.program starved_witness 100000 1 = true := by
+    allDone SerqGen.Orca.program starved_witness 11 = true ∧
+      allAre SerqGen.Orca.program starved_witness 11 1 "not_witnessed" = true := by
   decide +kernel
 
-/-- `starved` (examples/papers/li_dai_peng_fastertransformer.sq): witnessed on every workload of `starved_witness`, each run ending with every session ended. -/
+/-- `starved` (examples/papers/li_dai_peng_fastertransformer.sq): witnessed on every workload of `starved_witness` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 13 moves in all, 13 the most: the fuel given, no more than they need. -/
 theorem FasterTransformer_starved_witnessed_starved_witness :
-    allDone SerqGen.FasterTransformer.program starved_witness 100000 = true ∧
-      checkAll SerqGen.FasterTransformer.program starved_witness 100000 1 = true := by
+    allDone SerqGen.FasterTransformer.program starved_witness 13 = true ∧
+      allAre SerqGen.FasterTransformer.program starved_witness 13 1 "witnessed" = true := by
   decide +kernel
 
-/-- `work_conserving` (examples/papers/li_dai_peng_fastertransformer.sq): failed on every workload of `starved_witness`, each run ending with every session ended. -/
+/-- `work_conserving` (examples/papers/li_dai_peng_fastertransformer.sq): failed on every workload of `starved_witness` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 13 moves in all, 13 the most: the fuel given, no more than they need. -/
 theorem FasterTransformer_work_conserving_failed_starved_witness :
-    allDone SerqGen.FasterTransformer.program starved_witness 100000 = true ∧
-      refuteAll SerqGen.FasterTransformer.program starved_witness 100000 0 = true := by
+    allDone SerqGen.FasterTransformer.program starved_witness 13 = true ∧
+      allAre SerqGen.FasterTransformer.program starved_witness 13 0 "failed" = true := by
   decide +kernel
 
-/-- `starved` (examples/papers/li_dai_peng_prefill_first.sq): witnessed on every workload of `prefill_first_witness`, each run ending with every session ended. -/
+/-- `starved` (examples/papers/li_dai_peng_prefill_first.sq): witnessed on every workload of `prefill_first_witness` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 15 moves in all, 15 the most: the fuel given, no more than they need. -/
 theorem PrefillFirst_starved_witnessed_prefill_first_witness :
-    allDone SerqGen.PrefillFirst.program prefill_first_witness 100000 = true ∧
-      checkAll SerqGen.PrefillFirst.program prefill_first_witness 100000 1 = true := by
+    allDone SerqGen.PrefillFirst.program prefill_first_witness 15 = true ∧
+      allAre SerqGen.PrefillFirst.program prefill_first_witness 15 1 "witnessed" = true := by
   decide +kernel
 
-/-- `work_conserving` (examples/papers/li_dai_peng_prefill_first.sq): failed on every workload of `prefill_first_witness`, each run ending with every session ended. -/
+/-- `work_conserving` (examples/papers/li_dai_peng_prefill_first.sq): failed on every workload of `prefill_first_witness` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 15 moves in all, 15 the most: the fuel given, no more than they need. -/
 theorem PrefillFirst_work_conserving_failed_prefill_first_witness :
-    allDone SerqGen.PrefillFirst.program prefill_first_witness 100000 = true ∧
-      refuteAll SerqGen.PrefillFirst.program prefill_first_witness 100000 0 = true := by
+    allDone SerqGen.PrefillFirst.program prefill_first_witness 15 = true ∧
+      allAre SerqGen.PrefillFirst.program prefill_first_witness 15 0 "failed" = true := by
   decide +kernel
 
-/-- `memory_bound` (examples/papers/jaillet_mcsf.sq): held on every workload of `batch_two`, each run ending with every session ended. -/
+/-- `memory_bound` (examples/papers/jaillet_mcsf.sq): held on every workload of `batch_two` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 500 moves in all, 48 the most: the fuel given, no more than they need. -/
 theorem Mcsf_memory_bound_held_batch_two :
-    allDone SerqGen.Mcsf.program batch_two 100000 = true ∧
-      checkAll SerqGen.Mcsf.program batch_two 100000 0 = true := by
+    allDone SerqGen.Mcsf.program batch_two 48 = true ∧
+      allAre SerqGen.Mcsf.program batch_two 48 0 "held" = true := by
   decide +kernel
 
-/-- `completion_alone` (examples/papers/jaillet_mcsf.sq): held on every workload of `batch_two`, each run ending with every session ended. -/
+/-- `completion_alone` (examples/papers/jaillet_mcsf.sq): held on every workload of `batch_two` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 500 moves in all, 48 the most: the fuel given, no more than they need. -/
 theorem Mcsf_completion_alone_held_batch_two :
-    allDone SerqGen.Mcsf.program batch_two 100000 = true ∧
-      checkAll SerqGen.Mcsf.program batch_two 100000 1 = true := by
+    allDone SerqGen.Mcsf.program batch_two 48 = true ∧
+      allAre SerqGen.Mcsf.program batch_two 48 1 "held" = true := by
   decide +kernel
 
-/-- `memory_bound` (examples/papers/jaillet_mcsf.sq, tight=1): held on every workload of `batch_two`, each run ending with every session ended. -/
+/-- `memory_bound` (examples/papers/jaillet_mcsf.sq, tight=1): held on every workload of `batch_two` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 616 moves in all, 52 the most: the fuel given, no more than they need. -/
 theorem McsfTight_memory_bound_held_batch_two :
-    allDone SerqGen.McsfTight.program batch_two 100000 = true ∧
-      checkAll SerqGen.McsfTight.program batch_two 100000 0 = true := by
+    allDone SerqGen.McsfTight.program batch_two 52 = true ∧
+      allAre SerqGen.McsfTight.program batch_two 52 0 "held" = true := by
   decide +kernel
 
-/-- `completion_alone` (examples/papers/jaillet_mcsf.sq, tight=1): held on every workload of `batch_two`, each run ending with every session ended. -/
+/-- `completion_alone` (examples/papers/jaillet_mcsf.sq, tight=1): held on every workload of `batch_two` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 616 moves in all, 52 the most: the fuel given, no more than they need. -/
 theorem McsfTight_completion_alone_held_batch_two :
-    allDone SerqGen.McsfTight.program batch_two 100000 = true ∧
-      checkAll SerqGen.McsfTight.program batch_two 100000 1 = true := by
+    allDone SerqGen.McsfTight.program batch_two 52 = true ∧
+      allAre SerqGen.McsfTight.program batch_two 52 1 "held" = true := by
   decide +kernel
 
-/-- `completion_lower_bound` (examples/papers/jaillet_mcsf.sq, tight=1): held on every workload of `batch_two`, each run ending with every session ended. -/
+/-- `completion_lower_bound` (examples/papers/jaillet_mcsf.sq, tight=1): held on every workload of `batch_two` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 616 moves in all, 52 the most: the fuel given, no more than they need. -/
 theorem McsfTight_completion_lower_bound_held_batch_two :
-    allDone SerqGen.McsfTight.program batch_two 100000 = true ∧
-      checkAll SerqGen.McsfTight.program batch_two 100000 2 = true := by
+    allDone SerqGen.McsfTight.program batch_two 52 = true ∧
+      allAre SerqGen.McsfTight.program batch_two 52 2 "held" = true := by
   decide +kernel
 
-/-- `tiled` (examples/papers/bari_tiling.sq, ragged=0): held on every workload of `tiles_two`, each run ending with every session ended. -/
+/-- `tiled` (examples/papers/bari_tiling.sq, ragged=0): held on every workload of `tiles_two` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 2896 moves in all, 18 the most: the fuel given, no more than they need. -/
 theorem TilingWhole_tiled_held_tiles_two :
-    allDone SerqGen.TilingWhole.program tiles_two 100000 = true ∧
-      checkAll SerqGen.TilingWhole.program tiles_two 100000 0 = true := by
+    allDone SerqGen.TilingWhole.program tiles_two 18 = true ∧
+      allAre SerqGen.TilingWhole.program tiles_two 18 0 "held" = true := by
   decide +kernel
 
-/-- `tile_idles_budget` (examples/papers/bari_tiling.sq, ragged=0): witnessed on every workload of `tile_cut`, each run ending with every session ended. -/
+/-- `tile_idles_budget` (examples/papers/bari_tiling.sq, ragged=0): witnessed on every workload of `tile_cut` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 12 moves in all, 12 the most: the fuel given, no more than they need. -/
 theorem TilingWhole_tile_idles_budget_witnessed_tile_cut :
-    allDone SerqGen.TilingWhole.program tile_cut 100000 = true ∧
-      checkAll SerqGen.TilingWhole.program tile_cut 100000 2 = true := by
+    allDone SerqGen.TilingWhole.program tile_cut 12 = true ∧
+      allAre SerqGen.TilingWhole.program tile_cut 12 2 "witnessed" = true := by
   decide +kernel
 
-/-- `ragged` (examples/papers/bari_tiling.sq): witnessed on every workload of `ragged_prompt`, each run ending with every session ended. -/
+/-- `ragged` (examples/papers/bari_tiling.sq): witnessed on every workload of `ragged_prompt` (each in the claim's scope), each run ending with every session ended. The Python twin's runs take 7 moves in all, 7 the most: the fuel given, no more than they need. -/
 theorem Tiling_ragged_witnessed_ragged_prompt :
-    allDone SerqGen.Tiling.program ragged_prompt 100000 = true ∧
-      checkAll SerqGen.Tiling.program ragged_prompt 100000 1 = true := by
+    allDone SerqGen.Tiling.program ragged_prompt 7 = true ∧
+      allAre SerqGen.Tiling.program ragged_prompt 7 1 "witnessed" = true := by
   decide +kernel
 
 end Serq.Papers

@@ -183,19 +183,28 @@ def Holds (p : Program) (trace : List (List Row)) (bound j : Nat) : Prop :=
 
 /-! ## Finite checks `decide` evaluates -/
 
-/-- Claim `j` on one workload, within `fuel`: `true` when the run's outcome is `held` or
-`witnessed` (or the claim is out of this workload's scope); `false` when the run fails or gives the
-claim no outcome (its reading failed before an iteration decided it). -/
-def checkOn (p : Program) (wl : Workload) (fuel j : Nat) : Bool :=
-  match run p wl fuel with
-  | none => false
-  | some r => match outcome p r j with
-    | some .held => true
-    | some (.witnessed _ _) => true
-    | some (.outOfScope _) => true
-    | _ => false
+/-- An outcome's status, the word `serq run`'s report and the Python kernel's `Outcome.status`
+give it: `held`, `failed`, `witnessed`, `not_witnessed`, `out_of_scope` or `not_evaluated`. A
+statement names one, never two under one name (issue 27: `checkOn` once counted out of scope as
+held). -/
+def Outcome.status : Outcome → String
+  | .held => "held"
+  | .failed _ _ => "failed"
+  | .witnessed _ _ => "witnessed"
+  | .notWitnessed => "not_witnessed"
+  | .outOfScope _ => "out_of_scope"
+  | .notEvaluated => "not_evaluated"
 
-/-- Claim `j` on each of a finite list of workloads (a family enumerated within a bound). -/
-def checkAll (p : Program) (ws : List Workload) (fuel j : Nat) : Bool := ws.all (checkOn p · fuel j)
+/-- Claim `j`'s status on one workload's run within `fuel`; `none` when the run fails or the
+claim's reading fails before an iteration decides it. -/
+def statusOn (p : Program) (wl : Workload) (fuel j : Nat) : Option String :=
+  match run p wl fuel with
+  | none => none
+  | some r => (outcome p r j).map Outcome.status
+
+/-- Claim `j`'s status is `v` on every workload of a finite list (a family enumerated within a
+bound). -/
+def allAre (p : Program) (ws : List Workload) (fuel j : Nat) (v : String) : Bool :=
+  ws.all fun wl => statusOn p wl fuel j == some v
 
 end Serq

@@ -899,7 +899,7 @@ def sessFuel : Nat := 1000000
 
 /-- Run every ready session, in the order it became ready. -/
 def settle (p : Program) (m : Machine) : Nat → Option Machine
-  | 0 => none
+  | 0 => if m.ready.isEmpty then some m else none   -- nothing left to run needs no fuel (Python)
   | fuel + 1 =>
     match m.ready with
     | [] => some m
@@ -998,19 +998,25 @@ def preempt (p : Program) (m : Machine) (sid i : Nat) : Option Machine := do
                               atRun := none, turnRec := tr, atStage := none, tail := pool.requeueTail }
   pure { m with ready := m.ready.filter (· != sid) ++ [sid] }
 
+/-- The growth once there is room: the pool's cached entries evicted to fit, the hold's
+allocation enlarged by `need` (Python: `grow_into`). -/
+def growInto (p : Program) (m : Machine) (r : Req) (need : Nat) : Option (Machine × Bool) := do
+  let i ← r.growing
+  let m := makeRoom p m i need
+  let a ← findAlloc m i r.sid
+  let st ← m.pools.get? i
+  pure (setAlloc (setPool m i { st with used := st.used + need }) i { a with units := a.units + need }, true)
+
 /-- Grow block by block, preempting the pool's victim (`victim`) while there is no room; under
 `reserve held` the grower grows into its own reservation first (`ownExtra`, the room's credit); a
 grower that preempts itself ends the iteration's serving (*Engines*). -/
-def grow (p : Program) (m : Machine) (r : Req) (need : Nat) : Nat → Option (Machine × Bool)
-  | 0 => none
-  | fuel + 1 => do
-    let i ← r.growing
-    if roomFor p m i need (ownExtra p m i r.sid) then do
-      let m := makeRoom p m i need
-      let a ← findAlloc m i r.sid
-      let st ← m.pools.get? i
-      pure (setAlloc (setPool m i { st with used := st.used + need }) i { a with units := a.units + need }, true)
-    else do
+def grow (p : Program) (m : Machine) (r : Req) (need : Nat) (fuel : Nat) : Option (Machine × Bool) := do
+  let i ← r.growing
+  if roomFor p m i need (ownExtra p m i r.sid) then growInto p m r need
+  else match fuel with
+    -- the fuel bounds the preemptions: with room, none is needed (Python's loop tests the room first)
+    | 0 => none
+    | fuel + 1 => do
       let v ← victim p m i
       match v with
       | none => pure (m, false)
@@ -1109,7 +1115,9 @@ def giveAdded (p : Program) (only : Option Expr) (cap : Option Nat) : List Nat �
 the admissions stop for the iteration. -/
 def admitPool (p : Program) (m : Machine) (i : Nat) (only gate : Option Expr) (cap : Option Nat) :
     Nat → Option (Machine × Bool)
-  | 0 => none
+  | 0 => do   -- an empty queue needs no fuel (Python's loop tests the queue first)
+    let st ← m.pools.get? i
+    if st.queue.isEmpty then pure (m, false) else none
   | fuel + 1 => do
     let st ← m.pools.get? i
     let pl ← m.eng.plan
@@ -1150,8 +1158,8 @@ def admit (p : Program) (m : Machine) (only gate chunk : Option Expr) : Option M
 
 /-- The iteration's statements, in order; `fuel` bounds the statements and branches run. -/
 def runBody (p : Program) : Nat → List IStmt → Machine → Option Machine
-  | 0, _, _ => none
-  | _ + 1, [], m => some m
+  | _, [], m => some m           -- no statement left: done, whatever fuel is left (Python: the loop)
+  | 0, _ :: _, _ => none
   | fuel + 1, st :: rest, m => do
     let m ← match st with
       | .serve only keys chunk => serve p m only (keys.getD p.engine.keys) chunk

@@ -829,9 +829,10 @@ def workload_01_self_preemption : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨40, 50, 1, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨40, 50, 1, 0⟩] }] }
 
-/-- 01_self_preemption: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). -/
+/-- 01_self_preemption: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). The Python twin's run takes 213 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_01_self_preemption :
-    answers (run program_01_self_preemption workload_01_self_preemption 1000000 (some 100000))
+    answers (run program_01_self_preemption workload_01_self_preemption 213 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
       some [(some 0, some 59, some 0), (some 1, some 68, some 1), (some 1, some 101, some 1)] := by
   decide +kernel
@@ -857,9 +858,10 @@ def workload_01b_self_preemption_prefix_caching : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨40, 50, 1, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨40, 50, 1, 0⟩] }] }
 
-/-- 01b_self_preemption_prefix_caching: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). -/
+/-- 01b_self_preemption_prefix_caching: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). The Python twin's run takes 211 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_01b_self_preemption_prefix_caching :
-    answers (run program_01b_self_preemption_prefix_caching workload_01b_self_preemption_prefix_caching 1000000 (some 100000))
+    answers (run program_01b_self_preemption_prefix_caching workload_01b_self_preemption_prefix_caching 211 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
       some [(some 0, some 59, some 0), (some 1, some 68, some 1), (some 1, some 100, some 1)] := by
   decide +kernel
@@ -885,9 +887,10 @@ def workload_02_chunked_prefill_shared_budget : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨70, 5, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨30, 5, 0, 0⟩] }] }
 
-/-- 02_chunked_prefill_shared_budget: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). -/
+/-- 02_chunked_prefill_shared_budget: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). The Python twin's run takes 21 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_02_chunked_prefill_shared_budget :
-    answers (run program_02_chunked_prefill_shared_budget workload_02_chunked_prefill_shared_budget 1000000 (some 100000))
+    answers (run program_02_chunked_prefill_shared_budget workload_02_chunked_prefill_shared_budget 21 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
       some [(some 1, some 5, some 0), (some 2, some 6, some 0), (some 3, some 7, some 0)] := by
   decide +kernel
@@ -915,9 +918,10 @@ def workload_03_request_cap : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨20, 9, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨20, 10, 0, 0⟩] }] }
 
-/-- 03_request_cap: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0). -/
+/-- 03_request_cap: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0). The Python twin's run takes 55 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_03_request_cap :
-    answers (run program_03_request_cap workload_03_request_cap 1000000 (some 100000))
+    answers (run program_03_request_cap workload_03_request_cap 55 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 0, some 5, some 0), (some 0, some 6, some 0), (some 6, some 13, some 0), (some 7, some 15, some 0), (some 14, some 23, some 0)] := by
   decide +kernel
@@ -943,9 +947,10 @@ def workload_04_head_of_line_blocking : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨150, 5, 1, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨16, 5, 2, 0⟩] }] }
 
-/-- 04_head_of_line_blocking: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). -/
+/-- 04_head_of_line_blocking: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). The Python twin's run takes 57 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_04_head_of_line_blocking :
-    answers (run program_04_head_of_line_blocking workload_04_head_of_line_blocking 1000000 (some 100000))
+    answers (run program_04_head_of_line_blocking workload_04_head_of_line_blocking 57 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
       some [(some 0, some 19, some 0), (some 20, some 24, some 0), (some 20, some 24, some 0)] := by
   decide +kernel
@@ -971,9 +976,10 @@ def workload_04b_head_of_line_reserve_full_isl_off : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨150, 5, 1, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨16, 5, 2, 0⟩] }] }
 
-/-- 04b_head_of_line_reserve_full_isl_off: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). -/
+/-- 04b_head_of_line_reserve_full_isl_off: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). The Python twin's run takes 79 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_04b_head_of_line_reserve_full_isl_off :
-    answers (run program_04b_head_of_line_reserve_full_isl_off workload_04b_head_of_line_reserve_full_isl_off 1000000 (some 100000))
+    answers (run program_04b_head_of_line_reserve_full_isl_off workload_04b_head_of_line_reserve_full_isl_off 79 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
       some [(some 4, some 23, some 0), (some 28, some 32, some 4), (some 29, some 33, some 0)] := by
   decide +kernel
@@ -999,9 +1005,10 @@ def workload_05_chunk_cap : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨90, 4, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨20, 4, 3, 0⟩] }] }
 
-/-- 05_chunk_cap: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). -/
+/-- 05_chunk_cap: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). The Python twin's run takes 22 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_05_chunk_cap :
-    answers (run program_05_chunk_cap workload_05_chunk_cap 1000000 (some 100000))
+    answers (run program_05_chunk_cap workload_05_chunk_cap 22 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
       some [(some 4, some 7, some 0), (some 2, some 5, some 0), (some 3, some 6, some 0)] := by
   decide +kernel
@@ -1030,9 +1037,10 @@ def workload_06_six_mixed_staggered_39_blocks : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨90, 25, 9, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨160, 20, 14, 0⟩] }] }
 
-/-- 06_six_mixed_staggered_39_blocks: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0). -/
+/-- 06_six_mixed_staggered_39_blocks: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0). The Python twin's run takes 133 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_06_six_mixed_staggered_39_blocks :
-    answers (run program_06_six_mixed_staggered_39_blocks workload_06_six_mixed_staggered_39_blocks 1000000 (some 100000))
+    answers (run program_06_six_mixed_staggered_39_blocks workload_06_six_mixed_staggered_39_blocks 133 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
       some [(some 3, some 32, some 0), (some 0, some 59, some 0), (some 3, some 42, some 0), (some 5, some 54, some 0), (some 10, some 40, some 1), (some 35, some 54, some 0)] := by
   decide +kernel
@@ -1057,9 +1065,10 @@ def workload_07_chunk_cap_lifted_when_alone : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨200, 10, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨100, 3, 4, 0⟩] }] }
 
-/-- 07_chunk_cap_lifted_when_alone: requests A (session 0, turn 0), B (session 1, turn 0). -/
+/-- 07_chunk_cap_lifted_when_alone: requests A (session 0, turn 0), B (session 1, turn 0). The Python twin's run takes 27 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_07_chunk_cap_lifted_when_alone :
-    answers (run program_07_chunk_cap_lifted_when_alone workload_07_chunk_cap_lifted_when_alone 1000000 (some 100000))
+    answers (run program_07_chunk_cap_lifted_when_alone workload_07_chunk_cap_lifted_when_alone 27 (some 100000))
       [(0, 0), (1, 0)] =
       some [(some 1, some 10, some 0), (some 7, some 9, some 0)] := by
   decide +kernel
@@ -1087,9 +1096,10 @@ def workload_08_random_00 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨82, 13, 3, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨137, 25, 3, 0⟩] }] }
 
-/-- 08_random_00: requests R2 (session 0, turn 0), R3 (session 1, turn 0), R4 (session 2, turn 0), R0 (session 3, turn 0), R1 (session 4, turn 0). -/
+/-- 08_random_00: requests R2 (session 0, turn 0), R3 (session 1, turn 0), R4 (session 2, turn 0), R0 (session 3, turn 0), R1 (session 4, turn 0). The Python twin's run takes 132 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_00 :
-    answers (run program_08_random_00 workload_08_random_00 1000000 (some 100000))
+    answers (run program_08_random_00 workload_08_random_00 132 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 0, some 26, some 0), (some 11, some 43, some 0), (some 2, some 10, some 0), (some 8, some 20, some 0), (some 35, some 59, some 1)] := by
   decide +kernel
@@ -1116,9 +1126,10 @@ def workload_08_random_01 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨119, 4, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨68, 20, 0, 0⟩] }] }
 
-/-- 08_random_01: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0). -/
+/-- 08_random_01: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0). The Python twin's run takes 98 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_01 :
-    answers (run program_08_random_01 workload_08_random_01 1000000 (some 100000))
+    answers (run program_08_random_01 workload_08_random_01 98 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
       some [(some 4, some 6, some 0), (some 9, some 45, some 0), (some 7, some 10, some 0), (some 11, some 30, some 0)] := by
   decide +kernel
@@ -1143,9 +1154,10 @@ def workload_08_random_02 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨14, 27, 12, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨75, 10, 20, 0⟩] }] }
 
-/-- 08_random_02: requests R0 (session 0, turn 0), R1 (session 1, turn 0). -/
+/-- 08_random_02: requests R0 (session 0, turn 0), R1 (session 1, turn 0). The Python twin's run takes 60 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_02 :
-    answers (run program_08_random_02 workload_08_random_02 1000000 (some 100000))
+    answers (run program_08_random_02 workload_08_random_02 60 (some 100000))
       [(0, 0), (1, 0)] =
       some [(some 12, some 38, some 0), (some 21, some 30, some 0)] := by
   decide +kernel
@@ -1172,9 +1184,10 @@ def workload_08_random_03 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨138, 13, 43, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨5, 5, 49, 0⟩] }] }
 
-/-- 08_random_03: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0). -/
+/-- 08_random_03: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0). The Python twin's run takes 124 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_03 :
-    answers (run program_08_random_03 workload_08_random_03 1000000 (some 100000))
+    answers (run program_08_random_03 workload_08_random_03 124 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
       some [(some 13, some 37, some 0), (some 39, some 69, some 0), (some 51, some 63, some 0), (some 64, some 68, some 0)] := by
   decide +kernel
@@ -1199,9 +1212,10 @@ def workload_08_random_04 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨169, 49, 2, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨99, 54, 4, 0⟩] }] }
 
-/-- 08_random_04: requests R0 (session 0, turn 0), R1 (session 1, turn 0). -/
+/-- 08_random_04: requests R0 (session 0, turn 0), R1 (session 1, turn 0). The Python twin's run takes 122 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_04 :
-    answers (run program_08_random_04 workload_08_random_04 1000000 (some 100000))
+    answers (run program_08_random_04 workload_08_random_04 122 (some 100000))
       [(0, 0), (1, 0)] =
       some [(some 4, some 52, some 0), (some 6, some 59, some 0)] := by
   decide +kernel
@@ -1229,9 +1243,10 @@ def workload_08_random_05 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨100, 34, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨47, 44, 0, 0⟩] }] }
 
-/-- 08_random_05: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0). -/
+/-- 08_random_05: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0). The Python twin's run takes 133 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_05 :
-    answers (run program_08_random_05 workload_08_random_05 1000000 (some 100000))
+    answers (run program_08_random_05 workload_08_random_05 133 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 3, some 62, some 0), (some 5, some 21, some 0), (some 10, some 23, some 0), (some 12, some 45, some 0), (some 13, some 56, some 0)] := by
   decide +kernel
@@ -1259,9 +1274,10 @@ def workload_08_random_06 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨78, 30, 14, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨23, 24, 15, 0⟩] }] }
 
-/-- 08_random_06: requests R2 (session 0, turn 0), R1 (session 1, turn 0), R3 (session 2, turn 0), R4 (session 3, turn 0), R0 (session 4, turn 0). -/
+/-- 08_random_06: requests R2 (session 0, turn 0), R1 (session 1, turn 0), R3 (session 2, turn 0), R4 (session 3, turn 0), R0 (session 4, turn 0). The Python twin's run takes 170 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_06 :
-    answers (run program_08_random_06 workload_08_random_06 1000000 (some 100000))
+    answers (run program_08_random_06 workload_08_random_06 170 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 6, some 60, some 0), (some 14, some 65, some 0), (some 13, some 34, some 0), (some 36, some 65, some 0), (some 61, some 84, some 0)] := by
   decide +kernel
@@ -1286,9 +1302,10 @@ def workload_08_random_07 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨130, 30, 5, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨12, 6, 8, 0⟩] }] }
 
-/-- 08_random_07: requests R1 (session 0, turn 0), R0 (session 1, turn 0). -/
+/-- 08_random_07: requests R1 (session 0, turn 0), R0 (session 1, turn 0). The Python twin's run takes 94 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_07 :
-    answers (run program_08_random_07 workload_08_random_07 1000000 (some 100000))
+    answers (run program_08_random_07 workload_08_random_07 94 (some 100000))
       [(0, 0), (1, 0)] =
       some [(some 13, some 42, some 0), (some 43, some 48, some 0)] := by
   decide +kernel
@@ -1318,9 +1335,10 @@ def workload_08_random_08 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨30, 36, 31, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨191, 42, 34, 0⟩] }] }
 
-/-- 08_random_08: requests R2 (session 0, turn 0), R1 (session 1, turn 0), R0 (session 2, turn 0), R3 (session 3, turn 0), R5 (session 4, turn 0), R4 (session 5, turn 0), R6 (session 6, turn 0). -/
+/-- 08_random_08: requests R2 (session 0, turn 0), R1 (session 1, turn 0), R0 (session 2, turn 0), R3 (session 3, turn 0), R5 (session 4, turn 0), R4 (session 5, turn 0), R6 (session 6, turn 0). The Python twin's run takes 322 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_08 :
-    answers (run program_08_random_08 workload_08_random_08 1000000 (some 100000))
+    answers (run program_08_random_08 workload_08_random_08 322 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0)] =
       some [(some 8, some 48, some 0), (some 23, some 57, some 0), (some 51, some 92, some 0), (some 58, some 94, some 0), (some 93, some 115, some 0), (some 95, some 130, some 0), (some 119, some 160, some 0)] := by
   decide +kernel
@@ -1347,9 +1365,10 @@ def workload_08_random_09 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨171, 54, 3, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨76, 35, 5, 0⟩] }] }
 
-/-- 08_random_09: requests R1 (session 0, turn 0), R0 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0). -/
+/-- 08_random_09: requests R1 (session 0, turn 0), R0 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0). The Python twin's run takes 165 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_09 :
-    answers (run program_08_random_09 workload_08_random_09 1000000 (some 100000))
+    answers (run program_08_random_09 workload_08_random_09 165 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
       some [(some 1, some 10, some 0), (some 3, some 10, some 0), (some 12, some 65, some 0), (some 11, some 77, some 1)] := by
   decide +kernel
@@ -1378,9 +1397,10 @@ def workload_08_random_10 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨100, 36, 5, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨57, 7, 17, 0⟩] }] }
 
-/-- 08_random_10: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R1 (session 2, turn 0), R4 (session 3, turn 0), R5 (session 4, turn 0), R3 (session 5, turn 0). -/
+/-- 08_random_10: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R1 (session 2, turn 0), R4 (session 3, turn 0), R5 (session 4, turn 0), R3 (session 5, turn 0). The Python twin's run takes 228 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_10 :
-    answers (run program_08_random_10 workload_08_random_10 1000000 (some 100000))
+    answers (run program_08_random_10 workload_08_random_10 228 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
       some [(some 1, some 29, some 0), (some 3, some 47, some 0), (some 35, some 86, some 0), (some 58, some 65, some 0), (some 72, some 107, some 0), (some 90, some 96, some 0)] := by
   decide +kernel
@@ -1409,9 +1429,10 @@ def workload_08_random_11 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨157, 43, 16, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨144, 28, 50, 0⟩] }] }
 
-/-- 08_random_11: requests R1 (session 0, turn 0), R0 (session 1, turn 0), R4 (session 2, turn 0), R2 (session 3, turn 0), R5 (session 4, turn 0), R3 (session 5, turn 0). -/
+/-- 08_random_11: requests R1 (session 0, turn 0), R0 (session 1, turn 0), R4 (session 2, turn 0), R2 (session 3, turn 0), R5 (session 4, turn 0), R3 (session 5, turn 0). The Python twin's run takes 212 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_11 :
-    answers (run program_08_random_11 workload_08_random_11 1000000 (some 100000))
+    answers (run program_08_random_11 workload_08_random_11 212 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
       some [(some 4, some 14, some 0), (some 15, some 72, some 0), (some 17, some 30, some 0), (some 24, some 63, some 0), (some 25, some 67, some 0), (some 72, some 99, some 0)] := by
   decide +kernel
@@ -1439,9 +1460,10 @@ def workload_08_random_12 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨165, 50, 14, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨56, 32, 18, 0⟩] }] }
 
-/-- 08_random_12: requests R1 (session 0, turn 0), R0 (session 1, turn 0), R3 (session 2, turn 0), R4 (session 3, turn 0), R2 (session 4, turn 0). -/
+/-- 08_random_12: requests R1 (session 0, turn 0), R0 (session 1, turn 0), R3 (session 2, turn 0), R4 (session 3, turn 0), R2 (session 4, turn 0). The Python twin's run takes 214 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_12 :
-    answers (run program_08_random_12 workload_08_random_12 1000000 (some 100000))
+    answers (run program_08_random_12 workload_08_random_12 214 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 13, some 50, some 0), (some 19, some 51, some 0), (some 61, some 78, some 0), (some 62, some 111, some 0), (some 82, some 113, some 0)] := by
   decide +kernel
@@ -1470,9 +1492,10 @@ def workload_08_random_13 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨58, 35, 18, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨50, 11, 20, 0⟩] }] }
 
-/-- 08_random_13: requests R5 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R4 (session 3, turn 0), R1 (session 4, turn 0), R0 (session 5, turn 0). -/
+/-- 08_random_13: requests R5 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R4 (session 3, turn 0), R1 (session 4, turn 0), R0 (session 5, turn 0). The Python twin's run takes 160 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_13 :
-    answers (run program_08_random_13 workload_08_random_13 1000000 (some 100000))
+    answers (run program_08_random_13 workload_08_random_13 160 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
       some [(some 3, some 49, some 0), (some 6, some 48, some 0), (some 12, some 67, some 0), (some 15, some 61, some 0), (some 20, some 72, some 1), (some 53, some 63, some 0)] := by
   decide +kernel
@@ -1500,9 +1523,10 @@ def workload_08_random_14 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨6, 48, 3, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨190, 46, 4, 0⟩] }] }
 
-/-- 08_random_14: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0), R4 (session 4, turn 0). -/
+/-- 08_random_14: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0), R4 (session 4, turn 0). The Python twin's run takes 169 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_14 :
-    answers (run program_08_random_14 workload_08_random_14 1000000 (some 100000))
+    answers (run program_08_random_14 workload_08_random_14 169 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 0, some 30, some 0), (some 3, some 46, some 0), (some 2, some 60, some 0), (some 3, some 50, some 0), (some 33, some 78, some 0)] := by
   decide +kernel
@@ -1527,9 +1551,10 @@ def workload_08_random_15 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨76, 51, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨83, 36, 3, 0⟩] }] }
 
-/-- 08_random_15: requests R0 (session 0, turn 0), R1 (session 1, turn 0). -/
+/-- 08_random_15: requests R0 (session 0, turn 0), R1 (session 1, turn 0). The Python twin's run takes 107 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_15 :
-    answers (run program_08_random_15 workload_08_random_15 1000000 (some 100000))
+    answers (run program_08_random_15 workload_08_random_15 107 (some 100000))
       [(0, 0), (1, 0)] =
       some [(some 0, some 50, some 0), (some 4, some 39, some 0)] := by
   decide +kernel
@@ -1555,9 +1580,10 @@ def workload_08_random_16 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨186, 2, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨199, 38, 0, 0⟩] }] }
 
-/-- 08_random_16: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0). -/
+/-- 08_random_16: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0). The Python twin's run takes 175 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_16 :
-    answers (run program_08_random_16 workload_08_random_16 1000000 (some 100000))
+    answers (run program_08_random_16 workload_08_random_16 175 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
       some [(some 2, some 37, some 0), (some 41, some 42, some 0), (some 47, some 84, some 0)] := by
   decide +kernel
@@ -1586,9 +1612,10 @@ def workload_08_random_17 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨44, 41, 58, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨144, 19, 59, 0⟩] }] }
 
-/-- 08_random_17: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0). -/
+/-- 08_random_17: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0). The Python twin's run takes 208 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_17 :
-    answers (run program_08_random_17 workload_08_random_17 1000000 (some 100000))
+    answers (run program_08_random_17 workload_08_random_17 208 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
       some [(some 2, some 42, some 0), (some 31, some 51, some 0), (some 35, some 72, some 0), (some 44, some 85, some 0), (some 58, some 98, some 0), (some 74, some 92, some 0)] := by
   decide +kernel
@@ -1616,9 +1643,10 @@ def workload_08_random_18 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨133, 52, 34, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨175, 48, 37, 0⟩] }] }
 
-/-- 08_random_18: requests R4 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R2 (session 3, turn 0), R3 (session 4, turn 0). -/
+/-- 08_random_18: requests R4 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R2 (session 3, turn 0), R3 (session 4, turn 0). The Python twin's run takes 276 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_18 :
-    answers (run program_08_random_18 workload_08_random_18 1000000 (some 100000))
+    answers (run program_08_random_18 workload_08_random_18 276 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 29, some 48, some 0), (some 34, some 54, some 0), (some 35, some 89, some 0), (some 57, some 108, some 0), (some 112, some 159, some 0)] := by
   decide +kernel
@@ -1646,9 +1674,10 @@ def workload_08_random_19 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨129, 35, 12, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨190, 52, 18, 0⟩] }] }
 
-/-- 08_random_19: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R4 (session 2, turn 0), R3 (session 3, turn 0), R1 (session 4, turn 0). -/
+/-- 08_random_19: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R4 (session 2, turn 0), R3 (session 3, turn 0), R1 (session 4, turn 0). The Python twin's run takes 213 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_19 :
-    answers (run program_08_random_19 workload_08_random_19 1000000 (some 100000))
+    answers (run program_08_random_19 workload_08_random_19 213 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 1, some 56, some 0), (some 5, some 32, some 0), (some 15, some 65, some 0), (some 20, some 54, some 0), (some 29, some 100, some 1)] := by
   decide +kernel
@@ -1677,9 +1706,10 @@ def workload_08_random_20 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨78, 48, 5, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨61, 35, 5, 0⟩] }] }
 
-/-- 08_random_20: requests R4 (session 0, turn 0), R2 (session 1, turn 0), R5 (session 2, turn 0), R1 (session 3, turn 0), R0 (session 4, turn 0), R3 (session 5, turn 0). -/
+/-- 08_random_20: requests R4 (session 0, turn 0), R2 (session 1, turn 0), R5 (session 2, turn 0), R1 (session 3, turn 0), R0 (session 4, turn 0), R3 (session 5, turn 0). The Python twin's run takes 128 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_20 :
-    answers (run program_08_random_20 workload_08_random_20 1000000 (some 100000))
+    answers (run program_08_random_20 workload_08_random_20 128 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
       some [(some 4, some 15, some 0), (some 4, some 17, some 0), (some 15, some 58, some 0), (some 6, some 39, some 0), (some 9, some 56, some 0), (some 10, some 44, some 0)] := by
   decide +kernel
@@ -1707,9 +1737,10 @@ def workload_08_random_21 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨14, 60, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨65, 6, 0, 0⟩] }] }
 
-/-- 08_random_21: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0). -/
+/-- 08_random_21: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0). The Python twin's run takes 131 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_21 :
-    answers (run program_08_random_21 workload_08_random_21 1000000 (some 100000))
+    answers (run program_08_random_21 workload_08_random_21 131 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 1, some 60, some 0), (some 1, some 8, some 0), (some 2, some 22, some 0), (some 2, some 61, some 0), (some 9, some 14, some 0)] := by
   decide +kernel
@@ -1740,9 +1771,10 @@ def workload_08_random_22 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨28, 28, 3, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨132, 19, 5, 0⟩] }] }
 
-/-- 08_random_22: requests R3 (session 0, turn 0), R5 (session 1, turn 0), R6 (session 2, turn 0), R1 (session 3, turn 0), R7 (session 4, turn 0), R0 (session 5, turn 0), R4 (session 6, turn 0), R2 (session 7, turn 0). -/
+/-- 08_random_22: requests R3 (session 0, turn 0), R5 (session 1, turn 0), R6 (session 2, turn 0), R1 (session 3, turn 0), R7 (session 4, turn 0), R0 (session 5, turn 0), R4 (session 6, turn 0), R2 (session 7, turn 0). The Python twin's run takes 160 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_22 :
-    answers (run program_08_random_22 workload_08_random_22 1000000 (some 100000))
+    answers (run program_08_random_22 workload_08_random_22 160 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)] =
       some [(some 3, some 54, some 0), (some 3, some 40, some 0), (some 3, some 57, some 0), (some 6, some 12, some 0), (some 13, some 28, some 1), (some 14, some 48, some 1), (some 14, some 64, some 2), (some 51, some 69, some 0)] := by
   decide +kernel
@@ -1770,9 +1802,10 @@ def workload_08_random_23 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨19, 53, 4, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨123, 18, 5, 0⟩] }] }
 
-/-- 08_random_23: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0), R4 (session 4, turn 0). -/
+/-- 08_random_23: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0), R4 (session 4, turn 0). The Python twin's run takes 354 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_23 :
-    answers (run program_08_random_23 workload_08_random_23 1000000 (some 100000))
+    answers (run program_08_random_23 workload_08_random_23 354 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 2, some 37, some 0), (some 38, some 44, some 0), (some 46, some 100, some 0), (some 101, some 153, some 0), (some 154, some 171, some 0)] := by
   decide +kernel
@@ -1802,9 +1835,10 @@ def workload_08_random_24 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨81, 49, 16, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨56, 11, 19, 0⟩] }] }
 
-/-- 08_random_24: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R6 (session 2, turn 0), R1 (session 3, turn 0), R4 (session 4, turn 0), R3 (session 5, turn 0), R5 (session 6, turn 0). -/
+/-- 08_random_24: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R6 (session 2, turn 0), R1 (session 3, turn 0), R4 (session 4, turn 0), R3 (session 5, turn 0), R5 (session 6, turn 0). The Python twin's run takes 144 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_24 :
-    answers (run program_08_random_24 workload_08_random_24 1000000 (some 100000))
+    answers (run program_08_random_24 workload_08_random_24 144 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0)] =
       some [(some 1, some 16, some 0), (some 1, some 7, some 0), (some 5, some 62, some 0), (some 6, some 64, some 0), (some 15, some 42, some 0), (some 16, some 64, some 0), (some 19, some 29, some 0)] := by
   decide +kernel
@@ -1832,9 +1866,10 @@ def workload_08_random_25 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨101, 41, 58, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨156, 12, 58, 0⟩] }] }
 
-/-- 08_random_25: requests R4 (session 0, turn 0), R0 (session 1, turn 0), R2 (session 2, turn 0), R1 (session 3, turn 0), R3 (session 4, turn 0). -/
+/-- 08_random_25: requests R4 (session 0, turn 0), R0 (session 1, turn 0), R2 (session 2, turn 0), R1 (session 3, turn 0), R3 (session 4, turn 0). The Python twin's run takes 196 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_25 :
-    answers (run program_08_random_25 workload_08_random_25 1000000 (some 100000))
+    answers (run program_08_random_25 workload_08_random_25 196 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 19, some 49, some 0), (some 27, some 67, some 0), (some 58, some 108, some 0), (some 61, some 101, some 0), (some 67, some 78, some 0)] := by
   decide +kernel
@@ -1864,9 +1899,10 @@ def workload_08_random_26 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨24, 57, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨88, 37, 0, 0⟩] }] }
 
-/-- 08_random_26: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0), R6 (session 6, turn 0). -/
+/-- 08_random_26: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0), R6 (session 6, turn 0). The Python twin's run takes 265 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_26 :
-    answers (run program_08_random_26 workload_08_random_26 1000000 (some 100000))
+    answers (run program_08_random_26 workload_08_random_26 265 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0)] =
       some [(some 5, some 17, some 0), (some 10, some 50, some 0), (some 20, some 41, some 0), (some 49, some 69, some 0), (some 52, some 76, some 0), (some 71, some 127, some 0), (some 82, some 118, some 0)] := by
   decide +kernel
@@ -1897,9 +1933,10 @@ def workload_08_random_27 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨86, 50, 53, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨174, 25, 57, 0⟩] }] }
 
-/-- 08_random_27: requests R4 (session 0, turn 0), R0 (session 1, turn 0), R3 (session 2, turn 0), R2 (session 3, turn 0), R7 (session 4, turn 0), R1 (session 5, turn 0), R6 (session 6, turn 0), R5 (session 7, turn 0). -/
+/-- 08_random_27: requests R4 (session 0, turn 0), R0 (session 1, turn 0), R3 (session 2, turn 0), R2 (session 3, turn 0), R7 (session 4, turn 0), R1 (session 5, turn 0), R6 (session 6, turn 0), R5 (session 7, turn 0). The Python twin's run takes 313 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_27 :
-    answers (run program_08_random_27 workload_08_random_27 1000000 (some 100000))
+    answers (run program_08_random_27 workload_08_random_27 313 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)] =
       some [(some 6, some 64, some 0), (some 30, some 31, some 0), (some 30, some 47, some 0), (some 33, some 45, some 0), (some 48, some 98, some 0), (some 67, some 102, some 1), (some 103, some 152, some 0), (some 106, some 130, some 0)] := by
   decide +kernel
@@ -1927,9 +1964,10 @@ def workload_08_random_28 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨19, 4, 4, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨199, 27, 5, 0⟩] }] }
 
-/-- 08_random_28: requests R0 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R4 (session 3, turn 0), R1 (session 4, turn 0). -/
+/-- 08_random_28: requests R0 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R4 (session 3, turn 0), R1 (session 4, turn 0). The Python twin's run takes 126 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_28 :
-    answers (run program_08_random_28 workload_08_random_28 1000000 (some 100000))
+    answers (run program_08_random_28 workload_08_random_28 126 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 4, some 25, some 0), (some 4, some 34, some 0), (some 5, some 28, some 0), (some 26, some 29, some 0), (some 32, some 58, some 0)] := by
   decide +kernel
@@ -1954,9 +1992,10 @@ def workload_08_random_29 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨185, 44, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨91, 57, 2, 0⟩] }] }
 
-/-- 08_random_29: requests R1 (session 0, turn 0), R0 (session 1, turn 0). -/
+/-- 08_random_29: requests R1 (session 0, turn 0), R0 (session 1, turn 0). The Python twin's run takes 123 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_29 :
-    answers (run program_08_random_29 workload_08_random_29 1000000 (some 100000))
+    answers (run program_08_random_29 workload_08_random_29 123 (some 100000))
       [(0, 0), (1, 0)] =
       some [(some 0, some 43, some 0), (some 2, some 58, some 0)] := by
   decide +kernel
@@ -1986,9 +2025,10 @@ def workload_08_random_30 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨170, 27, 43, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨139, 40, 55, 0⟩] }] }
 
-/-- 08_random_30: requests R3 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R5 (session 3, turn 0), R6 (session 4, turn 0), R4 (session 5, turn 0), R0 (session 6, turn 0). -/
+/-- 08_random_30: requests R3 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R5 (session 3, turn 0), R6 (session 4, turn 0), R4 (session 5, turn 0), R0 (session 6, turn 0). The Python twin's run takes 279 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_30 :
-    answers (run program_08_random_30 workload_08_random_30 1000000 (some 100000))
+    answers (run program_08_random_30 workload_08_random_30 279 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0)] =
       some [(some 1, some 18, some 0), (some 8, some 57, some 0), (some 24, some 83, some 0), (some 32, some 87, some 1), (some 61, some 119, some 0), (some 89, some 115, some 0), (some 92, some 131, some 0)] := by
   decide +kernel
@@ -2015,9 +2055,10 @@ def workload_08_random_31 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨173, 37, 9, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨23, 44, 15, 0⟩] }] }
 
-/-- 08_random_31: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R3 (session 2, turn 0), R2 (session 3, turn 0). -/
+/-- 08_random_31: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R3 (session 2, turn 0), R2 (session 3, turn 0). The Python twin's run takes 368 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_31 :
-    answers (run program_08_random_31 workload_08_random_31 1000000 (some 100000))
+    answers (run program_08_random_31 workload_08_random_31 368 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
       some [(some 3, some 43, some 0), (some 47, some 95, some 0), (some 101, some 137, some 0), (some 138, some 181, some 0)] := by
   decide +kernel
@@ -2044,9 +2085,10 @@ def workload_08_random_32 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨98, 9, 4, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨82, 16, 5, 0⟩] }] }
 
-/-- 08_random_32: requests R3 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R2 (session 3, turn 0). -/
+/-- 08_random_32: requests R3 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R2 (session 3, turn 0). The Python twin's run takes 89 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_32 :
-    answers (run program_08_random_32 workload_08_random_32 1000000 (some 100000))
+    answers (run program_08_random_32 workload_08_random_32 89 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
       some [(some 1, some 26, some 0), (some 2, some 39, some 0), (some 10, some 18, some 0), (some 10, some 25, some 0)] := by
   decide +kernel
@@ -2073,9 +2115,10 @@ def workload_08_random_33 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨128, 46, 4, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨168, 48, 5, 0⟩] }] }
 
-/-- 08_random_33: requests R0 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R1 (session 3, turn 0). -/
+/-- 08_random_33: requests R0 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R1 (session 3, turn 0). The Python twin's run takes 202 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_33 :
-    answers (run program_08_random_33 workload_08_random_33 1000000 (some 100000))
+    answers (run program_08_random_33 workload_08_random_33 202 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
       some [(some 1, some 47, some 0), (some 0, some 9, some 0), (some 11, some 56, some 0), (some 49, some 96, some 0)] := by
   decide +kernel
@@ -2100,9 +2143,10 @@ def workload_08_random_34 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨17, 47, 4, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨194, 44, 22, 0⟩] }] }
 
-/-- 08_random_34: requests R1 (session 0, turn 0), R0 (session 1, turn 0). -/
+/-- 08_random_34: requests R1 (session 0, turn 0), R0 (session 1, turn 0). The Python twin's run takes 134 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_34 :
-    answers (run program_08_random_34 workload_08_random_34 1000000 (some 100000))
+    answers (run program_08_random_34 workload_08_random_34 134 (some 100000))
       [(0, 0), (1, 0)] =
       some [(some 4, some 50, some 0), (some 24, some 67, some 0)] := by
   decide +kernel
@@ -2130,9 +2174,10 @@ def workload_08_random_35 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨148, 18, 18, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨185, 24, 20, 0⟩] }] }
 
-/-- 08_random_35: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R4 (session 2, turn 0), R3 (session 3, turn 0), R1 (session 4, turn 0). -/
+/-- 08_random_35: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R4 (session 2, turn 0), R3 (session 3, turn 0), R1 (session 4, turn 0). The Python twin's run takes 230 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_35 :
-    answers (run program_08_random_35 workload_08_random_35 1000000 (some 100000))
+    answers (run program_08_random_35 workload_08_random_35 230 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 9, some 10, some 0), (some 20, some 79, some 0), (some 29, some 66, some 0), (some 76, some 93, some 0), (some 92, some 115, some 0)] := by
   decide +kernel
@@ -2163,9 +2208,10 @@ def workload_08_random_36 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨189, 45, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨150, 26, 0, 0⟩] }] }
 
-/-- 08_random_36: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0), R6 (session 6, turn 0), R7 (session 7, turn 0). -/
+/-- 08_random_36: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0), R6 (session 6, turn 0), R7 (session 7, turn 0). The Python twin's run takes 220 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_36 :
-    answers (run program_08_random_36 workload_08_random_36 1000000 (some 100000))
+    answers (run program_08_random_36 workload_08_random_36 220 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)] =
       some [(some 1, some 29, some 0), (some 0, some 33, some 0), (some 5, some 6, some 0), (some 9, some 18, some 0), (some 19, some 74, some 0), (some 35, some 83, some 0), (some 39, some 83, some 0), (some 79, some 104, some 0)] := by
   decide +kernel
@@ -2193,9 +2239,10 @@ def workload_08_random_37 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨12, 25, 4, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨194, 25, 4, 0⟩] }] }
 
-/-- 08_random_37: requests R0 (session 0, turn 0), R4 (session 1, turn 0), R3 (session 2, turn 0), R1 (session 3, turn 0), R2 (session 4, turn 0). -/
+/-- 08_random_37: requests R0 (session 0, turn 0), R4 (session 1, turn 0), R3 (session 2, turn 0), R1 (session 3, turn 0), R2 (session 4, turn 0). The Python twin's run takes 103 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_37 :
-    answers (run program_08_random_37 workload_08_random_37 1000000 (some 100000))
+    answers (run program_08_random_37 workload_08_random_37 103 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 4, some 6, some 0), (some 8, some 19, some 0), (some 10, some 14, some 0), (some 11, some 35, some 0), (some 21, some 45, some 0)] := by
   decide +kernel
@@ -2225,9 +2272,10 @@ def workload_08_random_38 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨70, 3, 5, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨200, 31, 5, 0⟩] }] }
 
-/-- 08_random_38: requests R1 (session 0, turn 0), R3 (session 1, turn 0), R5 (session 2, turn 0), R4 (session 3, turn 0), R6 (session 4, turn 0), R0 (session 5, turn 0), R2 (session 6, turn 0). -/
+/-- 08_random_38: requests R1 (session 0, turn 0), R3 (session 1, turn 0), R5 (session 2, turn 0), R4 (session 3, turn 0), R6 (session 4, turn 0), R0 (session 5, turn 0), R2 (session 6, turn 0). The Python twin's run takes 143 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_38 :
-    answers (run program_08_random_38 workload_08_random_38 1000000 (some 100000))
+    answers (run program_08_random_38 workload_08_random_38 143 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0)] =
       some [(some 0, some 7, some 0), (some 1, some 28, some 0), (some 1, some 42, some 0), (some 3, some 40, some 0), (some 8, some 60, some 0), (some 29, some 31, some 0), (some 33, some 63, some 0)] := by
   decide +kernel
@@ -2258,9 +2306,10 @@ def workload_08_random_39 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨96, 21, 47, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨12, 34, 53, 0⟩] }] }
 
-/-- 08_random_39: requests R0 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R4 (session 3, turn 0), R7 (session 4, turn 0), R1 (session 5, turn 0), R5 (session 6, turn 0), R6 (session 7, turn 0). -/
+/-- 08_random_39: requests R0 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R4 (session 3, turn 0), R7 (session 4, turn 0), R1 (session 5, turn 0), R5 (session 6, turn 0), R6 (session 7, turn 0). The Python twin's run takes 228 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_08_random_39 :
-    answers (run program_08_random_39 workload_08_random_39 1000000 (some 100000))
+    answers (run program_08_random_39 workload_08_random_39 228 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)] =
       some [(some 23, some 78, some 0), (some 39, some 61, some 0), (some 44, some 47, some 0), (some 59, some 73, some 0), (some 71, some 126, some 0), (some 76, some 76, some 0), (some 82, some 102, some 0), (some 79, some 112, some 0)] := by
   decide +kernel
@@ -2288,9 +2337,10 @@ def workload_09_prefix_caching_multiturn : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨125, 4, 27, 1⟩] },
   { arrival := 0, draws := [], rows := [⟨33, 3, 21, 0⟩] }] }
 
-/-- 09_prefix_caching_multiturn: requests s1t1 (session 0, turn 0), s1t2 (session 0, turn 1), s1t3 (session 0, turn 2), s2t1 (session 1, turn 0), s2t2 (session 1, turn 1), s2t3 (session 1, turn 2), s3t1 (session 2, turn 0), s3t2 (session 2, turn 1), s3t3 (session 2, turn 2), miss (session 3, turn 0), repeat (session 4, turn 0). -/
+/-- 09_prefix_caching_multiturn: requests s1t1 (session 0, turn 0), s1t2 (session 0, turn 1), s1t3 (session 0, turn 2), s2t1 (session 1, turn 0), s2t2 (session 1, turn 1), s2t3 (session 1, turn 2), s3t1 (session 2, turn 0), s3t2 (session 2, turn 1), s3t3 (session 2, turn 2), miss (session 3, turn 0), repeat (session 4, turn 0). The Python twin's run takes 100 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_09_prefix_caching_multiturn :
-    answers (run program_09_prefix_caching_multiturn workload_09_prefix_caching_multiturn 1000000 (some 100000))
+    answers (run program_09_prefix_caching_multiturn workload_09_prefix_caching_multiturn 100 (some 100000))
       [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2), (3, 0), (4, 0)] =
       some [(some 0, some 9, some 0), (some 11, some 18, some 0), (some 21, some 25, some 0), (some 1, some 20, some 0), (some 21, some 32, some 0), (some 36, some 41, some 0), (some 3, some 6, some 0), (some 11, some 25, some 0), (some 27, some 35, some 0), (some 28, some 31, some 0), (some 21, some 23, some 0)] := by
   decide +kernel
@@ -2318,9 +2368,10 @@ def workload_new_random_00 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨141, 25, 19, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨74, 57, 19, 0⟩] }] }
 
-/-- new_random_00: requests R1 (session 0, turn 0), R4 (session 1, turn 0), R0 (session 2, turn 0), R2 (session 3, turn 0), R3 (session 4, turn 0). -/
+/-- new_random_00: requests R1 (session 0, turn 0), R4 (session 1, turn 0), R0 (session 2, turn 0), R2 (session 3, turn 0), R3 (session 4, turn 0). The Python twin's run takes 249 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_new_random_00 :
-    answers (run program_new_random_00 workload_new_random_00 1000000 (some 100000))
+    answers (run program_new_random_00 workload_new_random_00 249 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0)] =
       some [(some 1, some 59, some 0), (some 3, some 47, some 0), (some 12, some 60, some 0), (some 21, some 64, some 1), (some 61, some 117, some 2)] := by
   decide +kernel
@@ -2347,9 +2398,10 @@ def workload_new_random_01 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨80, 33, 6, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨150, 18, 9, 0⟩] }] }
 
-/-- new_random_01: requests R1 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R0 (session 3, turn 0). -/
+/-- new_random_01: requests R1 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R0 (session 3, turn 0). The Python twin's run takes 192 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_new_random_01 :
-    answers (run program_new_random_01 workload_new_random_01 1000000 (some 100000))
+    answers (run program_new_random_01 workload_new_random_01 192 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
       some [(some 13, some 55, some 0), (some 20, some 57, some 0), (some 61, some 93, some 0), (some 71, some 88, some 0)] := by
   decide +kernel
@@ -2376,9 +2428,10 @@ def workload_new_random_02 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨25, 36, 15, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨99, 6, 18, 0⟩] }] }
 
-/-- new_random_02: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R0 (session 2, turn 0), R3 (session 3, turn 0). -/
+/-- new_random_02: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R0 (session 2, turn 0), R3 (session 3, turn 0). The Python twin's run takes 84 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_new_random_02 :
-    answers (run program_new_random_02 workload_new_random_02 1000000 (some 100000))
+    answers (run program_new_random_02 workload_new_random_02 84 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
       some [(some 14, some 14, some 0), (some 14, some 27, some 0), (some 15, some 50, some 0), (some 18, some 23, some 0)] := by
   decide +kernel
@@ -2404,9 +2457,10 @@ def workload_new_random_03 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨79, 13, 20, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨144, 60, 56, 0⟩] }] }
 
-/-- new_random_03: requests R2 (session 0, turn 0), R1 (session 1, turn 0), R0 (session 2, turn 0). -/
+/-- new_random_03: requests R2 (session 0, turn 0), R1 (session 1, turn 0), R0 (session 2, turn 0). The Python twin's run takes 186 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_new_random_03 :
-    answers (run program_new_random_03 workload_new_random_03 1000000 (some 100000))
+    answers (run program_new_random_03 workload_new_random_03 186 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
       some [(some 7, some 14, some 0), (some 22, some 34, some 0), (some 60, some 119, some 0)] := by
   decide +kernel
@@ -2432,9 +2486,10 @@ def workload_prefix_00 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨18, 14, 0, 0⟩, ⟨23, 4, 1, 0⟩, ⟨28, 9, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨46, 3, 8, 0⟩, ⟨15, 7, 4, 0⟩, ⟨32, 14, 4, 0⟩] }] }
 
-/-- prefix_00: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s1t2 (session 1, turn 2), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s2t2 (session 2, turn 2). -/
+/-- prefix_00: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s1t2 (session 1, turn 2), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s2t2 (session 2, turn 2). The Python twin's run takes 91 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_prefix_00 :
-    answers (run program_prefix_00 workload_prefix_00 1000000 (some 100000))
+    answers (run program_prefix_00 workload_prefix_00 91 (some 100000))
       [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)] =
       some [(some 6, some 17, some 0), (some 21, some 28, some 0), (some 0, some 13, some 0), (some 15, some 18, some 0), (some 19, some 27, some 0), (some 8, some 10, some 0), (some 15, some 21, some 0), (some 26, some 39, some 0)] := by
   decide +kernel
@@ -2461,9 +2516,10 @@ def workload_prefix_01 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨26, 17, 0, 0⟩, ⟨36, 15, 3, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨33, 6, 5, 0⟩, ⟨40, 5, 0, 0⟩] }] }
 
-/-- prefix_01: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s3t0 (session 3, turn 0), s3t1 (session 3, turn 1). -/
+/-- prefix_01: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s3t0 (session 3, turn 0), s3t1 (session 3, turn 1). The Python twin's run takes 80 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_prefix_01 :
-    answers (run program_prefix_01 workload_prefix_01 1000000 (some 100000))
+    answers (run program_prefix_01 workload_prefix_01 80 (some 100000))
       [(0, 0), (1, 0), (2, 0), (2, 1), (3, 0), (3, 1)] =
       some [(some 2, some 12, some 0), (some 11, some 24, some 0), (some 0, some 16, some 0), (some 20, some 34, some 0), (some 5, some 10, some 0), (some 13, some 17, some 0)] := by
   decide +kernel
@@ -2488,9 +2544,10 @@ def workload_prefix_02 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨43, 18, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨35, 5, 1, 0⟩] }] }
 
-/-- prefix_02: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0). -/
+/-- prefix_02: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0). The Python twin's run takes 41 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_prefix_02 :
-    answers (run program_prefix_02 workload_prefix_02 1000000 (some 100000))
+    answers (run program_prefix_02 workload_prefix_02 41 (some 100000))
       [(0, 0), (1, 0)] =
       some [(some 0, some 17, some 0), (some 1, some 5, some 0)] := by
   decide +kernel
@@ -2515,9 +2572,10 @@ def workload_prefix_03 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨42, 12, 2, 0⟩, ⟨19, 8, 2, 0⟩, ⟨25, 13, 2, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨15, 12, 5, 0⟩, ⟨12, 6, 0, 0⟩] }] }
 
-/-- prefix_03: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s0t2 (session 0, turn 2), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1). -/
+/-- prefix_03: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s0t2 (session 0, turn 2), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1). The Python twin's run takes 79 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_prefix_03 :
-    answers (run program_prefix_03 workload_prefix_03 1000000 (some 100000))
+    answers (run program_prefix_03 workload_prefix_03 79 (some 100000))
       [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)] =
       some [(some 2, some 13, some 0), (some 16, some 23, some 0), (some 26, some 38, some 0), (some 5, some 16, some 0), (some 17, some 22, some 0)] := by
   decide +kernel
@@ -2543,9 +2601,10 @@ def workload_prefix_tight_00 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨19, 21, 0, 0⟩, ⟨17, 50, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨49, 19, 0, 0⟩] }] }
 
-/-- prefix_tight_00: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s2t0 (session 2, turn 0). -/
+/-- prefix_tight_00: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s2t0 (session 2, turn 0). The Python twin's run takes 149 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_prefix_tight_00 :
-    answers (run program_prefix_tight_00 workload_prefix_tight_00 1000000 (some 100000))
+    answers (run program_prefix_tight_00 workload_prefix_tight_00 149 (some 100000))
       [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)] =
       some [(some 2, some 27, some 0), (some 31, some 54, some 0), (some 0, some 20, some 0), (some 21, some 70, some 0), (some 0, some 18, some 0)] := by
   decide +kernel
@@ -2571,9 +2630,10 @@ def workload_prefix_tight_01 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨57, 44, 0, 0⟩, ⟨40, 38, 3, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨46, 52, 1, 0⟩, ⟨9, 47, 1, 0⟩] }] }
 
-/-- prefix_tight_01: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1). -/
+/-- prefix_tight_01: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1). The Python twin's run takes 234 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_prefix_tight_01 :
-    answers (run program_prefix_tight_01 workload_prefix_tight_01 1000000 (some 100000))
+    answers (run program_prefix_tight_01 workload_prefix_tight_01 234 (some 100000))
       [(0, 0), (1, 0), (1, 1), (2, 0), (2, 1)] =
       some [(some 1, some 48, some 0), (some 0, some 43, some 0), (some 49, some 86, some 0), (some 2, some 53, some 0), (some 55, some 111, some 1)] := by
   decide +kernel
@@ -2599,9 +2659,10 @@ def workload_prefix_tight_02 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨34, 14, 1, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨46, 20, 0, 0⟩] }] }
 
-/-- prefix_tight_02: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0). -/
+/-- prefix_tight_02: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0). The Python twin's run takes 153 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_prefix_tight_02 :
-    answers (run program_prefix_tight_02 workload_prefix_tight_02 1000000 (some 100000))
+    answers (run program_prefix_tight_02 workload_prefix_tight_02 153 (some 100000))
       [(0, 0), (0, 1), (1, 0), (2, 0)] =
       some [(some 1, some 36, some 0), (some 38, some 72, some 0), (some 1, some 14, some 0), (some 0, some 19, some 0)] := by
   decide +kernel
@@ -2630,9 +2691,10 @@ def workload_prefix_tight_03 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨47, 11, 0, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨31, 42, 1, 0⟩, ⟨25, 22, 4, 0⟩] }] }
 
-/-- prefix_tight_03: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s3t0 (session 3, turn 0), s3t1 (session 3, turn 1), s4t0 (session 4, turn 0), s5t0 (session 5, turn 0), s5t1 (session 5, turn 1). -/
+/-- prefix_tight_03: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s3t0 (session 3, turn 0), s3t1 (session 3, turn 1), s4t0 (session 4, turn 0), s5t0 (session 5, turn 0), s5t1 (session 5, turn 1). The Python twin's run takes 346 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_prefix_tight_03 :
-    answers (run program_prefix_tight_03 workload_prefix_tight_03 1000000 (some 100000))
+    answers (run program_prefix_tight_03 workload_prefix_tight_03 346 (some 100000))
       [(0, 0), (1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (4, 0), (5, 0), (5, 1)] =
       some [(some 28, some 54, some 0), (some 28, some 77, some 2), (some 0, some 36, some 0), (some 80, some 139, some 0), (some 4, some 26, some 1), (some 59, some 79, some 0), (some 2, some 12, some 0), (some 14, some 56, some 1), (some 141, some 162, some 1)] := by
   decide +kernel
@@ -2659,9 +2721,10 @@ def workload_tight_00 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨48, 66, 15, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨40, 74, 24, 0⟩] }] }
 
-/-- tight_00: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R3 (session 3, turn 0). -/
+/-- tight_00: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R3 (session 3, turn 0). The Python twin's run takes 280 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_tight_00 :
-    answers (run program_tight_00 workload_tight_00 1000000 (some 100000))
+    answers (run program_tight_00 workload_tight_00 280 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
       some [(some 5, some 65, some 0), (some 9, some 50, some 0), (some 51, some 116, some 0), (some 66, some 139, some 0)] := by
   decide +kernel
@@ -2687,9 +2750,10 @@ def workload_tight_01 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨177, 73, 21, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨44, 31, 27, 0⟩] }] }
 
-/-- tight_01: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R1 (session 2, turn 0). -/
+/-- tight_01: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R1 (session 2, turn 0). The Python twin's run takes 212 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_tight_01 :
-    answers (run program_tight_01 workload_tight_01 1000000 (some 100000))
+    answers (run program_tight_01 workload_tight_01 212 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
       some [(some 4, some 47, some 0), (some 32, some 104, some 0), (some 50, some 80, some 0)] := by
   decide +kernel
@@ -2718,9 +2782,10 @@ def workload_tight_02 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨104, 42, 23, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨2, 41, 28, 0⟩] }] }
 
-/-- tight_02: requests R5 (session 0, turn 0), R1 (session 1, turn 0), R4 (session 2, turn 0), R2 (session 3, turn 0), R3 (session 4, turn 0), R0 (session 5, turn 0). -/
+/-- tight_02: requests R5 (session 0, turn 0), R1 (session 1, turn 0), R4 (session 2, turn 0), R2 (session 3, turn 0), R3 (session 4, turn 0), R0 (session 5, turn 0). The Python twin's run takes 430 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_tight_02 :
-    answers (run program_tight_02 workload_tight_02 1000000 (some 100000))
+    answers (run program_tight_02 workload_tight_02 430 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
       some [(some 10, some 72, some 0), (some 11, some 93, some 1), (some 75, some 96, some 0), (some 96, some 173, some 0), (some 100, some 178, some 1), (some 174, some 214, some 0)] := by
   decide +kernel
@@ -2746,9 +2811,10 @@ def workload_tight_03 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨73, 62, 8, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨22, 13, 23, 0⟩] }] }
 
-/-- tight_03: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0). -/
+/-- tight_03: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0). The Python twin's run takes 166 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_tight_03 :
-    answers (run program_tight_03 workload_tight_03 1000000 (some 100000))
+    answers (run program_tight_03 workload_tight_03 166 (some 100000))
       [(0, 0), (1, 0), (2, 0)] =
       some [(some 5, some 83, some 0), (some 10, some 71, some 0), (some 23, some 35, some 0)] := by
   decide +kernel
@@ -2775,9 +2841,10 @@ def workload_tight_cached_00 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨41, 33, 21, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨84, 73, 22, 0⟩] }] }
 
-/-- tight_cached_00: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R1 (session 3, turn 0). -/
+/-- tight_cached_00: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R1 (session 3, turn 0). The Python twin's run takes 328 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_tight_cached_00 :
-    answers (run program_tight_cached_00 workload_tight_cached_00 1000000 (some 100000))
+    answers (run program_tight_cached_00 workload_tight_cached_00 328 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
       some [(some 9, some 81, some 0), (some 18, some 36, some 0), (some 23, some 91, some 2), (some 88, some 160, some 0)] := by
   decide +kernel
@@ -2808,9 +2875,10 @@ def workload_tight_cached_01 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨120, 62, 19, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨51, 5, 29, 0⟩] }] }
 
-/-- tight_cached_01: requests R3 (session 0, turn 0), R7 (session 1, turn 0), R5 (session 2, turn 0), R4 (session 3, turn 0), R0 (session 4, turn 0), R2 (session 5, turn 0), R6 (session 6, turn 0), R1 (session 7, turn 0). -/
+/-- tight_cached_01: requests R3 (session 0, turn 0), R7 (session 1, turn 0), R5 (session 2, turn 0), R4 (session 3, turn 0), R0 (session 4, turn 0), R2 (session 5, turn 0), R6 (session 6, turn 0), R1 (session 7, turn 0). The Python twin's run takes 393 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_tight_cached_01 :
-    answers (run program_tight_cached_01 workload_tight_cached_01 1000000 (some 100000))
+    answers (run program_tight_cached_01 workload_tight_cached_01 393 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0), (6, 0), (7, 0)] =
       some [(some 7, some 42, some 0), (some 11, some 61, some 0), (some 14, some 82, some 0), (some 15, some 66, some 2), (some 65, some 127, some 0), (some 85, some 85, some 1), (some 131, some 192, some 0), (some 129, some 133, some 0)] := by
   decide +kernel
@@ -2837,9 +2905,10 @@ def workload_tight_cached_02 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨48, 33, 12, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨8, 77, 30, 0⟩] }] }
 
-/-- tight_cached_02: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0). -/
+/-- tight_cached_02: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0). The Python twin's run takes 208 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_tight_cached_02 :
-    answers (run program_tight_cached_02 workload_tight_cached_02 1000000 (some 100000))
+    answers (run program_tight_cached_02 workload_tight_cached_02 208 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0)] =
       some [(some 11, some 15, some 0), (some 9, some 35, some 0), (some 13, some 45, some 0), (some 30, some 106, some 0)] := by
   decide +kernel
@@ -2868,9 +2937,10 @@ def workload_tight_cached_03 : Workload := { sessions := [
   { arrival := 0, draws := [], rows := [⟨30, 53, 24, 0⟩] },
   { arrival := 0, draws := [], rows := [⟨121, 18, 29, 0⟩] }] }
 
-/-- tight_cached_03: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R5 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R2 (session 5, turn 0). -/
+/-- tight_cached_03: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R5 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R2 (session 5, turn 0). The Python twin's run takes 275 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
 theorem vllm_tight_cached_03 :
-    answers (run program_tight_cached_03 workload_tight_cached_03 1000000 (some 100000))
+    answers (run program_tight_cached_03 workload_tight_cached_03 275 (some 100000))
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
       some [(some 12, some 20, some 0), (some 8, some 80, some 0), (some 17, some 85, some 0), (some 25, some 86, some 1), (some 24, some 136, some 2), (some 89, some 106, some 0)] := by
   decide +kernel

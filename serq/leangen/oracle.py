@@ -7,7 +7,6 @@ from __future__ import annotations
 from serq.leangen import program_fields, render
 from serq.leangen import terms as T
 
-FUEL = 1_000_000       # moves of the machine; every scenario's run ends long before
 TACTIC = "decide +kernel"  # docs/leangen.md: the kernel evaluates the run, no compiler trusted
 
 # the fields written once and named; their Lean types
@@ -48,11 +47,10 @@ def render_oracle(scenarios) -> str:
         items.append({
             "name": T.comment(s.name), "path": T.comment(s.path), "base": base, "fields": f,
             "workload": T.workload(s.wl, 0), "horizon": T.nat(s.horizon),
-            "reqs": reqs, "answers": answers, "who": who,
+            "reqs": reqs, "answers": answers, "who": who, "fuel": T.nat(s.moves),
         })
     left = [(T.comment(s.name), T.comment(s.differs)) for s in scenarios if s.differs is not None]
-    return render("oracle.lean.j2", defs=defs, items=items, left=left, fuel=T.nat(FUEL), tactic=TACTIC,
-                  tried=len(scenarios))
+    return render("oracle.lean.j2", defs=defs, items=items, left=left, tactic=TACTIC, tried=len(scenarios))
 
 
 def _opt(v) -> str:

@@ -16,7 +16,7 @@ from serq.ref import ir as R
 from serq.ref.fragment import Outside, convert
 from serq.ref.num import q
 
-__all__ = ["convert", "Outside", "workload", "read_trace", "evaluate", "Result"]
+__all__ = ["convert", "Outside", "workload", "read_trace", "evaluate", "Result", "moves"]
 
 
 def read_trace(path: str) -> list:
@@ -58,6 +58,17 @@ class Result:
     requests: tuple              # (session, turn, first, last, preemptions, cached at first admission)
     observations: tuple          # (name, value, time, session, turn)
     claims: dict                 # name -> claims.Outcome
+
+
+def moves(p: R.Program, wl: R.Workload, horizon=None, fuel: int = 10_000_000) -> int:
+    """The moves (`step`s) the run takes until it is over: the least fuel with which Exec.lean's
+    `run` ends (a generated theorem states its run with this much, no more: docs/leangen.md)."""
+    m = X.initial(p, wl)
+    for k in range(1, fuel + 1):
+        m, over = X.step(p, m, horizon)
+        if over:
+            return k
+    raise ValueError(f"the run does not end within {fuel} moves")
 
 
 def evaluate(p: R.Program, wl: R.Workload, fuel: int = 10_000_000, horizon=None) -> Result:

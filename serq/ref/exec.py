@@ -260,6 +260,9 @@ def assign(pairs: tuple, name: str, v) -> tuple:
 
 
 def put(t: tuple, i: int, v) -> tuple:
+    """The tuple with its i-th element replaced; past its end, the tuple as it is (Lean's `put`)."""
+    if not 0 <= i < len(t):
+        return t
     return t[:i] + (v,) + t[i + 1:]
 
 
@@ -373,7 +376,7 @@ def eval_expr(p: R.Program, m: Machine, env: Env, e, fuel: int = EXPR_FUEL):
     if isinstance(e, R.Reg):
         return lookup(m.eng.regs, e.name)
     if isinstance(e, R.Obs):
-        return eval_obs(p, m, env, e)
+        return eval_obs(p, m, env, e, fuel)
     if isinstance(e, R.Agg):
         return eval_agg(m, e)
     if isinstance(e, R.Not):
@@ -458,7 +461,7 @@ def pool_index(p: R.Program, name: str) -> int:
     raise AssertionError(name)
 
 
-def eval_obs(p: R.Program, m: Machine, env: Env, e: R.Obs) -> int:
+def eval_obs(p: R.Program, m: Machine, env: Env, e: R.Obs, fuel: int = EXPR_FUEL) -> int:
     fn = e.fn
     if e.of == p.engine.name:
         if fn in ("queue", "busy"):
@@ -467,7 +470,7 @@ def eval_obs(p: R.Program, m: Machine, env: Env, e: R.Obs) -> int:
         if fn == "work":
             return sum(r.left for r in m.eng.reqs)
         if fn == "budget_left":
-            return budget_left(p, m)
+            return budget_left(p, m, fuel)   # the tokens cap read within the expression's fuel (Lean)
         raise KernelError("R002", f"`{fn}({e.of})` has no value here")
     i = pool_index(p, e.of)
     st = m.pools[i]
@@ -487,19 +490,19 @@ def eval_obs(p: R.Program, m: Machine, env: Env, e: R.Obs) -> int:
     raise KernelError("R002", f"`{fn}({e.of})` has no value here")
 
 
-def budget_left(p: R.Program, m: Machine) -> int:
+def budget_left(p: R.Program, m: Machine, fuel: int = EXPR_FUEL) -> int:
     """The tokens the iteration being planned has left, within the admission's `each at most`."""
     pl = m.eng.plan
     v = omin(pl.budget, pl.admit_cap) if pl is not None else (
-        budget_of(p, m) if p.engine.budget is not None else None)
+        budget_of(p, m, fuel) if p.engine.budget is not None else None)
     if v is None:
         raise KernelError("R002", "`budget_left` of an engine with no tokens cap and no chunk cap")
     return v
 
 
-def budget_of(p: R.Program, m: Machine) -> int:
+def budget_of(p: R.Program, m: Machine, fuel: int = EXPR_FUEL) -> int:
     """The engine's tokens cap, read now: a number of tokens >= 0 (the interpreter's R110)."""
-    return amount(eval_expr(p, m, Env(), p.engine.budget), "the tokens cap", "R110")
+    return amount(eval_expr(p, m, Env(), p.engine.budget, fuel), "the tokens cap", "R110")
 
 
 def eval_agg(m: Machine, e: R.Agg):
@@ -1190,6 +1193,12 @@ def grow(p: R.Program, m: Machine, r: Req, need: int) -> tuple:
         m = preempt(p, m, v, i)
         if v == r.sid:
             return set_plan(m, stop=True), False
+    return grow_into(p, m, r, need)
+
+
+def grow_into(p: R.Program, m: Machine, r: Req, need: int) -> tuple:
+    """The growth once there is room: cached entries evicted to fit, the allocation enlarged."""
+    i = r.growing
     m = make_room(p, m, i, need)
     a = find_alloc(m, i, r.sid)
     st = m.pools[i]
