@@ -46,11 +46,12 @@ check: $(STAMP)
 	$(BIN)/python -m serq.leangen --check
 	$(BIN)/python tools/gen_oracle_lean.py --check
 	$(BIN)/python tools/gen_claims_proved.py --check
+	$(BIN)/python tools/gen_serve_lean.py --check
 	$(BIN)/python tools/verify_papers.py --check
 	$(BIN)/python -m pytest $(DIFFERENTIAL) tests/test_papers.py -k "not verdicts_at_the_default_bound"
-	@if command -v lake >/dev/null 2>&1; then cd lean && lake build Serq && lake build SerqOracle && \
+	@if command -v lake >/dev/null 2>&1; then cd lean && lake build Serq && lake build SerqOracle && lake build SerqServe && \
 	  for f in $(GOLDEN_LEAN); do echo "lake env lean $$f"; lake env lean ../$$f || exit 1; done; \
-	else echo "Lean build SKIPPED: lake is not on the PATH (no Lean toolchain here); lean/ (Serq, SerqOracle), the golden files and ClaimsProved.lean were not compiled"; fi
+	else echo "Lean build SKIPPED: lake is not on the PATH (no Lean toolchain here); lean/ (Serq, SerqOracle, SerqServe), the golden files and ClaimsProved.lean were not compiled"; fi
 
 # regenerate the golden Lean files, lean/Serq/Oracle.lean and examples/papers/ClaimsProved.lean
 # (docs/leangen.md, docs/lean.md)
@@ -58,6 +59,7 @@ golden: $(STAMP)
 	$(BIN)/python -m serq.leangen --update
 	$(BIN)/python tools/gen_oracle_lean.py
 	$(BIN)/python tools/gen_claims_proved.py
+	$(BIN)/python tools/gen_serve_lean.py
 
 # both campaigns run; it fails when either found anything
 fuzz: $(STAMP)

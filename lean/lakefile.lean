@@ -14,3 +14,7 @@ lean_lib Serq where
 minutes of kernel work, kept out of the library. -/
 lean_lib SerqOracle where
   roots := #[`Serq.Oracle]
+
+/-- The reference's theorems on the serving order (`lake build SerqServe`; tools/gen_serve_lean.py). -/
+lean_lib SerqServe where
+  roots := #[`Serq.Serve]

@@ -1,6 +1,7 @@
 """Programs of the Lean fragment and their workloads, generated from a few numbers and choices
 (Hypothesis draws them in tests/test_ref_differential.py): one vLLM-like engine on the step clock
-whose request, schedule, pools and workload vary over every form docs/lean.md lists."""
+whose request, schedule, pools and workload vary over every form docs/lean.md lists, its KV cache
+per session or keyed by content and shared across sessions (docs/reference/content.md)."""
 from __future__ import annotations
 
 import csv
@@ -23,6 +24,12 @@ VICTIMS = ("", "", "(1 - decoding, position - prompt, -prompt) requeue tail", "(
            "(position) requeue head")
 SCHEDULES = ("vllm", "ungated", "exclusive", "only", "branch", "half")
 EACH = ("none", "const", "threshold")
+# with prefix caching on a pool of blocks, what the KV cache is keyed by: the session ("": per
+# session), or content (`cache content`), each conversation a stream that begins with a system
+# prompt ("sys"), the trace's content columns ("trace": a session's prompt shares a prefix with an
+# earlier session's), or two sessions of one stream each ("same": identical prompts, whose blocks
+# are computed twice when both run at once and kept twice)
+CONTENTS = ("", "sys", "trace", "same")
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,14 @@ class Case:
     tool: str = ""     # a stage a session runs a tool call on before each next turn ("": none)
     victim: str = ""   # with lifo, `preempt by (...)` in place of `preempt lifo` ("": lifo itself)
     held: bool = False  # `reserve held`: a hold's unallocated reservation counts against later ones
+    content: str = ""  # one of CONTENTS (with prefix caching and a block only)
+    sys: int = 0       # "sys": the system prompt's tokens
+    shares: tuple = ()  # "trace": per session (the earlier session whose stream it begins with, -1 none; tokens)
+
+    @property
+    def keyed(self) -> bool:
+        """Whether the KV pool's cache is keyed by content (`cache content`)."""
+        return bool(self.content) and self.prefix and self.bs > 0
 
     @property
     def n(self) -> int:
@@ -96,6 +111,12 @@ def text(c: Case) -> str:
     reused = f"min(cachedin(kv), reusable(known, {bsr}))" if c.prefix else "0"
     hit = "cached" if c.prefix else "0"
     cache = "      cache (prompt + o - 1);\n" if c.prefix else ""
+    params, args = "prompt, o", "prompt, out"
+    if c.keyed:  # the content a request's tokens are: its session's stream (docs/reference/content.md)
+        cache = "      cache (prompt + o - 1) content (key, par, at);\n"
+        params += ", key, par, at"
+        args += {"sys": f", 1 + serial, 0, {c.sys}", "trace": ", stream, parent, common",
+                 "same": ", serial % 2, 0, 0"}[c.content]
     arrive = {"batch": f"arrive batch({c.n});", "renewal": f"arrive renewal({c.gap});",
               "poisson": "arrive poisson(1);", "closed": f"arrive closed({c.population});"}[c.arrive]
     preempt = ("preempt none;" if not c.lifo else f"preempt by {c.victim};" if c.victim else "preempt lifo;")
@@ -111,7 +132,7 @@ def text(c: Case) -> str:
     tokens cap {c.budget};
     {f"granule {c.granule};" if c.granule else ""}
     state flip = 0;
-    request (prompt, o) {{
+    request ({params}) {{
       set kept = prompt;
       set first = 0;
       set attempts = 0;
@@ -128,14 +149,14 @@ def text(c: Case) -> str:
       decode (o - 1 - (known - prompt)) growing kv;
       observe last_token = now;
       observe preemptions = attempts - 1;
-      observe lag = (first - known) / 3 - prompt / 7;
+      observe lag = (first - known) / 3 - prompt / 7;   // their mean is never -1.54321 (5^5 divides no denominator): no tie a float could round
 {cache}    }}
     schedule {{
     {let}{sched}
     }}
     execute ({c.cost});
   }}
-  pool kv on gpu {{ {f"block {c.bs};" if c.bs else ""} evict lru; {preempt}{" reserve held;" if c.held else ""} }}
+  pool kv on gpu {{ {f"block {c.bs};" if c.bs else ""} evict lru; {preempt}{" reserve held;" if c.held else ""}{" cache content;" if c.keyed else ""} }}
   pool reqs on llm {{ {"queue fifo;" if c.fifo else "queue by (submitted, serial);"} }}
   {stage}workload {{
     {arrive}
@@ -147,11 +168,11 @@ def text(c: Case) -> str:
   server {{
     set submitted = now;
     set prompt = context + new;
-    llm (prompt, out);
+    llm ({args});
   }}
 {iter_claims(c) if c.iter_claims else ""}  claim all_done: at end (count(last_token) == {nreq});
   claim short: at end (prefix_total(last_token) <= {nreq * nreq * 40});
-  claim mean_lag: at end (total(lag) / max(1, count(lag)) <= -1.5);
+  claim mean_lag: at end (total(lag) / max(1, count(lag)) <= -1.54321);
 }}
 """
 
@@ -171,10 +192,15 @@ def write(c: Case, folder: str) -> str:
         fh.write(text(c))
     with open(os.path.join(folder, "trace.csv"), "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(["session", "turn", "new", "out", "think"])
+        content = c.keyed and c.content == "trace"
+        w.writerow(["session", "turn", "new", "out", "think"] + (["stream", "parent", "common"] if content else []))
         for i, turns in enumerate(c.sessions):
             for j, (new, out, think) in enumerate(turns):
-                w.writerow([f"s{i}", j, new, out, think])
+                row = [f"s{i}", j, new, out, think]
+                if content:  # session i's stream is i + 1; its first tokens another's, or its own
+                    k, common = c.shares[i] if i < len(c.shares) else (-1, 0)
+                    row += [i + 1, k + 1 if k >= 0 else 0, common if k >= 0 else 0]
+                w.writerow(row)
     return path
 
 
@@ -196,7 +222,10 @@ def cases(draw) -> Case:
     if arrive == "poisson":  # real arrival times: gaps in hundredths, 0 included (two at once)
         gaps = draw(st.lists(st.integers(0, 600), min_size=len(sessions), max_size=len(sessions)))
         times = tuple(round(sum(gaps[:k + 1]) / 100, 2) for k in range(len(sessions)))
+    content = draw(st.sampled_from(CONTENTS))
+    shares = tuple((draw(st.integers(-1, i - 1)), draw(st.integers(0, 48))) for i in range(len(sessions)))
     return Case(
+        content=content, sys=draw(st.sampled_from((0, 3, 8, 16, 30))), shares=shares,
         bs=bs, blocks=blocks, seqs=draw(st.integers(1, 6)), budget=draw(st.integers(1, 64)),
         each=draw(st.sampled_from(EACH)), cap=draw(st.integers(1, 32)),
         granule=draw(st.sampled_from((0, 0, 2, 4, 8))), order=draw(st.sampled_from(ORDERS)),

@@ -63,8 +63,12 @@ def in_floats(x):
 def exact_in_floats(c: Case) -> bool:
     """Whether every constant of the case's program and every time is a float exactly (a quarter,
     a whole number): else its sums of times round in floating point, and an exact tie of two (an
-    arrival at 8.01 and an iteration that ends there) may be none to the interpreter."""
-    return "0.001" not in c.cost and "0.75" != str(c.gap) and all(float(t * 4).is_integer() for t in c.times)
+    arrival at 8.01 and an iteration that ends there) may be none to the interpreter. A ps stage
+    serves each of n jobs at phi(n) / n: a third with three of them present (ps(1), 1/3;
+    ps(min(present, 2)), 2/3; ps(0.5 + present / 4), 5/12), so a tool call on one, with more than
+    two sessions, is not exact in floats either."""
+    return "0.001" not in c.cost and "0.75" != str(c.gap) and all(float(t * 4).is_integer() for t in c.times) \
+        and (c.tool in ("", "delay") or c.n <= 2)
 
 
 def kernel(prog, c: Case, folder):
@@ -145,6 +149,19 @@ FOUND = [
     Case(bs=2, blocks=2, seqs=2, budget=2, each="none", cap=1, granule=0, order="", schedule="exclusive",
          lifo=True, prefix=False, chunked=False, reserve=False, cost="1", arrive="batch", gap=1,
          sessions=(((1, 1, 0),), ((1, 3, 0),), ((1, 3, 0),))),
+    # the test's, not a reader's: `mean_lag` compared a mean of thirds and sevenths with -1.5, which
+    # this workload's mean is exactly (-10/3 and 1/3); the kernel held, the interpreter's float mean
+    # (-1.4999999999999998) failed. The claim now compares with -1.54321, which no such mean equals
+    Case(bs=0, blocks=25, seqs=1, budget=7, each="none", cap=1, granule=0, order="", schedule="vllm", lifo=True,
+         prefix=False, chunked=False, reserve=False, cost="1", arrive="batch", gap=1,
+         sessions=(((21, 6, 0),), ((14, 10, 0),), ((14, 1, 0),), ((15, 12, 0),)), iter_claims=False),
+    # the test's too: four sessions' tool calls on ps(0.5 + present / 4), served at 5/12 each with three
+    # present, end exactly as an iteration does in rationals and not in floats (session 0's third turn
+    # came 2 later to the interpreter); such a case now runs the kernel in floats (exact_in_floats)
+    Case(bs=1, blocks=14, seqs=2, budget=4, each="none", cap=1, granule=0, order="", schedule="vllm", lifo=False,
+         prefix=True, chunked=False, reserve=False, cost="1", arrive="batch", gap=1,
+         sessions=(((1, 4, 0), (1, 2, 3), (1, 1, 6)), ((1, 10, 0), (1, 1, 3)), ((1, 1, 0),), ((1, 1, 0),)),
+         iter_claims=False, tool="ps(0.5 + present / 4)", content="sys", sys=0, shares=((-1, 0), (0, 0), (0, 0), (0, 0))),
 ]
 
 

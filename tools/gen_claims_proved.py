@@ -15,7 +15,6 @@ toolchain): `make check` compiles it where `lake` is installed.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import os
 import sys
@@ -23,7 +22,9 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
 
+from generated_file import write_or_check  # noqa: E402
 from serq import api, ref  # noqa: E402
 from serq.leangen import generate  # noqa: E402
 from serq.leangen import terms as T  # noqa: E402
@@ -190,25 +191,7 @@ def allDone (p : Program) (ws : List Workload) (fuel : Nat) : Bool :=
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when the committed file is not current")
-    args = ap.parse_args(argv)
-    text = render()
-    if args.check:
-        try:
-            with open(OUT, encoding="utf-8") as fh:
-                current = fh.read() == text
-        except FileNotFoundError:
-            current = False
-        if not current:
-            print(f"{os.path.relpath(OUT, ROOT)} is not current: run python tools/gen_claims_proved.py",
-                  file=sys.stderr)
-            return 1
-        return 0
-    with open(OUT, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    print(f"wrote {os.path.relpath(OUT, ROOT)}")
-    return 0
+    return write_or_check(argv, __doc__, OUT, render, ROOT, "gen_claims_proved.py")
 
 
 if __name__ == "__main__":

@@ -1,16 +1,18 @@
 """Write lean/Serq/Oracle.lean: one theorem per recorded vLLM scenario the Lean fragment expresses,
-stating that the run of examples/oracle/vllm_request.sq (Exec.lean's `run`) on the scenario's
-workload gives vLLM's first and last token step and preemption count for every request, proved by
-`decide +kernel` (the reference's *How the correspondence is checked*; docs/leangen.md).
+stating that the run of examples/oracle/vllm_shared.sq (Exec.lean's `run`; vLLM's request on the
+cache keyed by content, docs/reference/content.md) on the scenario's workload gives vLLM's first and
+last token step and preemption count for every request, proved by `decide +kernel` (the
+reference's *How the correspondence is checked*; docs/leangen.md).
 
     python tools/gen_oracle_lean.py            # rewrite lean/Serq/Oracle.lean
     python tools/gen_oracle_lean.py --check    # exit 1 when the committed file is not current
 
-Each scenario maps onto the program's inputs and trace as tools/vllm_oracle.py maps it. A theorem
-is written only where the reference kernel (serq/ref/, Exec.lean's Python twin) gives the same
-statement true; the others are listed in the file's header with the first value that differs.
-The 52 main scenarios are all tried; of the extra ones (tools/oracle/extra/), the first EXTRA_PER
-of each family (docs/leangen.md says why not all).
+Each scenario maps onto the program's inputs and trace as tools/vllm_oracle.py maps it, its trace's
+content columns saying what each prompt shares with an earlier one. A theorem is written only where
+the reference kernel (serq/ref/, Exec.lean's Python twin) gives the same statement true; the others
+are listed in the file's header with the first value that differs. The 52 main scenarios are all
+tried; of the extra ones (tools/oracle/extra/), the first EXTRA_PER of each family, those whose
+sessions share a system prompt (`shared*`) included (docs/leangen.md says why not all).
 """
 from __future__ import annotations
 
@@ -32,7 +34,8 @@ import vllm_oracle  # noqa: E402
 OUT = os.path.join(ROOT, "lean", "Serq", "Oracle.lean")
 MAIN = os.path.join(ROOT, "tools", "oracle", "results")
 EXTRA = os.path.join(ROOT, "tools", "oracle", "extra", "results")
-EXTRA_PER = 4          # extra scenarios per family (new_random, prefix, prefix_tight, tight, tight_cached)
+EXTRA_PER = 4          # extra scenarios per family (new_random, prefix, prefix_tight, shared, shared_many,
+                       # shared_tight, tight, tight_cached)
 FIELDS = ("first_token_step", "last_token_step", "num_preemptions")
 OBSERVED = {"first_token": 0, "last_token": 1, "preemptions": 2}  # the program's observation names
 
@@ -47,6 +50,7 @@ class Scenario:
     expected: list              # (request id, session, turn, first, last, preemptions), vLLM's
     differs: str | None         # None: the reference kernel gives the same; else the first difference
     moves: int = 0              # the moves the Python twin's run takes: the theorem's fuel
+    hits: tuple = ()            # each request's hit at its first admission, vLLM's, where the kernel's agree
 
 
 def scenario_paths() -> list[str]:
@@ -54,9 +58,7 @@ def scenario_paths() -> list[str]:
     fam: dict = {}
     for p in sorted(glob.glob(os.path.join(EXTRA, "*.json"))):
         fam.setdefault(re.sub(r"_\d+$", "", os.path.basename(p)[:-5]), []).append(p)
-    # the kernel's cache is per session: the families sharing prefixes across sessions
-    # (docs/reference/content.md) are the interpreter's
-    extra = [p for f in sorted(fam) if not f.startswith("shared") for p in fam[f][:EXTRA_PER]]
+    extra = [p for f in sorted(fam) for p in fam[f][:EXTRA_PER]]
     return main + extra
 
 
@@ -66,9 +68,9 @@ def scenario(path: str) -> Scenario:
         result = json.load(fh)
     name = result.get("name") or os.path.basename(path)[:-5]
     outcome = {r["id"]: r for r in result["requests"]}
-    with vllm_oracle.scenario_program(result, path) as (prog, sessions, rows, horizon):
+    with vllm_oracle.scenario_program(result, path, shared=True) as (prog, sessions, rows, horizon):
         p = ref.convert(prog)
-    wl = vllm_oracle.ref_workload(p, rows, len(sessions))
+    wl = workload(p, rows, len(sessions))
     horizon = int(horizon)
     res = ref.evaluate(p, wl, horizon=horizon)
     got: dict = {}
@@ -87,7 +89,24 @@ def scenario(path: str) -> Scenario:
     if differs is None and not res.done:
         differs = "the reference kernel's run did not end"
     moves = ref.moves(p, wl, horizon) if differs is None else 0
-    return Scenario(name, os.path.relpath(path, ROOT), p, wl, horizon, expected, differs, moves)
+    # each request's hit at its first admission: vLLM's, and the kernel's (its TurnRec's `cached`)
+    kernel_hits = {(sid, turn): cached for sid, turn, _f, _l, _p, cached in res.requests}
+    hits = tuple(outcome[rid].get("num_cached_tokens_first_admission") for rid, *_ in expected)
+    if hits != tuple(kernel_hits.get((si, ti)) for _rid, si, ti, *_ in expected):
+        hits = ()
+    return Scenario(name, os.path.relpath(path, ROOT), p, wl, horizon, expected, differs, moves, hits)
+
+
+def workload(p, rows: list[dict], n: int):
+    """The kernel's workload of a scenario: the trace's rows with their content columns (what each
+    prompt shares: docs/reference/content.md), every session at 0 (`arrive batch`)."""
+    from serq import ref
+    from serq.ref import ir as R
+    trace: list = [[] for _ in range(n)]
+    for row in rows:
+        trace[int(row["session"][1:])].append(R.Row(*(int(row[k]) for k in
+                                                     ("new", "out", "think", "forced", "stream", "parent", "common"))))
+    return ref.workload(p, n, trace=trace)
 
 
 def generate(paths: list[str] | None = None) -> tuple[str, list[Scenario]]:

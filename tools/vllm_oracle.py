@@ -1,14 +1,23 @@
 """Check serQ's vLLM v1 program against scenarios recorded from vLLM's real scheduler.
 
-    python tools/vllm_oracle.py check [--ref] FILE...
+    python tools/vllm_oracle.py check [--ref] [--per-session] [--steps] FILE...
 
 Each FILE is a result file (tools/oracle/results/*.json, or any of that format): a scenario's
-config and requests, and what vLLM did. Each scenario runs through examples/oracle/vllm_request.sq
+config and requests, and what vLLM did. Each scenario runs through examples/oracle/vllm_shared.sq
 (each request a session's turn of a trace written beside a copy of the program); the tool prints,
 per scenario, `agree` or the first request and field that differ, then `K/N scenarios agree`.
 
 With `--ref` the scenarios run through the reference kernel (serq/ref/, docs/lean.md) instead
-of the interpreter, with the same output.
+of the interpreter, with the same output: through vllm_shared.sq when the kernel's fragment takes
+it, else through vllm_request.sq (the same request on the per-session cache; `--per-session` runs it
+either way).
+
+With `--steps` every step is compared as well (docs/vllm.md, *Step for step*): step k is vLLM's k-th
+`schedule()` call and serQ's iteration that starts at time k; each compares the tokens scheduled to
+each request, the requests preempted, the requests finished, and the free KV blocks after the step
+(the result's `trace`, or for a result recorded without it the `steps/` file beside `results/`).
+The first differing step is printed with both sides. A scenario whose difference docs/vllm.md
+explains is printed as `known`, with the reason, and does not fail the check.
 
 Requests chained by `arrive_after` are one session's turns (the next prompt extends the last
 prompt and its output); a prompt whose first token differs is a forced miss (a session of its own).
@@ -18,19 +27,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import csv
+import dataclasses
 import json
 import os
 import shutil
 import sys
 import tempfile
+from typing import NamedTuple, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 PROGRAM = os.path.join(ROOT, "examples", "oracle", "vllm_request.sq")
-# the same request on a content-addressed cache (docs/reference/content.md), which the reference
-# kernel does not have: the interpreter runs this one, `--ref` the one above
+# the same request on a content-addressed cache (docs/reference/content.md): the interpreter runs
+# this one, and `--ref` when the kernel's fragment takes it (ref_takes_shared); the one above
+# otherwise, and with `--per-session`
 SHARED = os.path.join(ROOT, "examples", "oracle", "vllm_shared.sq")
 TOKEN = 7  # the token the driver's fake model runner samples (tools/oracle/README.md)
 FIELDS = ("first_token_step", "last_token_step", "num_preemptions", "num_cached_tokens_first_admission")
@@ -159,15 +171,36 @@ def scenario_program(result: dict, path: str = "", shared: bool = False):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_scenario(result: dict, path: str = "", ref: bool = False):
+def run_scenario(result: dict, path: str = "", ref: bool = False, shared: Optional[bool] = None):
     """serQ's values for each request of one recorded scenario: {id: {field: value}}; with `ref`,
-    the reference kernel's."""
+    the reference kernel's. `shared`: through vllm_shared.sq (True) or vllm_request.sq (False);
+    None: vllm_shared.sq, but for the kernel when its fragment does not take it (ref_takes_shared)."""
+    return run_steps(result, path, ref, steps=False, shared=shared)[0]
+
+
+def run_steps(result: dict, path: str = "", ref: bool = False, steps: bool = True, shared: Optional[bool] = None,
+              at_least: int = 0):
+    """serQ's run of one recorded scenario: ({id: {field: value}}, its steps as StepLog.steps gives
+    them, at least `at_least` of them, or None without `steps`); with `ref`, the reference kernel's;
+    `shared` as run_scenario's."""
     from serq import api
     from serq.ir.model import Settings
     outcome = {r["id"]: r for r in result["requests"]}
-    with scenario_program(result, path, shared=not ref) as (prog, sessions, rows, horizon):
+    if shared is None:
+        shared = not ref or ref_takes_shared()
+    with scenario_program(result, path, shared=shared) as (prog, sessions, rows, horizon):
+        log = None
         if ref:
-            obs_rows = _ref_observations(prog, rows, len(sessions), int(horizon))
+            obs_rows, log = _ref_observations(prog, rows, len(sessions), int(horizon), steps, shared)
+        elif steps:
+            from serq.interp.sim import Sim
+            sim = Sim(prog, Settings(horizon=horizon))
+            sim.fast_forward = False  # every iteration planned as one (Sim.step_log)
+            sim.step_log = log = InterpSteps(sim)
+            sim.run()
+            log.end()
+            obs_rows = {name: [(serial, turn, v) for (t, serial, turn), v in zip(ser.rows, ser.v)]
+                        for name, ser in sim.obs.items()}
         else:
             rep = api.run(prog, Settings(horizon=horizon))
             sim = rep.pop("_sim")
@@ -185,29 +218,55 @@ def run_scenario(result: dict, path: str = "", ref: bool = False):
             rid = serial_key.get((serial, turn))
             if rid is not None:
                 got[rid][field] = int(v)
-    return got
+    return got, (log.steps(serial_key, at_least) if log is not None else None)
 
 
-def ref_workload(p, rows, n):
+_REF_SHARED: list = []
+
+
+def ref_takes_shared() -> bool:
+    """Whether the reference kernel's fragment takes vllm_shared.sq (its content-addressed cache):
+    `--ref` runs it then, and vllm_request.sq, the per-session cache, otherwise."""
+    if not _REF_SHARED:
+        from serq import api, ref
+        try:
+            ref.convert(api.load(SHARED, {}))
+            _REF_SHARED.append(True)
+        except ref.Outside:
+            _REF_SHARED.append(False)
+    return _REF_SHARED[0]
+
+
+def ref_workload(p, rows, n, shared: bool = False):
     """The reference kernel's workload of a scenario: the trace's rows, every session at 0
-    (`arrive batch`)."""
+    (`arrive batch`); with `shared` (vllm_shared.sq's trace) the content columns too (stream,
+    parent, common), as far as the kernel's rows have them."""
     from serq import ref
     from serq.ref import ir as R
+    cols = ["new", "out", "think", "forced"] + (["stream", "parent", "common"] if shared else [])
+    names = {f.name for f in dataclasses.fields(R.Row)}
     trace: list = [[] for _ in range(n)]
     for row in rows:
-        trace[int(row["session"][1:])].append(R.Row(row["new"], row["out"], row["think"], row["forced"]))
+        trace[int(row["session"][1:])].append(R.Row(**{k: int(row[k]) for k in cols if k in names}))
     return ref.workload(p, n, trace=trace)
 
 
-def _ref_observations(prog, rows, n, horizon):
-    """The reference kernel's observations, {name: [(session, turn, value)]}."""
+def _ref_observations(prog, rows, n, horizon, steps=False, shared=False):
+    """The reference kernel's observations, {name: [(session, turn, value)]}, and with `steps` its
+    steps (RefSteps)."""
     from serq import ref
     p = ref.convert(prog)
-    res = ref.evaluate(p, ref_workload(p, rows, n), horizon=horizon)
+    wl = ref_workload(p, rows, n, shared)
+    log = None
+    if steps:
+        log = RefSteps(p)
+        obs = log.walk(wl, horizon)
+    else:
+        obs = ref.evaluate(p, wl, horizon=horizon).observations
     out: dict = {}
-    for name, v, _t, sid, turn in res.observations:
+    for name, v, _t, sid, turn in obs:
         out.setdefault(name, []).append((sid, turn, v))
-    return out
+    return out, log
 
 
 def compare(result: dict, got: dict):
@@ -223,24 +282,293 @@ def compare(result: dict, got: dict):
     return None
 
 
-def check(paths: list[str], ref: bool = False) -> int:
-    agree = 0
+# ---------------------------------------------------------------- step for step
+
+
+class Step(NamedTuple):
+    """One step, as both sides are read: the tokens scheduled to each request ({id: tokens}), the
+    requests preempted and those finished (sorted ids), and the free KV blocks after the step."""
+    scheduled: dict
+    preempted: tuple
+    finished: tuple
+    free: int
+
+    def __str__(self):
+        sched = ", ".join(f"{rid}: {n}" for rid, n in self.scheduled.items())
+        return (f"scheduled {{{sched}}}, preempted [{', '.join(self.preempted)}], "
+                f"finished [{', '.join(self.finished)}], free blocks {self.free}")
+
+
+def steps_file(path: str, result: dict) -> Optional[str]:
+    """Where the steps of a result recorded without its `trace` are: `steps/NAME.json` beside the
+    `results/` folder it is in (tools/oracle/extra/steps/)."""
+    name = result.get("name") or os.path.splitext(os.path.basename(path))[0]
+    cand = os.path.join(os.path.dirname(os.path.abspath(path)), "..", "steps", name + ".json")
+    return cand if os.path.isfile(cand) else None
+
+
+def vllm_steps(result: dict, path: str = "") -> Optional[list]:
+    """vLLM's steps, [Step], step k at index k: from the result's `trace`, or from its steps file
+    (a `trace` of the same records, each a list in the file's `fields` order); None when neither is."""
+    trace = result.get("trace")
+    if trace is None and path:
+        sf = steps_file(path, result)
+        if sf is not None:
+            with open(sf, encoding="utf-8") as fh:
+                data = json.load(fh)
+            trace = [dict(zip(data["fields"], t)) for t in data["trace"]]
+    if trace is None:
+        return None
+    out = []
+    for k, t in enumerate(trace):
+        if t["step"] != k:
+            raise ValueError(f"the trace's step {k} is numbered {t['step']}")
+        out.append(Step(dict(t["scheduled"]), tuple(sorted(t["preempted"])), tuple(sorted(t["finished"])),
+                        t["free_blocks_after"]))
+    return out
+
+
+class StepLog:
+    """serQ's steps as a run plans them, keyed by (session, turn) until `steps` names them: each
+    iteration's batch and preemptions at the time it starts, its finishes (the requests of its
+    batch whose turn is over when the engine plans next, or when the run ends), and the free blocks
+    of the KV pool before each planning (after the last iteration's end and what it released)."""
+
+    def __init__(self):
+        self.iters: dict = {}    # start time -> [batch [(key, tokens)], preempted [key], finished [key]]
+        self.free: list = []     # (time, free blocks) before each planning, in time order, and at the end
+        self.pending = None      # the last iteration's start and its batch's requests, finishes unread
+
+    def _sample(self, t, free):
+        if self.free and self.free[-1][0] == t:
+            self.free[-1] = (t, free)
+        else:
+            self.free.append((t, free))
+
+    def steps(self, names: dict, at_least: int = 0) -> list:
+        """[Step], step k at index k, from 0 to the last iteration (at least `at_least` of them):
+        a time with no iteration is a step that schedules nothing; the free blocks after step k are
+        those before the first planning at or after k + 1."""
+        odd = [t for t in self.iters if t != int(t)]
+        if odd:
+            raise ValueError(f"an iteration starts at {odd[0]}, off the step clock (`execute (1)`)")
+        last = max(self.iters, default=-1)
+        n = max(at_least, int(last) + 1)
+
+        def name(key):
+            return names.get(key, f"s{key[0]}t{key[1]}")
+        out = []
+        j = 0
+        free = None
+        for k in range(n):
+            while j < len(self.free) and self.free[j][0] <= k + 1:
+                free = self.free[j][1]
+                j += 1
+            it = self.iters.get(k)
+            if it is None:
+                out.append(Step({}, (), (), free))
+            else:
+                batch, pre, fin = it
+                out.append(Step({name(key): int(n_) for key, n_ in batch}, tuple(sorted(map(name, pre))),
+                                tuple(sorted(map(name, fin))), free))
+        return out
+
+
+class InterpSteps(StepLog):
+    """The interpreter's recorder (Sim.step_log): told before each planning (`before`), once an
+    iteration is planned (`planned`), and of each preemption; sessions are keyed (serial, turn)."""
+
+    def __init__(self, sim):
+        super().__init__()
+        self.sim = sim
+        self.pool = next(m for m in sim.pools if m.name == "kv")
+        self.pre: list = []
+        self._sample(sim.now, self._free())   # the pool as the run starts
+
+    def _free(self):
+        v = (self.pool.cap - self.pool.used) / self.pool.block
+        return int(v) if v == int(v) else v
+
+    def _finishes(self):
+        if self.pending is not None:
+            t, reqs = self.pending
+            self.iters[t][2] = [(s.serial, turn) for s, turn in reqs if s.turn_idx != turn]
+            self.pending = None
+
+    def before(self, eng):
+        self._finishes()
+        self._sample(self.sim.now, self._free())
+        self.pre = []
+
+    def preempted(self, sess):
+        self.pre.append((sess.serial, sess.turn_idx))
+
+    def planned(self, eng):
+        t = self.sim.now
+        reqs = [(r.sess, r.sess.turn_idx) for r in eng.batch_reqs]
+        self.iters[t] = [[((s.serial, turn), r.served) for (s, turn), r in zip(reqs, eng.batch_reqs)], self.pre, []]
+        self.pending = (t, reqs)
+        self.pre = []
+
+    def end(self):
+        self._finishes()
+        if self.sim.now not in self.iters:  # else the iteration in flight at the horizon holds it
+            self._sample(self.sim.now, self._free())
+
+
+class RefSteps(StepLog):
+    """The reference kernel's steps: its run walked move by move with serq.ref.exec.step, each
+    move's machine settled first (as `step` does); a move that plans reads the settled machine
+    before it and the planned one its path keeps (`Machine.path`: the batch; preemptions as each
+    turn's count rose). Sessions are keyed (sid, turn)."""
+
+    def __init__(self, p):
+        super().__init__()
+        self.p = p
+        self.kv = next(i for i, pool in enumerate(p.pools) if pool.name == "kv")
+
+    def _free(self, m):
+        pool = self.p.pools[self.kv]
+        return (pool.cap - m.pools[self.kv].used) // pool.block
+
+    def _finishes(self, m):
+        if self.pending is not None:
+            t, reqs = self.pending
+            self.iters[t][2] = [(sid, turn) for sid, turn in reqs if m.sess[sid].turn_idx != turn]
+            self.pending = None
+
+    def walk(self, wl, horizon, fuel: int = 10_000_000):
+        """Run the workload, recording the steps; the run's observations."""
+        from serq.ref import exec as X
+        p = self.p
+        m = X.initial(p, wl)
+        self._sample(m.now, self._free(m))   # the pool as the run starts
+        while fuel > 0:
+            fuel -= 1
+            m = X.settle(p, m)   # `step` settles first: a settled machine settles to itself
+            m2, over = X.step(p, m, horizon)
+            if over:
+                m = m2
+                break
+            planned = m2.eng.iterations > m.eng.iterations
+            # a planning (an iteration or none): the engine was idle and wanted, and the move took
+            # the want (a busy engine's want is taken too, and it plans nothing)
+            if planned or (m.eng.want and not m.eng.busy and not m2.eng.want):
+                self._finishes(m)
+                self._sample(m.now, self._free(m))
+            if planned:
+                t, pm = m2.path[-1]
+                reqs = {r.rid: r for r in pm.eng.reqs}
+                batch = [((reqs[rid].sid, pm.sess[reqs[rid].sid].turn_idx), n) for rid, n in pm.eng.plan.batch]
+
+                def count(s):
+                    return s.rec.preemptions if s.rec is not None else 0
+                pre = [(s.sid, s.turn_idx) for s in pm.sess if s.sid < len(m.sess) and count(s) > count(m.sess[s.sid])]
+                self.iters[t] = [batch, pre, []]
+                self.pending = (t, [key for key, _ in batch])
+            m = m2
+        else:
+            raise RuntimeError("the reference kernel's run did not end")
+        self._finishes(m)
+        if m.now not in self.iters:
+            self._sample(m.now, self._free(m))
+        return m.obs
+
+
+def compare_steps(want: list, have: list):
+    """The first (step, vLLM's, serQ's) that differ, None for a side that has no such step; or None."""
+    for k in range(max(len(want), len(have))):
+        a = want[k] if k < len(want) else None
+        b = have[k] if k < len(have) else None
+        if a != b:
+            return k, a, b
+    return None
+
+
+# docs/vllm.md, *Known divergences*: scenario -> [(the sides it is known on, the first difference
+# `check --steps` finds there: the step and the fields that differ, why)]. A side is what ran the
+# scenario (`side`): `interp` or `ref` (the kernel), on vllm_shared.sq, or with ` per-session`, on
+# vllm_request.sq (`--per-session`, and `--ref` while the kernel's fragment has the per-session
+# cache only: ref_takes_shared)
+_ALL = ("interp", "ref", "interp per-session", "ref per-session")
+_STALL = ("the reference refuses A, whose reservation after its preemption (145 tokens, 10 blocks) is above "
+          "the cap of 9 (*Engines*), and B runs when it arrives; vLLM keeps A at the head of its waiting queue "
+          "(kv_cache_manager.py:531-548, scheduler.py:1454), and B waits behind it")
+_PER_SESSION = ("the per-session cache: `repeat` has s2t1's prompt and misses its blocks, which vLLM's "
+                "content-addressed cache gives it (kv_cache_manager.py:266-302)")
+KNOWN_STEPS = {
+    "10_preempt_only_step_stall": [(_ALL, ("step", 50, ("scheduled", "free")), _STALL)],
+    "09_prefix_caching_multiturn": [(("interp per-session", "ref per-session"), ("step", 21, ("scheduled", "free")),
+                                     _PER_SESSION)],
+    "09b_prefix_caching_multiturn_tight": [(("interp per-session", "ref per-session"),
+                                            ("step", 35, ("scheduled", "free")), _PER_SESSION)],
+}
+
+
+def side(ref: bool, shared: bool) -> str:
+    """What runs the scenarios (KNOWN_STEPS): the interpreter or the kernel, on which program."""
+    return ("ref" if ref else "interp") + ("" if shared else " per-session")
+
+
+def known(name: str, where: str, key: tuple) -> Optional[str]:
+    """Why docs/vllm.md says the scenario differs so on that side, or None."""
+    for sides, k, why in KNOWN_STEPS.get(name, ()):
+        if where in sides and k == key:
+            return why
+    return None
+
+
+def step_diff_key(diff) -> tuple:
+    """What names a step difference: the step and the fields that differ there."""
+    k, a, b = diff
+    if a is None or b is None:
+        return k, ("step",)
+    return k, tuple(f for f in Step._fields if getattr(a, f) != getattr(b, f))
+
+
+def check(paths: list[str], ref: bool = False, steps: bool = False, per_session: bool = False) -> int:
+    agree = nknown = 0
+    shared = not per_session and (not ref or ref_takes_shared())
     for p in paths:
         with open(p, encoding="utf-8") as fh:
             result = json.load(fh)
         name = result.get("name", os.path.basename(p))
+        want = None
         try:
-            got = run_scenario(result, p, ref)
+            if steps:
+                want = vllm_steps(result, p)
+                if want is None:
+                    print(f"{name}: no steps recorded (no `trace`, no steps/{name}.json beside results/)")
+                    continue
+            got, have = run_steps(result, p, ref, steps, shared, len(want) if want else 0)
         except Exception as exc:  # a scenario the program cannot run is a disagreement, said plainly
             print(f"{name}: error: {exc}")
             continue
+        sdiff = compare_steps(want, have) if steps else None
         diff = compare(result, got)
-        if diff is None:
+        if sdiff is None and diff is None:
             agree += 1
             print(f"{name}: agree")
+            continue
+        if sdiff is not None:
+            k, a, b = sdiff
+            text = (f"{name}: step {k}:\n  vLLM {a if a is not None else 'no step'}\n"
+                    f"  serQ {b if b is not None else 'no step'}")
+            key = ("step",) + step_diff_key(sdiff)
         else:
-            rid, f, want, have = diff
-            print(f"{name}: request {rid}: {f} vLLM {want}, serQ {have}")
+            rid, f, w, h = diff
+            text = f"{name}: request {rid}: {f} vLLM {w}, serQ {h}"
+            key = ("request", rid, f)
+        why = known(name, side(ref, shared), key) if steps else None
+        if why is not None:
+            nknown += 1
+            print(f"{text}\n  known (docs/vllm.md): {why}")
+            continue
+        print(text)
+    if steps:
+        print(f"{agree}/{len(paths)} scenarios agree step for step"
+              + (f"; {nknown} known (docs/vllm.md)" if nknown else ""))
+        return 0 if agree + nknown == len(paths) else 1
     print(f"{agree}/{len(paths)} scenarios agree")
     return 0 if agree == len(paths) else 1
 
@@ -248,12 +576,16 @@ def check(paths: list[str], ref: bool = False) -> int:
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="vllm_oracle.py", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("check", help="run result files through examples/oracle/vllm_request.sq")
+    c = sub.add_parser("check", help="run result files through examples/oracle/vllm_shared.sq")
     c.add_argument("--ref", action="store_true", help="run the reference kernel (serq/ref/) instead")
+    c.add_argument("--per-session", action="store_true",
+                   help="run examples/oracle/vllm_request.sq, the same request on the per-session cache")
+    c.add_argument("--steps", action="store_true",
+                   help="compare every step as well: tokens scheduled, preempted, finished, free blocks")
     c.add_argument("files", nargs="+")
     args = ap.parse_args(argv)
     if args.cmd == "check":
-        return check(args.files, args.ref)
+        return check(args.files, args.ref, args.steps, args.per_session)
     return 2
 
 

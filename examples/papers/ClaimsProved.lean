@@ -28,7 +28,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -61,7 +61,8 @@ def program : Program := {
       none
       [
         Stmt.runS Mode.prefill (Expr.attr "p") none,
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none]
+      none,
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "work_conserving", form := Form.every, e := Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.eq (Expr.step StepVar.ntok true) (Expr.num 16)), given := none },
@@ -84,7 +85,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -117,7 +118,8 @@ def program : Program := {
       none
       [
         Stmt.runS Mode.prefill (Expr.attr "p") none,
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none]
+      none,
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "work_conserving", form := Form.every, e := Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.eq (Expr.step StepVar.ntok true) (Expr.num 16)), given := none },
@@ -140,7 +142,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -173,7 +175,8 @@ def program : Program := {
       none
       [
         Stmt.runS Mode.prefill (Expr.attr "p") none,
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none]
+      none,
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "work_conserving", form := Form.every, e := Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.eq (Expr.step StepVar.ntok true) (Expr.num 16)), given := none },
@@ -196,7 +199,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -229,7 +232,8 @@ def program : Program := {
       none
       [
         Stmt.runS Mode.prefill (Expr.attr "p") none,
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none]
+      none,
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "work_conserving", form := Form.every, e := Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.eq (Expr.step StepVar.ntok true) (Expr.num 16)), given := none },
@@ -252,8 +256,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 32, block := 0, preempt := none, queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "o", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "kv", cap := some 32, block := 0, preempt := none, queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "o", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -288,7 +292,8 @@ def program : Program := {
       none
       [
         Stmt.runS Mode.prefill (Expr.attr "p") none,
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none]
+      none,
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "memory_bound", form := Form.every, e := Expr.bin BinOp.le (Expr.obs ObsFn.used "kv") (Expr.num 32), given := none },
@@ -316,8 +321,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 32, block := 0, preempt := none, queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "o", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "kv", cap := some 32, block := 0, preempt := none, queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "o", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -352,7 +357,8 @@ def program : Program := {
       none
       [
         Stmt.runS Mode.prefill (Expr.attr "p") none,
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none]
+      none,
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "memory_bound", form := Form.every, e := Expr.bin BinOp.le (Expr.obs ObsFn.used "kv") (Expr.num 32), given := none },
@@ -380,7 +386,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -414,7 +420,8 @@ def program : Program := {
       none
       [
         Stmt.runS Mode.prefill (Expr.attr "p") none,
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none]
+      none,
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "tiled", form := Form.every, e := Expr.bin BinOp.eq (Expr.bin BinOp.mod (Expr.step StepVar.npre true) (Expr.num 8)) (Expr.num 0), given := (some (Expr.bin BinOp.eq (Expr.bin BinOp.mod (Expr.attr "p") (Expr.num 8)) (Expr.num 0))) },
@@ -442,7 +449,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -476,7 +483,8 @@ def program : Program := {
       none
       [
         Stmt.runS Mode.prefill (Expr.attr "p") none,
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none]
+      none,
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "tiled", form := Form.every, e := Expr.bin BinOp.eq (Expr.bin BinOp.mod (Expr.step StepVar.npre true) (Expr.num 8)) (Expr.num 0), given := (some (Expr.bin BinOp.eq (Expr.bin BinOp.mod (Expr.attr "p") (Expr.num 8)) (Expr.num 0))) },

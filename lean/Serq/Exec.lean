@@ -86,7 +86,9 @@ structure Req where
 
 /-- One hold's allocation on one pool: its session, units, position, the prefix it consumed,
 whether a growing run moved the position, and the hold's reserve on the pool, which
-`reserve held` keeps (Python: `Alloc`). -/
+`reserve held` keeps; on a content pool, of a hold with a content, its blocks (ids, in order:
+`blks`), that content's stream, and how many of its blocks are published (`nhash`, the first ones)
+(Python: `Alloc`). -/
 structure Alloc where
   sid : Nat
   units : Nat
@@ -94,6 +96,9 @@ structure Alloc where
   consumed : Nat
   advanced : Bool := false
   reserve : Nat := 0
+  blks : Option (List Nat) := none
+  stream : Q := 0
+  nhash : Nat := 0
   deriving Repr
 
 /-- A cached prefix: its owner (`none`: dead), units, release time (a rational) and release
@@ -114,11 +119,19 @@ structure QItem where
   head : Bool
   deriving Repr
 
+/-- A pool's state: its used units, allocations in admission order, cached entries, queue; a content
+pool's (docs/reference/content.md) published blocks, `(key, block id)` in the order they were
+published (a key's oldest first; a key is a block's origin and index, `blockKey`), the cached blocks
+no holder references in eviction order (vLLM's free queue), and the last block id given (Python:
+`PoolSt`). -/
 structure PoolSt where
   used : Nat := 0
   allocs : List Alloc := []
   entries : List Entry := []
   queue : List QItem := []
+  table : List ((Q × Nat) × Nat) := []
+  freeQ : List Nat := []
+  nextBlk : Nat := 0
   deriving Repr
 
 /-- What a request did: its start, first and last token times (rationals), preemptions, hit (the
@@ -165,6 +178,8 @@ structure Sess where
   atStage : Option Nat := none
   /-- its preempted hold re-enters its queue as a newcomer (`requeue tail`), not at its head -/
   tail : Bool := false
+  /-- the stream its latest hold with a content named (a content pool's `cachedin`) -/
+  stream : Option Q := none
   deriving Repr
 
 /-- The iteration being planned. -/
@@ -227,7 +242,8 @@ structure PsSt where
 each pool and the engine; `obs` holds (name, value, time, session, turn), `path` each iteration's
 time and each claim's reading at it (`claimValue`: its value, `none` for a claim at end, or the
 outer `none` when the reading failed), `given` each session's attributes after init, `ps` each ps
-stage's state (one per `Program.stages`). -/
+stage's state (one per `Program.stages`), `streams` each content stream named so far with its
+definition `(parent, at)`, `at` 0 for a stream of its own tokens. -/
 structure Machine where
   now : Q
   events : List Event
@@ -246,6 +262,7 @@ structure Machine where
   given : List (Nat × List (String × Q)) := []
   requests : List (Nat × Nat × TurnRec) := []
   ps : List PsSt := []
+  streams : List (Q × Q × Nat) := []
   deriving Repr
 
 /-- What an expression reads besides the machine: a session's attributes and id, the moment's
@@ -289,13 +306,74 @@ def setAlloc (m : Machine) (pool : Nat) (a : Alloc) : Machine :=
   | none => m
   | some st => setPool m pool { st with allocs := st.allocs.map fun b => if b.sid == a.sid then a else b }
 
-def cachedUnits (st : PoolSt) : Nat := sumList (st.entries.map (·.units))
+/-- The units cached: the entries', and a content pool's free queue's blocks of `b` units. -/
+def cachedUnits (st : PoolSt) (b : Nat) : Nat := sumList (st.entries.map (·.units)) + st.freeQ.length * b
 
 def poolIndex (p : Program) (name : String) : Option Nat :=
   let rec go : List Pool → Nat → Option Nat
     | [], _ => none
     | q :: qs, i => if q.name == name then some i else go qs (i + 1)
   go p.pools 0
+
+/-! ## Content streams and blocks (docs/reference/content.md) -/
+
+/-- The stream whose own token is at position `pos` of stream `s`, within `fuel` links (the table
+has no cycle: its length and one more always suffice) (Python: `origin`). -/
+def origin (streams : List (Q × Q × Nat)) (pos : Nat) : Nat → Q → Q
+  | 0, s => s
+  | fuel + 1, s =>
+    match lookup s streams with
+    | some (k, n) => if pos < n then origin streams pos fuel k else s
+    | none => s
+
+/-- Block `j`'s key, of `b` units a block: the origin of its last position, and `j` (vLLM's chained
+hash: two streams agree on the block and on every block before it exactly when these agree)
+(Python: `block_key`). -/
+def blockKey (streams : List (Q × Q × Nat)) (stream : Q) (j b : Nat) : Q × Nat :=
+  (origin streams ((j + 1) * b - 1) (streams.length + 1) stream, j)
+
+/-- The longest run of published blocks of `stream` from block `j`, each key's oldest (the table's
+first), of at most `limit` units in all (`none`: any number); `fuel` the table's length bounds
+it, its keys differing in their index (Python: `hit_run`). -/
+def hitRun (streams : List (Q × Q × Nat)) (table : List ((Q × Nat) × Nat)) (stream : Q) (b : Nat)
+    (limit : Option Nat) : Nat → Nat → List Nat
+  | 0, _ => []
+  | fuel + 1, j =>
+    let within := match limit with
+      | some l => decide ((j + 1) * b ≤ l)
+      | none => true
+    let key := blockKey streams stream j b
+    if !within then []
+    else match table.find? (fun e => e.1 == key) with
+      | some e => e.2 :: hitRun streams table stream b limit fuel (j + 1)
+      | none => []
+
+/-- Whether a stream defined as `d` (its parent and where it leaves it) would begin with its own
+tokens, `stream`: the chain of parents from `d`'s reaches it, within `fuel` links (Python:
+`begins_with`). -/
+def beginsWith (streams : List (Q × Q × Nat)) (stream : Q) : Nat → Q × Nat → Bool
+  | 0, _ => false
+  | fuel + 1, (s, n) =>
+    if n == 0 then false
+    else if s == stream then true
+    else match lookup s streams with
+      | some d => beginsWith streams stream fuel d
+      | none => false
+
+/-- Whether some allocation of the list references block `bid` (vLLM's `ref_cnt > 0`) (Python:
+`blk_held`). -/
+def blkHeld (allocs : List Alloc) (bid : Nat) : Bool :=
+  allocs.any fun a => match a.blks with
+    | some bs => bs.contains bid
+    | none => false
+
+/-- Evict from the front of the free queue, `b` units a block, until `over` units are freed: each
+evicted block leaves the table. The free queue and the table left (Python: `evict_free`). -/
+def evictFree (b over : Nat) (table : List ((Q × Nat) × Nat)) : List Nat → List Nat × List ((Q × Nat) × Nat)
+  | [] => ([], table)
+  | bid :: rest =>
+    if over == 0 then (bid :: rest, table)
+    else evictFree b (over - b) (table.filter (·.2 != bid)) rest
 
 /-! ## Expressions -/
 
@@ -390,7 +468,13 @@ def evalObs (p : Program) (m : Machine) (env : Env) (f : ObsFn) (target : String
     | .free => pool.cap.map (fun cap => Q.ofNat (cap - st.used))
     | .holders => some (Q.ofNat ((st.allocs.map (·.sid)).eraseDups.length))
     | .queued => some (Q.ofNat st.queue.length)
-    | .cachedin => some (Q.ofNat (sumList ((st.entries.filter fun x => x.owner.isSome && x.owner == env.sid).map (·.units))))
+    | .cachedin =>
+      if pool.content then
+        -- the run of published blocks of the session's stream (content.md, *The hit*)
+        match env.sid.bind (fun sid => (m.sess.get? sid).bind (·.stream)) with
+        | none => some 0
+        | some s => some (Q.ofNat ((hitRun m.streams st.table s pool.block none st.table.length 0).length * pool.block))
+      else some (Q.ofNat (sumList ((st.entries.filter fun x => x.owner.isSome && x.owner == env.sid).map (·.units))))
     | _ => none
 
 /-- A claim at end's aggregate of an observation's values: `largest` and `smallest` of none are 0. -/
@@ -489,12 +573,13 @@ def evictUnits (entries : List Entry) (e : Entry) (take : Nat) : List Entry :=
     else some x
 
 /-- Evict cached entries least recently released first, per block from an entry's tail, until
-allocations and cache fit (*Pools*). -/
+allocations and cache fit (*Pools*); a content pool's cached blocks from the front of its free
+queue (`evictFree`: content.md, *Eviction*). -/
 def makeRoom (p : Program) (m : Machine) (i need : Nat) : Machine :=
   match (p.pools.get? i), m.pools.get? i with
   | some pool, some st =>
-    let cap := pool.cap.getD (st.used + cachedUnits st + need)  -- no cap: nothing is over
-    let over := st.used + cachedUnits st + need - cap
+    let cap := pool.cap.getD (st.used + cachedUnits st pool.block + need)  -- no cap: nothing is over
+    let over := st.used + cachedUnits st pool.block + need - cap
     let order := sortBy (fun a b => Q.lt a.t b.t || (a.t == b.t && a.seq < b.seq)) st.entries
     let evictOne (acc : List Entry × Nat) (e : Entry) : List Entry × Nat :=
       let (es, over) := acc
@@ -502,7 +587,11 @@ def makeRoom (p : Program) (m : Machine) (i need : Nat) : Machine :=
       else
         let take := if pool.block != 0 && e.units > over then min e.units (roundUp over pool.block) else e.units
         (evictUnits es e take, over - take)
-    if over == 0 then m else setPool m i { st with entries := (order.foldl evictOne (st.entries, over)).1 }
+    if over == 0 then m
+    else if pool.content then
+      let (fq, table) := evictFree pool.block over st.table st.freeQ
+      setPool m i { st with freeQ := fq, table := table }
+    else setPool m i { st with entries := (order.foldl evictOne (st.entries, over)).1 }
   | _, _ => m
 
 /-- At admission with a cache clause: at most `rho` of the own prefix, in blocks; the rest of
@@ -520,16 +609,107 @@ def consume (p : Program) (m : Machine) (i sid : Nat) (rho : Option Nat) (units 
       (setPool m i { st with entries := entries }, take))
   | _, _ => (m, 0)
 
-/-- A release caches its prefix in whole blocks; the session's previous prefix is dead. -/
+/-- A release caches its prefix in whole blocks; the session's previous prefix is dead. A content
+pool's cache is no session's: nothing (its holds release by `freeBlocks`). -/
 def putCache (p : Program) (m : Machine) (i sid units : Nat) : Machine :=
   match p.pools.get? i, m.pools.get? i with
   | some pool, some st =>
     let units := roundDown units pool.block
-    if units == 0 then m
+    if units == 0 || pool.content then m
     else
       let entries := (st.entries.map fun e => if e.owner == some sid then { e with owner := none } else e) ++
         [{ owner := some sid, units := units, t := m.now, seq := m.relSeq + 1 }]
       makeRoom p (setPool { m with relSeq := m.relSeq + 1 } i { st with entries := entries }) i 0
+  | _, _ => m
+
+/-- A hold's content, read as it joins (content.md, *Streams*): its stream, defined by the first
+hold that names it as `(parent, at)`, `at` 0 for its own tokens (`content (C)`, or an `at` of 0); a
+parent no hold has named is its own tokens from then on. The machine with the stream named, and
+the stream; `none` when a reading fails, or the stream would begin with itself or is named with
+another definition than its first (the interpreter's R045): a block's key, once read, never
+changes (Python: `define_stream`). -/
+def defineStream (p : Program) (m : Machine) (sid : Nat) (c : Content) : Option (Machine × Q) := do
+  let env := sessEnv m sid
+  let stream ← eval p m env c.stream
+  let d : Q × Nat ← match c.parent, c.common with
+    | some pe, some ce => do
+      let n ← (eval p m env ce).bind amount
+      if n == 0 then pure ((0 : Q), 0)
+      else do
+        let k ← eval p m env pe
+        pure (k, n)
+    | _, _ => pure ((0 : Q), 0)
+  match lookup stream m.streams with
+  | none =>
+    if beginsWith m.streams stream (m.streams.length + 1) d then none
+    else
+      let streams := m.streams ++ [(stream, d)]
+      let streams := if d.2 != 0 && (lookup d.1 streams).isNone then streams ++ [(d.1, ((0 : Q), 0))] else streams
+      pure ({ m with streams := streams }, stream)
+  | some old => if old == d then pure (m, stream) else none
+
+/-- The whole blocks of the session's allocation on pool `i` below `upto` are published, keyed by
+content (`blockKey`) and visible to every hold from now on: vLLM caches a block once the step that
+fills it is scheduled (content.md, *Publishing*) (Python: `publish`). -/
+def publish (p : Program) (m : Machine) (i sid upto : Nat) : Machine :=
+  match p.pools.get? i, m.pools.get? i, findAlloc m i sid with
+  | some pool, some st, some a =>
+    match a.blks with
+    | none => m
+    | some blks =>
+      let k := (min upto a.units) / pool.block
+      if k ≤ a.nhash then m
+      else
+        let keyed := ((List.range (k - a.nhash)).map (· + a.nhash)).filterMap fun j =>
+          (blks.get? j).map fun bid => (blockKey m.streams a.stream j pool.block, bid)
+        setAlloc (setPool m i { st with table := st.table ++ keyed }) i { a with nhash := k }
+  | _, _, _ => m
+
+/-- A content hold's release on pool `i`: its blocks given back, the last first (vLLM's `free`);
+one another holder references stays as it is; one no holder references counts no more in `used`,
+and is cached at the back of the free queue when it is published and below `keep`, else forgotten
+(content.md, *Release*) (Python: `free_blocks`). -/
+def freeBlocks (p : Program) (m : Machine) (i : Nat) (a : Alloc) (keep : Nat) : Machine :=
+  match p.pools.get? i, m.pools.get? i with
+  | some pool, some st =>
+    let b := pool.block
+    let allocs := st.allocs.filter (·.sid != a.sid)
+    let blks := a.blks.getD []
+    let back (acc : Nat × List Nat × List ((Q × Nat) × Nat)) (x : Nat × Nat) :
+        Nat × List Nat × List ((Q × Nat) × Nat) :=
+      let (used, fq, table) := acc
+      let (bid, j) := x
+      if blkHeld allocs bid then acc
+      else
+        let keyed := table.any (·.2 == bid)
+        if keyed && decide ((j + 1) * b ≤ keep) then (used - b, fq ++ [bid], table)
+        else if keyed then (used - b, fq, table.filter (·.2 != bid))
+        else (used - b, fq, table)
+    let (used, fq, table) := (blks.zip (List.range blks.length)).reverse.foldl back (st.used, st.freeQ, st.table)
+    setPool m i { st with allocs := allocs, used := used, freeQ := fq, table := table }
+  | _, _ => m
+
+/-- Admission on a content pool: the hit's blocks referenced (one no holder referenced leaves the
+free queue and counts in `used` again), the rest of the units new blocks, room made for them from
+the free queue's front (content.md, *Rules*); the allocation's position is its hit (Python:
+`alloc_content`). -/
+def allocContent (p : Program) (m : Machine) (i sid units reserve : Nat) (stream : Q) (hit : List Nat) : Machine :=
+  match p.pools.get? i, m.pools.get? i with
+  | some pool, some st =>
+    let b := pool.block
+    let back := hit.filter fun x => !blkHeld st.allocs x
+    let m := setPool m i { st with freeQ := st.freeQ.filter (fun x => !back.contains x),
+                                   used := st.used + back.length * b }
+    let fresh := units - hit.length * b
+    let m := makeRoom p m i fresh
+    match m.pools.get? i with
+    | none => m
+    | some st =>
+      let n := fresh / b
+      let a : Alloc := { sid := sid, units := units, pos := hit.length * b, consumed := hit.length * b,
+                         reserve := reserve, blks := some (hit ++ (List.range n).map (st.nextBlk + 1 + ·)),
+                         stream := stream, nhash := hit.length }
+      setPool m i { st with used := st.used + fresh, allocs := st.allocs ++ [a], nextBlk := st.nextBlk + n }
   | _, _ => m
 
 /-- What a released allocation computed: its position when a growing run moved it, else the
@@ -537,24 +717,35 @@ prefix it consumed after a preemption, or its allocation. -/
 def computedOf (a : Alloc) (preempted : Bool) : Nat :=
   if a.advanced then a.pos else if preempted then a.consumed else a.units
 
-def holdParts : Stmt → List HoldPool × Option Expr × Option Expr × List Stmt
-  | .holdS pools reuse cache body => (pools, reuse, cache, body)
-  | _ => ([], none, none, [])
+def holdParts : Stmt → List HoldPool × Option Expr × Option Expr × List Stmt × Option Content
+  | .holdS pools reuse cache body content => (pools, reuse, cache, body, content)
+  | _ => ([], none, none, [], none)
 
 /-- The hold's allocations given back, each caching min(cache, computed) (*Pools*); the cache
-clause is an amount. -/
+clause is an amount. A content hold's blocks are published up to min(cache, computed), then
+given back (`publish`, `freeBlocks`). -/
 def release (p : Program) (m : Machine) (sid : Nat) (h : Stmt) (preempted : Bool) : Option Machine := do
-  let (pools, _, cache, _) := holdParts h
+  let (pools, _, cache, _, _) := holdParts h
   let m ← pools.foldlM (init := m) fun m hp =>
     match findAlloc m hp.pool sid, m.pools.get? hp.pool with
     | some a, some st =>
-      let m := want (setPool m hp.pool { st with used := st.used - a.units,
-                                                 allocs := st.allocs.filter (·.sid != sid) })
-      (match cache with
-      | none => some m
-      | some c => do
-        let ell ← (eval p m (sessEnv m sid) c).bind amount
-        pure (putCache p m hp.pool sid (min ell (computedOf a preempted))))
+      match a.blks with
+      | some _ => do
+        let ell ← match cache with
+          | none => pure 0
+          | some c => (eval p m (sessEnv m sid) c).bind amount
+        let m := publish p m hp.pool sid (min ell (computedOf a preempted))
+        match findAlloc m hp.pool sid with
+        | some a => pure (want (freeBlocks p m hp.pool a ell))
+        | none => pure (want m)
+      | none =>
+        let m := want (setPool m hp.pool { st with used := st.used - a.units,
+                                                   allocs := st.allocs.filter (·.sid != sid) })
+        (match cache with
+        | none => some m
+        | some c => do
+          let ell ← (eval p m (sessEnv m sid) c).bind amount
+          pure (putCache p m hp.pool sid (min ell (computedOf a preempted))))
     | _, _ => some m
   let s ← m.sess.get? sid
   pure (setSess m { s with held := false })
@@ -575,39 +766,65 @@ def headOf (p : Program) (m : Machine) (i : Nat) : Option QItem := do
       pure best.2
 
 /-- Admit a waiting hold if every pool has room for max(units, reserve) (*Pools*): consume the
-cached prefix, evict to fit, allocate. Units, reserve and reuse are amounts. `none` when the
-program fails; `some (m, false)` when the head does not fit. -/
+cached prefix, evict to fit, allocate. Units, reserve and reuse are amounts. On a content pool a
+hold with a content hits the run of its stream's published blocks (`hitRun`), at most its reuse and
+its units, known before its room: the blocks of it that other holders reference take none (the
+room's credit), and the hit is what it consumed (`allocContent`: content.md, *The hit*). `none`
+when the program fails; `some (m, false)` when the head does not fit. -/
 def tryAdmit (p : Program) (m : Machine) (it : QItem) (i : Nat) : Option (Machine × Bool) := do
   let s ← m.sess.get? it.sid
   let h ← s.hold
-  let (pools, reuse, cache, _) := holdParts h
+  let (pools, reuse, cache, _, content) := holdParts h
   let env := sessEnv m it.sid
   let units ← pools.mapM fun hp => do
     let pool ← p.pools.get? hp.pool
     let u ← (eval p m env hp.units).bind amount
     let r ← match hp.reserve with | none => pure 0 | some e => (eval p m env e).bind amount
     pure (roundUp u pool.block, max (roundUp u pool.block) r, r)
-  let fits := (pools.zip units).all fun (hp, (_, need, _)) =>
+  let isContent (hp : HoldPool) : Bool := ((p.pools.get? hp.pool).map (·.content)).getD false
+  let keyed := content.isSome && pools.any isContent
+  let rho0 ← if keyed then (match reuse with | none => pure none | some e => ((eval p m env e).bind amount).map some)
+    else pure none
+  let hits : List (Option (List Nat)) := (pools.zip units).map fun (hp, (u, _, _)) =>
+    match p.pools.get? hp.pool, m.pools.get? hp.pool with
+    | some pool, some st =>
+      if keyed && pool.content then
+        (match s.stream with
+        | none => some []
+        | some c => some (hitRun m.streams st.table c pool.block (some (match rho0 with | none => u | some r => min r u))
+                            st.table.length 0))
+      else none
+    | _, _ => none
+  let fits := ((pools.zip units).zip hits).all fun ((hp, (_, need, _)), hit) =>
+    let shared := match hit, p.pools.get? hp.pool, m.pools.get? hp.pool with
+      | some bs, some pool, some st => (bs.filter (blkHeld st.allocs)).length * pool.block
+      | _, _, _ => 0
     (match (p.pools.get? hp.pool).bind (·.cap) with | some cap => decide (need ≤ cap) | none => true) &&
-    roomFor p m hp.pool need
+    roomFor p m hp.pool need shared
   if !fits then pure (m, false)
   else do
     let rho ← match reuse with | none => pure none | some e => ((eval p m env e).bind amount).map some
-    let (m, got) := (pools.zip units).foldl (fun (acc : Machine × List Nat) (hp, (u, _, _)) =>
-      match cache with
-      | none => (acc.1, acc.2 ++ [0])
-      | some _ => let (m', c) := consume p acc.1 hp.pool it.sid rho u; (m', acc.2 ++ [c])) (m, [])
+    let (m, got) := ((pools.zip units).zip hits).foldl (fun (acc : Machine × List Nat) ((hp, (u, _, _)), hit) =>
+      match hit with
+      | some bs => (acc.1, acc.2 ++ [bs.length * (((p.pools.get? hp.pool).map (·.block)).getD 0)])
+      | none =>
+        match cache with
+        | none => (acc.1, acc.2 ++ [0])
+        | some _ => let (m', c) := consume p acc.1 hp.pool it.sid rho u; (m', acc.2 ++ [c])) (m, [])
     let s ← m.sess.get? it.sid
     let cached := got.foldl max 0
     let tr := s.turnRec.map fun r => if r.cached.isSome then r else { r with cached := some cached }
     let m := setSess m { s with attrs := assign s.attrs "cached" (Q.ofNat cached), held := true, turnRec := tr }
-    let m := ((pools.zip units).zip got).foldl (fun m ((hp, (u, _, r)), c) =>
-      let m := makeRoom p m hp.pool u
-      match m.pools.get? hp.pool with
-      | none => m
-      | some st => setPool m hp.pool { st with used := st.used + u,
-                                               allocs := st.allocs ++ [{ sid := it.sid, units := u, pos := c,
-                                                                         consumed := c, reserve := r }] }) m
+    let m := (((pools.zip units).zip got).zip hits).foldl (fun m (((hp, (u, _, r)), c), hit) =>
+      match hit with
+      | some bs => allocContent p m hp.pool it.sid u r (s.stream.getD 0) bs
+      | none =>
+        let m := makeRoom p m hp.pool u
+        match m.pools.get? hp.pool with
+        | none => m
+        | some st => setPool m hp.pool { st with used := st.used + u,
+                                                 allocs := st.allocs ++ [{ sid := it.sid, units := u, pos := c,
+                                                                           consumed := c, reserve := r }] }) m
     let st ← m.pools.get? i
     pure (setPool m i { st with queue := st.queue.filter (·.seq != it.seq) }, true)
 
@@ -759,7 +976,7 @@ def finish (p : Program) (m : Machine) (sid : Nat) : Option Machine := do
   let m ← match s.atStage with | some i => psRemove p m i sid | none => pure m
   let s ← m.sess.get? sid
   let m := setSess m { s with alive := false, cont := [], hold := none, held := false, atRun := none,
-                              atStage := none }
+                              atStage := none, stream := none }
   if p.arrive == .closed && m.arrived < m.wl.sessions.length then arrive p m m.arrived else pure m
 
 def push (s : Sess) (fs : List Frame) : Sess := { s with cont := s.cont ++ fs }
@@ -777,12 +994,13 @@ def turn (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool) := d
 /-- A hold joins its first pool's queue (a preempted one at the head, unless its pool requeues at
 the tail: `Sess.tail`, then as a newcomer, waited from now), after each of its units and
 reserves that reads only attributes and numbers is judged: above the cap, the request can never
-fit and is refused (*Pools*). Units and reserves are amounts. -/
+fit and is refused (*Pools*). Units and reserves are amounts. Its content, if it names one, is read
+as it joins (`defineStream`), the session's stream from then on (`Sess.stream`). -/
 def hold (p : Program) (m : Machine) (sid : Nat) (h : Stmt) : Option (Machine × Bool) := do
   let s ← m.sess.get? sid
   let s := { s with attrs := assign s.attrs "computed" (Q.ofNat (s.retry.getD 0)) }
   let m := setSess m s
-  let (pools, _, _, body) := holdParts h
+  let (pools, _, _, body, content) := holdParts h
   let env := sessEnv m sid
   let never ← pools.anyM fun hp => do
     let pool ← p.pools.get? hp.pool
@@ -799,6 +1017,11 @@ def hold (p : Program) (m : Machine) (sid : Nat) (h : Stmt) : Option (Machine ×
         | _, _ => pure false
   if never then do pure (← finish p m sid, true)
   else do
+    let (m, s) ← match content with
+      | none => pure (m, s)
+      | some c => do
+        let (m, stream) ← defineStream p m sid c
+        pure (m, { s with stream := some stream })
     let i ← pools.head?.map (·.pool)
     let st ← m.pools.get? i
     let it : QItem := { sid := sid, seq := m.joinSeq + 1, t := m.now, head := s.retry.isSome && !s.tail }
@@ -878,7 +1101,8 @@ def execFrame (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool)
     let fromRow : List (String × Q) := match row with
       | none => []
       | some r => [("new", Q.ofNat r.new), ("out", Q.ofNat r.out), ("think", Q.ofNat r.think),
-                   ("forced", Q.ofNat r.forced), ("more", if s.rowI < s.rows.length then 1 else 0)]
+                   ("forced", Q.ofNat r.forced), ("stream", Q.ofNat r.stream), ("parent", Q.ofNat r.parent),
+                   ("common", Q.ofNat r.common), ("more", if s.rowI < s.rows.length then 1 else 0)]
     let attrs := fromRow.foldl (fun a kv => assign a kv.1 kv.2) s.attrs
     let s := push { s with attrs := assign attrs "turn_no" (Q.ofNat s.turnIdx), turnRec := some { start := m.now } }
       [.turnEnd, .blk (p.turn ++ p.server)]
@@ -999,12 +1223,18 @@ def preempt (p : Program) (m : Machine) (sid i : Nat) : Option Machine := do
   pure { m with ready := m.ready.filter (· != sid) ++ [sid] }
 
 /-- The growth once there is room: the pool's cached entries evicted to fit, the hold's
-allocation enlarged by `need` (Python: `grow_into`). -/
+allocation enlarged by `need`, a content hold's by new blocks (Python: `grow_into`). -/
 def growInto (p : Program) (m : Machine) (r : Req) (need : Nat) : Option (Machine × Bool) := do
   let i ← r.growing
   let m := makeRoom p m i need
   let a ← findAlloc m i r.sid
   let st ← m.pools.get? i
+  let pool ← p.pools.get? i
+  let (a, st) := match a.blks with
+    | some bs =>
+      let n := need / pool.block
+      ({ a with blks := some (bs ++ (List.range n).map (st.nextBlk + 1 + ·)) }, { st with nextBlk := st.nextBlk + n })
+    | none => (a, st)
   pure (setAlloc (setPool m i { st with used := st.used + need }) i { a with units := a.units + need }, true)
 
 /-- Grow block by block, preempting the pool's victim (`victim`) while there is no room; under
@@ -1045,6 +1275,12 @@ def give (p : Program) (m : Machine) (rid : Nat) (cap : Option Nat) : Option (Ma
     else match findReq m rid with
       | none => pure (m, false)
       | some r =>
+        -- a content pool publishes the blocks the tokens fill as they are scheduled (`publish`)
+        let m := match r.growing with
+          | some g => (match findAlloc m g r.sid with
+            | some a => publish p m g r.sid (a.pos + n)
+            | none => m)
+          | none => m
         let m := setPlan (tally m r n) fun pl => { pl with batch := pl.batch ++ [(rid, n)],
                                                            budget := pl.budget.map (· - n) }
         pure ({ m with eng := { m.eng with reqs := m.eng.reqs.map fun x =>

@@ -75,9 +75,19 @@ structure HoldPool where
   staticReserve : Bool
   deriving Repr
 
+/-- A hold's `content (stream, parent, at)` (docs/reference/content.md): its tokens are those of
+`stream`, whose first `common` (the clause's `at`, an amount) are those of `parent`; `parent` and
+`common` are `none` for `content (stream)`, a stream of its own tokens. Each is read with the
+session's attributes as the hold joins its queue (Python: `Content`). -/
+structure Content where
+  stream : Expr
+  parent : Option Expr := none
+  common : Option Expr := none
+  deriving Repr
+
 /-- A statement of a session. `drawA x` takes the workload's next value (any natural);
 `holdS` waits in its first pool's queue, and its `cache` is `none` when it takes no part in the
-prefix cache; `jobS stage work` is `run S (work)` on a ps or delay stage (an index into
+prefix cache, its `content` `none` when it names none (on a content pool, what its blocks hold); `jobS stage work` is `run S (work)` on a ps or delay stage (an index into
 `Program.stages`: a think or tool time), the session waiting while the stage serves `work`, a time
 (a rational ≥ 0) (Python: `JobS`). -/
 inductive Stmt where
@@ -87,7 +97,7 @@ inductive Stmt where
   | branchS (c : Expr) (thn els : List Stmt)
   | whileS (c : Expr) (body : List Stmt)
   | turnS
-  | holdS (pools : List HoldPool) (reuse cache : Option Expr) (body : List Stmt)
+  | holdS (pools : List HoldPool) (reuse cache : Option Expr) (body : List Stmt) (content : Option Content)
   | runS (mode : Mode) (work : Expr) (growing : Option Nat)
   | endS
   | jobS (stage : Nat) (work : Expr)
@@ -106,7 +116,9 @@ inductive IStmt where
 keys (`[]`: fifo), whether the engine admits its queue, whether it is the engine's memory,
 whether a preempted hold re-enters its queue as a newcomer (`requeue tail`; `false`: at its head,
 `requeue head`), and whether a hold's unallocated reservation counts against later admissions and
-growths (`reserve held`) (Python: `Pool`, the same fields in the same order). -/
+growths (`reserve held`), and whether its cache is keyed by content and shared by every holder
+(`cache content`: docs/reference/content.md; it has a block and a cap) (Python: `Pool`, the same
+fields in the same order). -/
 structure Pool where
   name : String
   cap : Option Nat
@@ -117,6 +129,7 @@ structure Pool where
   memory : Bool
   requeueTail : Bool := false
   reserveHeld : Bool := false
+  content : Bool := false
   deriving Repr
 
 /-- The one step stage. `budget`, `chunk` and `granule` are amounts (naturals when read); `chunk`
@@ -180,12 +193,17 @@ structure Program where
   stages : List Stage := []
   deriving Repr
 
-/-- One trace row: a turn's `new`, `out`, `think` and `forced`, naturals. -/
+/-- One trace row: a turn's `new`, `out`, `think` and `forced`, and what its prompt shares
+(docs/reference/content.md, *Traces*): its `stream`, whose first `common` tokens are those of
+stream `parent` (0 each when the trace does not say), naturals. -/
 structure Row where
   new : Nat
   out : Nat
   think : Nat
   forced : Nat
+  stream : Nat := 0
+  parent : Nat := 0
+  common : Nat := 0
   deriving DecidableEq, Repr
 
 /-- One session of a concrete workload: when it arrives (a time, a rational), the values its

@@ -6,16 +6,17 @@ import Serq.Exec
 # vLLM's recorded scenarios, run by the executable semantics
 
 One theorem per recorded vLLM scenario the Lean fragment expresses: the run of
-examples/oracle/vllm_request.sq (`Serq.run`, lean/Serq/Exec.lean) on the scenario's workload gives
+examples/oracle/vllm_shared.sq (`Serq.run`, lean/Serq/Exec.lean; vLLM's request on its cache keyed
+by content and shared across sessions, docs/reference/content.md) on the scenario's workload gives
 vLLM's first and last token step and preemption count for every request (the reference: *How the
 correspondence is checked*). Each scenario's config is the program's inputs and its requests are
-the trace's sessions and turns, as tools/vllm_oracle.py maps them; every session arrives at 0
+the trace's sessions and turns, as tools/vllm_oracle.py maps them, each row's content columns
+saying what its prompt shares with an earlier request's; every session arrives at 0
 (`arrive batch`).
 
-70 theorems of 72 scenarios tried: a theorem is written only where the reference kernel
+83 theorems of 84 scenarios tried: a theorem is written only where the reference kernel
 (serq/ref/, the Python twin of Exec.lean) evaluates the same statement true.
 Left out, with the first value that differs:
-* `09b_prefix_caching_multiturn_tight`: request s2t3: first_token_step vLLM 50, the reference kernel 53
 * `10_preempt_only_step_stall`: request A: last_token_step vLLM 44, the reference kernel None
 -/
 
@@ -37,8 +38,8 @@ def answers (r : Option Run) (reqs : List (Nat × Nat)) : Option (List (Option Q
     observed r.machine "last_token" q.1 q.2, observed r.machine "preemptions" q.1 q.2)))
 
 def pools_1 : List Pool := [
-    { name := "kv", cap := some 176, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 176, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_1 : Engine := {
     name := "vllm",
@@ -74,8 +75,8 @@ def server_1 : List Stmt := [
     Stmt.holdS
       [
         { pool := 1, units := Expr.num 1, reserve := none, staticUnits := true, staticReserve := false },
-        { pool := 0, units := Expr.fn Fun.min [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.bin BinOp.add (Expr.ite (Expr.bin BinOp.and (Expr.bin BinOp.eq (Expr.num 0) (Expr.num 1)) (Expr.bin BinOp.eq (Expr.attr "forced") (Expr.num 0))) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.num 0)) (Expr.obs ObsFn.budgetLeft "vllm")], reserve := (some (Expr.ite (Expr.bin BinOp.eq (Expr.num 1) (Expr.num 1)) (Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)]) (Expr.num 0))), staticUnits := false, staticReserve := true }]
-      (some (Expr.ite (Expr.bin BinOp.and (Expr.bin BinOp.eq (Expr.num 0) (Expr.num 1)) (Expr.bin BinOp.eq (Expr.attr "forced") (Expr.num 0))) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.num 0)))
+        { pool := 0, units := Expr.fn Fun.min [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.bin BinOp.add (Expr.ite (Expr.bin BinOp.eq (Expr.num 0) (Expr.num 1)) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.num 0)) (Expr.obs ObsFn.budgetLeft "vllm")], reserve := (some (Expr.ite (Expr.bin BinOp.eq (Expr.num 1) (Expr.num 1)) (Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)]) (Expr.num 0))), staticUnits := false, staticReserve := true }]
+      (some (Expr.ite (Expr.bin BinOp.eq (Expr.num 0) (Expr.num 1)) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.num 0)))
       (some (Expr.bin BinOp.sub (Expr.bin BinOp.add (Expr.attr "prompt") (Expr.attr "out")) (Expr.num 1)))
       [
         Stmt.setA "known" (Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)]),
@@ -94,7 +95,8 @@ def server_1 : List Stmt := [
           [],
         Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.bin BinOp.sub (Expr.attr "out") (Expr.num 1)) (Expr.bin BinOp.sub (Expr.attr "known") (Expr.attr "prompt"))) (some 0),
         Stmt.observeA "last_token" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.num 1)),
-        Stmt.observeA "preemptions" (Expr.bin BinOp.sub (Expr.attr "attempts") (Expr.num 1))]]
+        Stmt.observeA "preemptions" (Expr.bin BinOp.sub (Expr.attr "attempts") (Expr.num 1))]
+      (some { stream := Expr.attr "stream", parent := (some (Expr.attr "parent")), common := (some (Expr.attr "common")) })]
 
 def claims_1 : List Claim := []
 
@@ -107,8 +109,8 @@ def server_2 : List Stmt := [
     Stmt.holdS
       [
         { pool := 1, units := Expr.num 1, reserve := none, staticUnits := true, staticReserve := false },
-        { pool := 0, units := Expr.fn Fun.min [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.bin BinOp.add (Expr.ite (Expr.bin BinOp.and (Expr.bin BinOp.eq (Expr.num 1) (Expr.num 1)) (Expr.bin BinOp.eq (Expr.attr "forced") (Expr.num 0))) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.num 0)) (Expr.obs ObsFn.budgetLeft "vllm")], reserve := (some (Expr.ite (Expr.bin BinOp.eq (Expr.num 1) (Expr.num 1)) (Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)]) (Expr.num 0))), staticUnits := false, staticReserve := true }]
-      (some (Expr.ite (Expr.bin BinOp.and (Expr.bin BinOp.eq (Expr.num 1) (Expr.num 1)) (Expr.bin BinOp.eq (Expr.attr "forced") (Expr.num 0))) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.num 0)))
+        { pool := 0, units := Expr.fn Fun.min [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.bin BinOp.add (Expr.ite (Expr.bin BinOp.eq (Expr.num 1) (Expr.num 1)) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.num 0)) (Expr.obs ObsFn.budgetLeft "vllm")], reserve := (some (Expr.ite (Expr.bin BinOp.eq (Expr.num 1) (Expr.num 1)) (Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)]) (Expr.num 0))), staticUnits := false, staticReserve := true }]
+      (some (Expr.ite (Expr.bin BinOp.eq (Expr.num 1) (Expr.num 1)) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.num 0)))
       (some (Expr.bin BinOp.sub (Expr.bin BinOp.add (Expr.attr "prompt") (Expr.attr "out")) (Expr.num 1)))
       [
         Stmt.setA "known" (Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)]),
@@ -127,11 +129,12 @@ def server_2 : List Stmt := [
           [],
         Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.bin BinOp.sub (Expr.attr "out") (Expr.num 1)) (Expr.bin BinOp.sub (Expr.attr "known") (Expr.attr "prompt"))) (some 0),
         Stmt.observeA "last_token" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.num 1)),
-        Stmt.observeA "preemptions" (Expr.bin BinOp.sub (Expr.attr "attempts") (Expr.num 1))]]
+        Stmt.observeA "preemptions" (Expr.bin BinOp.sub (Expr.attr "attempts") (Expr.num 1))]
+      (some { stream := Expr.attr "stream", parent := (some (Expr.attr "parent")), common := (some (Expr.attr "common")) })]
 
 def pools_2 : List Pool := [
-    { name := "kv", cap := some 1008, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 1008, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_2 : Engine := {
     name := "vllm",
@@ -147,8 +150,8 @@ def engine_2 : Engine := {
     registers := [] }
 
 def pools_3 : List Pool := [
-    { name := "kv", cap := some 1008, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 1008, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_3 : Engine := {
     name := "vllm",
@@ -164,8 +167,8 @@ def engine_3 : Engine := {
     registers := [] }
 
 def pools_4 : List Pool := [
-    { name := "kv", cap := some 304, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 304, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_4 : Engine := {
     name := "vllm",
@@ -189,8 +192,8 @@ def server_3 : List Stmt := [
     Stmt.holdS
       [
         { pool := 1, units := Expr.num 1, reserve := none, staticUnits := true, staticReserve := false },
-        { pool := 0, units := Expr.fn Fun.min [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.bin BinOp.add (Expr.ite (Expr.bin BinOp.and (Expr.bin BinOp.eq (Expr.num 0) (Expr.num 1)) (Expr.bin BinOp.eq (Expr.attr "forced") (Expr.num 0))) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.num 0)) (Expr.obs ObsFn.budgetLeft "vllm")], reserve := (some (Expr.ite (Expr.bin BinOp.eq (Expr.num 0) (Expr.num 1)) (Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)]) (Expr.num 0))), staticUnits := false, staticReserve := true }]
-      (some (Expr.ite (Expr.bin BinOp.and (Expr.bin BinOp.eq (Expr.num 0) (Expr.num 1)) (Expr.bin BinOp.eq (Expr.attr "forced") (Expr.num 0))) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.num 0)))
+        { pool := 0, units := Expr.fn Fun.min [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.bin BinOp.add (Expr.ite (Expr.bin BinOp.eq (Expr.num 0) (Expr.num 1)) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.num 0)) (Expr.obs ObsFn.budgetLeft "vllm")], reserve := (some (Expr.ite (Expr.bin BinOp.eq (Expr.num 0) (Expr.num 1)) (Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)]) (Expr.num 0))), staticUnits := false, staticReserve := true }]
+      (some (Expr.ite (Expr.bin BinOp.eq (Expr.num 0) (Expr.num 1)) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.num 0)))
       (some (Expr.bin BinOp.sub (Expr.bin BinOp.add (Expr.attr "prompt") (Expr.attr "out")) (Expr.num 1)))
       [
         Stmt.setA "known" (Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)]),
@@ -209,7 +212,8 @@ def server_3 : List Stmt := [
           [],
         Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.bin BinOp.sub (Expr.attr "out") (Expr.num 1)) (Expr.bin BinOp.sub (Expr.attr "known") (Expr.attr "prompt"))) (some 0),
         Stmt.observeA "last_token" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.num 1)),
-        Stmt.observeA "preemptions" (Expr.bin BinOp.sub (Expr.attr "attempts") (Expr.num 1))]]
+        Stmt.observeA "preemptions" (Expr.bin BinOp.sub (Expr.attr "attempts") (Expr.num 1))]
+      (some { stream := Expr.attr "stream", parent := (some (Expr.attr "parent")), common := (some (Expr.attr "common")) })]
 
 def engine_5 : Engine := {
     name := "vllm",
@@ -225,8 +229,8 @@ def engine_5 : Engine := {
     registers := [] }
 
 def pools_5 : List Pool := [
-    { name := "kv", cap := some 608, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 608, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_6 : Engine := {
     name := "vllm",
@@ -255,8 +259,8 @@ def engine_7 : Engine := {
     registers := [] }
 
 def pools_6 : List Pool := [
-    { name := "kv", cap := some 416, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 416, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_8 : Engine := {
     name := "vllm",
@@ -272,8 +276,8 @@ def engine_8 : Engine := {
     registers := [] }
 
 def pools_7 : List Pool := [
-    { name := "kv", cap := some 896, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 896, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_9 : Engine := {
     name := "vllm",
@@ -289,8 +293,8 @@ def engine_9 : Engine := {
     registers := [] }
 
 def pools_8 : List Pool := [
-    { name := "kv", cap := some 512, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 512, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_10 : Engine := {
     name := "vllm",
@@ -306,8 +310,8 @@ def engine_10 : Engine := {
     registers := [] }
 
 def pools_9 : List Pool := [
-    { name := "kv", cap := some 944, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 944, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_11 : Engine := {
     name := "vllm",
@@ -323,8 +327,8 @@ def engine_11 : Engine := {
     registers := [] }
 
 def pools_10 : List Pool := [
-    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_12 : Engine := {
     name := "vllm",
@@ -340,12 +344,12 @@ def engine_12 : Engine := {
     registers := [] }
 
 def pools_11 : List Pool := [
-    { name := "kv", cap := some 720, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 720, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_12 : List Pool := [
-    { name := "kv", cap := some 528, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 528, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_13 : Engine := {
     name := "vllm",
@@ -361,8 +365,8 @@ def engine_13 : Engine := {
     registers := [] }
 
 def pools_13 : List Pool := [
-    { name := "kv", cap := some 944, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 1, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 944, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 1, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_14 : Engine := {
     name := "vllm",
@@ -378,8 +382,8 @@ def engine_14 : Engine := {
     registers := [] }
 
 def pools_14 : List Pool := [
-    { name := "kv", cap := some 864, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 864, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_15 : Engine := {
     name := "vllm",
@@ -395,8 +399,8 @@ def engine_15 : Engine := {
     registers := [] }
 
 def pools_15 : List Pool := [
-    { name := "kv", cap := some 304, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 304, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_16 : Engine := {
     name := "vllm",
@@ -412,12 +416,12 @@ def engine_16 : Engine := {
     registers := [] }
 
 def pools_16 : List Pool := [
-    { name := "kv", cap := some 640, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 640, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_17 : List Pool := [
-    { name := "kv", cap := some 592, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 592, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_17 : Engine := {
     name := "vllm",
@@ -433,24 +437,24 @@ def engine_17 : Engine := {
     registers := [] }
 
 def pools_18 : List Pool := [
-    { name := "kv", cap := some 608, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 608, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_19 : List Pool := [
-    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_20 : List Pool := [
-    { name := "kv", cap := some 912, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 912, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_21 : List Pool := [
-    { name := "kv", cap := some 400, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 1, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 400, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 1, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_22 : List Pool := [
-    { name := "kv", cap := some 768, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 768, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_18 : Engine := {
     name := "vllm",
@@ -466,16 +470,16 @@ def engine_18 : Engine := {
     registers := [] }
 
 def pools_23 : List Pool := [
-    { name := "kv", cap := some 320, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 320, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_24 : List Pool := [
-    { name := "kv", cap := some 640, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 640, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_25 : List Pool := [
-    { name := "kv", cap := some 688, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 688, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_19 : Engine := {
     name := "vllm",
@@ -491,12 +495,12 @@ def engine_19 : Engine := {
     registers := [] }
 
 def pools_26 : List Pool := [
-    { name := "kv", cap := some 672, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 672, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_27 : List Pool := [
-    { name := "kv", cap := some 512, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 512, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_20 : Engine := {
     name := "vllm",
@@ -512,12 +516,12 @@ def engine_20 : Engine := {
     registers := [] }
 
 def pools_28 : List Pool := [
-    { name := "kv", cap := some 544, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 1, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 544, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 1, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_29 : List Pool := [
-    { name := "kv", cap := some 880, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 880, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_21 : Engine := {
     name := "vllm",
@@ -533,8 +537,8 @@ def engine_21 : Engine := {
     registers := [] }
 
 def pools_30 : List Pool := [
-    { name := "kv", cap := some 576, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 576, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_22 : Engine := {
     name := "vllm",
@@ -550,8 +554,8 @@ def engine_22 : Engine := {
     registers := [] }
 
 def pools_31 : List Pool := [
-    { name := "kv", cap := some 768, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 768, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_23 : Engine := {
     name := "vllm",
@@ -567,12 +571,12 @@ def engine_23 : Engine := {
     registers := [] }
 
 def pools_32 : List Pool := [
-    { name := "kv", cap := some 352, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 352, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_33 : List Pool := [
-    { name := "kv", cap := some 432, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 432, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_24 : Engine := {
     name := "vllm",
@@ -588,12 +592,12 @@ def engine_24 : Engine := {
     registers := [] }
 
 def pools_34 : List Pool := [
-    { name := "kv", cap := some 592, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 592, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_35 : List Pool := [
-    { name := "kv", cap := some 656, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 1, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 656, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 1, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_25 : Engine := {
     name := "vllm",
@@ -609,16 +613,16 @@ def engine_25 : Engine := {
     registers := [] }
 
 def pools_36 : List Pool := [
-    { name := "kv", cap := some 848, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 848, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_37 : List Pool := [
-    { name := "kv", cap := some 912, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 912, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_38 : List Pool := [
-    { name := "kv", cap := some 368, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 368, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_26 : Engine := {
     name := "vllm",
@@ -634,8 +638,8 @@ def engine_26 : Engine := {
     registers := [] }
 
 def pools_39 : List Pool := [
-    { name := "kv", cap := some 496, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 496, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_27 : Engine := {
     name := "vllm",
@@ -651,12 +655,12 @@ def engine_27 : Engine := {
     registers := [] }
 
 def pools_40 : List Pool := [
-    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_41 : List Pool := [
-    { name := "kv", cap := some 704, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 704, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_28 : Engine := {
     name := "vllm",
@@ -672,12 +676,12 @@ def engine_28 : Engine := {
     registers := [] }
 
 def pools_42 : List Pool := [
-    { name := "kv", cap := some 640, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 640, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_43 : List Pool := [
-    { name := "kv", cap := some 656, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 656, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_29 : Engine := {
     name := "vllm",
@@ -693,12 +697,16 @@ def engine_29 : Engine := {
     registers := [] }
 
 def pools_44 : List Pool := [
-    { name := "kv", cap := some 528, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 240, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_45 : List Pool := [
-    { name := "kv", cap := some 368, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 528, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def pools_46 : List Pool := [
+    { name := "kv", cap := some 368, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_30 : Engine := {
     name := "vllm",
@@ -713,9 +721,9 @@ def engine_30 : Engine := {
     cost := Expr.num 1,
     registers := [] }
 
-def pools_46 : List Pool := [
-    { name := "kv", cap := some 336, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+def pools_47 : List Pool := [
+    { name := "kv", cap := some 336, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_31 : Engine := {
     name := "vllm",
@@ -730,52 +738,27 @@ def engine_31 : Engine := {
     cost := Expr.num 1,
     registers := [] }
 
-def pools_47 : List Pool := [
-    { name := "kv", cap := some 368, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
-
 def pools_48 : List Pool := [
-    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 368, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_49 : List Pool := [
-    { name := "kv", cap := some 240, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_50 : List Pool := [
-    { name := "kv", cap := some 304, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 240, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_51 : List Pool := [
-    { name := "kv", cap := some 176, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 304, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_52 : List Pool := [
-    { name := "kv", cap := some 384, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
-
-def pools_53 : List Pool := [
-    { name := "kv", cap := some 416, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 176, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def engine_32 : Engine := {
-    name := "vllm",
-    budget := (some (Expr.num 32)),
-    chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 16) (Expr.num 0),
-    granule := none,
-    exclusive := false,
-    keys := [],
-    body := [
-      IStmt.serve none none none,
-      IStmt.admit none (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
-    cost := Expr.num 1,
-    registers := [] }
-
-def pools_54 : List Pool := [
-    { name := "kv", cap := some 288, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
-
-def engine_33 : Engine := {
     name := "vllm",
     budget := (some (Expr.num 64)),
     chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 32) (Expr.num 0),
@@ -788,25 +771,70 @@ def engine_33 : Engine := {
     cost := Expr.num 1,
     registers := [] }
 
+def pools_53 : List Pool := [
+    { name := "kv", cap := some 272, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def pools_54 : List Pool := [
+    { name := "kv", cap := some 368, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
 def pools_55 : List Pool := [
-    { name := "kv", cap := some 400, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 1008, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_56 : List Pool := [
-    { name := "kv", cap := some 224, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 208, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_57 : List Pool := [
-    { name := "kv", cap := some 256, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 208, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_58 : List Pool := [
-    { name := "kv", cap := some 288, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 384, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 def pools_59 : List Pool := [
-    { name := "kv", cap := some 400, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }]
+    { name := "kv", cap := some 416, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def engine_33 : Engine := {
+    name := "vllm",
+    budget := (some (Expr.num 32)),
+    chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 16) (Expr.num 0),
+    granule := none,
+    exclusive := false,
+    keys := [],
+    body := [
+      IStmt.serve none none none,
+      IStmt.admit none (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
+    cost := Expr.num 1,
+    registers := [] }
+
+def pools_60 : List Pool := [
+    { name := "kv", cap := some 288, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def pools_61 : List Pool := [
+    { name := "kv", cap := some 400, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def pools_62 : List Pool := [
+    { name := "kv", cap := some 224, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def pools_63 : List Pool := [
+    { name := "kv", cap := some 256, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def pools_64 : List Pool := [
+    { name := "kv", cap := some 288, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def pools_65 : List Pool := [
+    { name := "kv", cap := some 400, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 7, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 /-! ## 01_self_preemption (tools/oracle/results/01_self_preemption.json) -/
 
@@ -825,9 +853,9 @@ def program_01_self_preemption : Program := {
   stages := [] }
 
 def workload_01_self_preemption : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨40, 60, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨40, 50, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨40, 50, 1, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨40, 60, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨40, 50, 1, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨40, 50, 1, 0, 3, 0, 0⟩] }] }
 
 /-- 01_self_preemption: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). The Python twin's run takes 213 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -854,9 +882,9 @@ def program_01b_self_preemption_prefix_caching : Program := {
   stages := [] }
 
 def workload_01b_self_preemption_prefix_caching : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨40, 60, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨40, 50, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨40, 50, 1, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨40, 60, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨40, 50, 1, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨40, 50, 1, 0, 3, 0, 0⟩] }] }
 
 /-- 01b_self_preemption_prefix_caching: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). The Python twin's run takes 211 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -883,9 +911,9 @@ def program_02_chunked_prefill_shared_budget : Program := {
   stages := [] }
 
 def workload_02_chunked_prefill_shared_budget : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨100, 5, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨70, 5, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨30, 5, 0, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨100, 5, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨70, 5, 0, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨30, 5, 0, 0, 3, 0, 0⟩] }] }
 
 /-- 02_chunked_prefill_shared_budget: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). The Python twin's run takes 21 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -912,11 +940,11 @@ def program_03_request_cap : Program := {
   stages := [] }
 
 def workload_03_request_cap : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨20, 6, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨20, 7, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨20, 8, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨20, 9, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨20, 10, 0, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨20, 6, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨20, 7, 0, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨20, 8, 0, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨20, 9, 0, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨20, 10, 0, 0, 5, 0, 0⟩] }] }
 
 /-- 03_request_cap: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0). The Python twin's run takes 55 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -943,9 +971,9 @@ def program_04_head_of_line_blocking : Program := {
   stages := [] }
 
 def workload_04_head_of_line_blocking : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨160, 20, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨150, 5, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨16, 5, 2, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨160, 20, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨150, 5, 1, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨16, 5, 2, 0, 3, 0, 0⟩] }] }
 
 /-- 04_head_of_line_blocking: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). The Python twin's run takes 57 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -972,9 +1000,9 @@ def program_04b_head_of_line_reserve_full_isl_off : Program := {
   stages := [] }
 
 def workload_04b_head_of_line_reserve_full_isl_off : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨160, 20, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨150, 5, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨16, 5, 2, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨160, 20, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨150, 5, 1, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨16, 5, 2, 0, 3, 0, 0⟩] }] }
 
 /-- 04b_head_of_line_reserve_full_isl_off: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). The Python twin's run takes 79 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1001,9 +1029,9 @@ def program_05_chunk_cap : Program := {
   stages := [] }
 
 def workload_05_chunk_cap : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨150, 4, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨90, 4, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨20, 4, 3, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨150, 4, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨90, 4, 0, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨20, 4, 3, 0, 3, 0, 0⟩] }] }
 
 /-- 05_chunk_cap: requests A (session 0, turn 0), B (session 1, turn 0), C (session 2, turn 0). The Python twin's run takes 22 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1030,12 +1058,12 @@ def program_06_six_mixed_staggered_39_blocks : Program := {
   stages := [] }
 
 def workload_06_six_mixed_staggered_39_blocks : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨200, 30, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨50, 60, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨120, 40, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨10, 50, 5, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨90, 25, 9, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨160, 20, 14, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨200, 30, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨50, 60, 0, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨120, 40, 2, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨10, 50, 5, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨90, 25, 9, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨160, 20, 14, 0, 6, 0, 0⟩] }] }
 
 /-- 06_six_mixed_staggered_39_blocks: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0). The Python twin's run takes 133 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1062,8 +1090,8 @@ def program_07_chunk_cap_lifted_when_alone : Program := {
   stages := [] }
 
 def workload_07_chunk_cap_lifted_when_alone : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨200, 10, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨100, 3, 4, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨200, 10, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨100, 3, 4, 0, 2, 0, 0⟩] }] }
 
 /-- 07_chunk_cap_lifted_when_alone: requests A (session 0, turn 0), B (session 1, turn 0). The Python twin's run takes 27 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1090,11 +1118,11 @@ def program_08_random_00 : Program := {
   stages := [] }
 
 def workload_08_random_00 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨92, 27, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨146, 33, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨13, 9, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨82, 13, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨137, 25, 3, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨92, 27, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨146, 33, 2, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨13, 9, 2, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨82, 13, 3, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨137, 25, 3, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_00: requests R2 (session 0, turn 0), R3 (session 1, turn 0), R4 (session 2, turn 0), R0 (session 3, turn 0), R1 (session 4, turn 0). The Python twin's run takes 132 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1121,10 +1149,10 @@ def program_08_random_01 : Program := {
   stages := [] }
 
 def workload_08_random_01 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨67, 3, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨149, 37, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨119, 4, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨68, 20, 0, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨67, 3, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨149, 37, 0, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨119, 4, 0, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨68, 20, 0, 0, 4, 0, 0⟩] }] }
 
 /-- 08_random_01: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0). The Python twin's run takes 98 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1151,8 +1179,8 @@ def program_08_random_02 : Program := {
   stages := [] }
 
 def workload_08_random_02 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨14, 27, 12, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨75, 10, 20, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨14, 27, 12, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨75, 10, 20, 0, 2, 0, 0⟩] }] }
 
 /-- 08_random_02: requests R0 (session 0, turn 0), R1 (session 1, turn 0). The Python twin's run takes 60 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1179,10 +1207,10 @@ def program_08_random_03 : Program := {
   stages := [] }
 
 def workload_08_random_03 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨59, 25, 13, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨107, 31, 38, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨138, 13, 43, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨5, 5, 49, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨59, 25, 13, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨107, 31, 38, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨138, 13, 43, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨5, 5, 49, 0, 4, 0, 0⟩] }] }
 
 /-- 08_random_03: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0). The Python twin's run takes 124 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1209,8 +1237,8 @@ def program_08_random_04 : Program := {
   stages := [] }
 
 def workload_08_random_04 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨169, 49, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨99, 54, 4, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨169, 49, 2, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨99, 54, 4, 0, 2, 0, 0⟩] }] }
 
 /-- 08_random_04: requests R0 (session 0, turn 0), R1 (session 1, turn 0). The Python twin's run takes 122 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1237,11 +1265,11 @@ def program_08_random_05 : Program := {
   stages := [] }
 
 def workload_08_random_05 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨180, 60, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨106, 17, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨195, 14, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨100, 34, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨47, 44, 0, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨180, 60, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨106, 17, 0, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨195, 14, 0, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨100, 34, 0, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨47, 44, 0, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_05: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0). The Python twin's run takes 133 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1268,11 +1296,11 @@ def program_08_random_06 : Program := {
   stages := [] }
 
 def workload_08_random_06 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨15, 55, 6, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨143, 52, 12, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨70, 22, 12, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨78, 30, 14, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨23, 24, 15, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨15, 55, 6, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨143, 52, 12, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨70, 22, 12, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨78, 30, 14, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨23, 24, 15, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_06: requests R2 (session 0, turn 0), R1 (session 1, turn 0), R3 (session 2, turn 0), R4 (session 3, turn 0), R0 (session 4, turn 0). The Python twin's run takes 170 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1299,8 +1327,8 @@ def program_08_random_07 : Program := {
   stages := [] }
 
 def workload_08_random_07 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨130, 30, 5, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨12, 6, 8, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨130, 30, 5, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨12, 6, 8, 0, 2, 0, 0⟩] }] }
 
 /-- 08_random_07: requests R1 (session 0, turn 0), R0 (session 1, turn 0). The Python twin's run takes 94 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1327,13 +1355,13 @@ def program_08_random_08 : Program := {
   stages := [] }
 
 def workload_08_random_08 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨37, 41, 8, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨94, 35, 22, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨136, 42, 23, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨5, 37, 24, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨53, 23, 30, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨30, 36, 31, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨191, 42, 34, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨37, 41, 8, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨94, 35, 22, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨136, 42, 23, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨5, 37, 24, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨53, 23, 30, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨30, 36, 31, 0, 6, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨191, 42, 34, 0, 7, 0, 0⟩] }] }
 
 /-- 08_random_08: requests R2 (session 0, turn 0), R1 (session 1, turn 0), R0 (session 2, turn 0), R3 (session 3, turn 0), R5 (session 4, turn 0), R4 (session 5, turn 0), R6 (session 6, turn 0). The Python twin's run takes 322 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1360,10 +1388,10 @@ def program_08_random_09 : Program := {
   stages := [] }
 
 def workload_08_random_09 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨179, 10, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨22, 8, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨171, 54, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨76, 35, 5, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨179, 10, 1, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨22, 8, 3, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨171, 54, 3, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨76, 35, 5, 0, 4, 0, 0⟩] }] }
 
 /-- 08_random_09: requests R1 (session 0, turn 0), R0 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0). The Python twin's run takes 165 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1390,12 +1418,12 @@ def program_08_random_10 : Program := {
   stages := [] }
 
 def workload_08_random_10 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨38, 29, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨10, 45, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨92, 52, 5, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨174, 8, 5, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨100, 36, 5, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨57, 7, 17, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨38, 29, 1, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨10, 45, 3, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨92, 52, 5, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨174, 8, 5, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨100, 36, 5, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨57, 7, 17, 0, 6, 0, 0⟩] }] }
 
 /-- 08_random_10: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R1 (session 2, turn 0), R4 (session 3, turn 0), R5 (session 4, turn 0), R3 (session 5, turn 0). The Python twin's run takes 228 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1422,12 +1450,12 @@ def program_08_random_11 : Program := {
   stages := [] }
 
 def workload_08_random_11 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨197, 11, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨83, 58, 10, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨101, 14, 11, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨145, 40, 15, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨157, 43, 16, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨144, 28, 50, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨197, 11, 1, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨83, 58, 10, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨101, 14, 11, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨145, 40, 15, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨157, 43, 16, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨144, 28, 50, 0, 6, 0, 0⟩] }] }
 
 /-- 08_random_11: requests R1 (session 0, turn 0), R0 (session 1, turn 0), R4 (session 2, turn 0), R2 (session 3, turn 0), R5 (session 4, turn 0), R3 (session 5, turn 0). The Python twin's run takes 212 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1454,11 +1482,11 @@ def program_08_random_12 : Program := {
   stages := [] }
 
 def workload_08_random_12 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨79, 38, 13, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨92, 33, 14, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨165, 18, 14, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨165, 50, 14, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨56, 32, 18, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨79, 38, 13, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨92, 33, 14, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨165, 18, 14, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨165, 50, 14, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨56, 32, 18, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_12: requests R1 (session 0, turn 0), R0 (session 1, turn 0), R3 (session 2, turn 0), R4 (session 3, turn 0), R2 (session 4, turn 0). The Python twin's run takes 214 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1485,12 +1513,12 @@ def program_08_random_13 : Program := {
   stages := [] }
 
 def workload_08_random_13 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨113, 47, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨86, 43, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨178, 56, 6, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨60, 47, 13, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨58, 35, 18, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨50, 11, 20, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨113, 47, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨86, 43, 2, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨178, 56, 6, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨60, 47, 13, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨58, 35, 18, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨50, 11, 20, 0, 6, 0, 0⟩] }] }
 
 /-- 08_random_13: requests R5 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R4 (session 3, turn 0), R1 (session 4, turn 0), R0 (session 5, turn 0). The Python twin's run takes 160 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1517,11 +1545,11 @@ def program_08_random_14 : Program := {
   stages := [] }
 
 def workload_08_random_14 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨191, 31, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨79, 44, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨49, 59, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨6, 48, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨190, 46, 4, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨191, 31, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨79, 44, 2, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨49, 59, 2, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨6, 48, 3, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨190, 46, 4, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_14: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0), R4 (session 4, turn 0). The Python twin's run takes 169 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1548,8 +1576,8 @@ def program_08_random_15 : Program := {
   stages := [] }
 
 def workload_08_random_15 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨76, 51, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨83, 36, 3, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨76, 51, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨83, 36, 3, 0, 2, 0, 0⟩] }] }
 
 /-- 08_random_15: requests R0 (session 0, turn 0), R1 (session 1, turn 0). The Python twin's run takes 107 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1576,9 +1604,9 @@ def program_08_random_16 : Program := {
   stages := [] }
 
 def workload_08_random_16 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨124, 36, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨186, 2, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨199, 38, 0, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨124, 36, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨186, 2, 0, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨199, 38, 0, 0, 3, 0, 0⟩] }] }
 
 /-- 08_random_16: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0). The Python twin's run takes 175 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1605,12 +1633,12 @@ def program_08_random_17 : Program := {
   stages := [] }
 
 def workload_08_random_17 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨126, 41, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨30, 21, 31, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨11, 38, 35, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨177, 42, 41, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨44, 41, 58, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨144, 19, 59, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨126, 41, 2, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨30, 21, 31, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨11, 38, 35, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨177, 42, 41, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨44, 41, 58, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨144, 19, 59, 0, 6, 0, 0⟩] }] }
 
 /-- 08_random_17: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0). The Python twin's run takes 208 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1637,11 +1665,11 @@ def program_08_random_18 : Program := {
   stages := [] }
 
 def workload_08_random_18 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨92, 20, 28, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨98, 21, 32, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨63, 55, 32, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨133, 52, 34, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨175, 48, 37, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨92, 20, 28, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨98, 21, 32, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨63, 55, 32, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨133, 52, 34, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨175, 48, 37, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_18: requests R4 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R2 (session 3, turn 0), R3 (session 4, turn 0). The Python twin's run takes 276 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1668,11 +1696,11 @@ def program_08_random_19 : Program := {
   stages := [] }
 
 def workload_08_random_19 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨84, 56, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨5, 28, 5, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨109, 51, 9, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨129, 35, 12, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨190, 52, 18, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨84, 56, 1, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨5, 28, 5, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨109, 51, 9, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨129, 35, 12, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨190, 52, 18, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_19: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R4 (session 2, turn 0), R3 (session 3, turn 0), R1 (session 4, turn 0). The Python twin's run takes 213 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1699,12 +1727,12 @@ def program_08_random_20 : Program := {
   stages := [] }
 
 def workload_08_random_20 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨77, 12, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨19, 14, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨196, 44, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨40, 34, 4, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨78, 48, 5, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨61, 35, 5, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨77, 12, 2, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨19, 14, 3, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨196, 44, 3, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨40, 34, 4, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨78, 48, 5, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨61, 35, 5, 0, 6, 0, 0⟩] }] }
 
 /-- 08_random_20: requests R4 (session 0, turn 0), R2 (session 1, turn 0), R5 (session 2, turn 0), R1 (session 3, turn 0), R0 (session 4, turn 0), R3 (session 5, turn 0). The Python twin's run takes 128 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1731,11 +1759,11 @@ def program_08_random_21 : Program := {
   stages := [] }
 
 def workload_08_random_21 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨191, 60, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨31, 8, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨127, 21, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨14, 60, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨65, 6, 0, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨191, 60, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨31, 8, 0, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨127, 21, 0, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨14, 60, 0, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨65, 6, 0, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_21: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0). The Python twin's run takes 131 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1762,14 +1790,14 @@ def program_08_random_22 : Program := {
   stages := [] }
 
 def workload_08_random_22 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨133, 52, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨98, 38, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨55, 55, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨146, 7, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨62, 16, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨75, 23, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨28, 28, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨132, 19, 5, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨133, 52, 1, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨98, 38, 1, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨55, 55, 1, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨146, 7, 2, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨62, 16, 2, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨75, 23, 3, 0, 6, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨28, 28, 3, 0, 7, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨132, 19, 5, 0, 8, 0, 0⟩] }] }
 
 /-- 08_random_22: requests R3 (session 0, turn 0), R5 (session 1, turn 0), R6 (session 2, turn 0), R1 (session 3, turn 0), R7 (session 4, turn 0), R0 (session 5, turn 0), R4 (session 6, turn 0), R2 (session 7, turn 0). The Python twin's run takes 160 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1796,11 +1824,11 @@ def program_08_random_23 : Program := {
   stages := [] }
 
 def workload_08_random_23 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨116, 36, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨34, 7, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨81, 55, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨19, 53, 4, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨123, 18, 5, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨116, 36, 1, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨34, 7, 1, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨81, 55, 2, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨19, 53, 4, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨123, 18, 5, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_23: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0), R4 (session 4, turn 0). The Python twin's run takes 354 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1827,13 +1855,13 @@ def program_08_random_24 : Program := {
   stages := [] }
 
 def workload_08_random_24 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨116, 16, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨69, 7, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨176, 58, 5, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨75, 59, 6, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨60, 28, 15, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨81, 49, 16, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨56, 11, 19, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨116, 16, 1, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨69, 7, 1, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨176, 58, 5, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨75, 59, 6, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨60, 28, 15, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨81, 49, 16, 0, 6, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨56, 11, 19, 0, 7, 0, 0⟩] }] }
 
 /-- 08_random_24: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R6 (session 2, turn 0), R1 (session 3, turn 0), R4 (session 4, turn 0), R3 (session 5, turn 0), R5 (session 6, turn 0). The Python twin's run takes 144 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1860,11 +1888,11 @@ def program_08_random_25 : Program := {
   stages := [] }
 
 def workload_08_random_25 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨82, 31, 17, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨129, 41, 23, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨79, 51, 56, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨101, 41, 58, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨156, 12, 58, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨82, 31, 17, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨129, 41, 23, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨79, 51, 56, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨101, 41, 58, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨156, 12, 58, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_25: requests R4 (session 0, turn 0), R0 (session 1, turn 0), R2 (session 2, turn 0), R1 (session 3, turn 0), R3 (session 4, turn 0). The Python twin's run takes 196 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1891,13 +1919,13 @@ def program_08_random_26 : Program := {
   stages := [] }
 
 def workload_08_random_26 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨82, 13, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨82, 41, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨32, 22, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨107, 21, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨24, 25, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨24, 57, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨88, 37, 0, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨82, 13, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨82, 41, 0, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨32, 22, 0, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨107, 21, 0, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨24, 25, 0, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨24, 57, 0, 0, 6, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨88, 37, 0, 0, 7, 0, 0⟩] }] }
 
 /-- 08_random_26: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0), R6 (session 6, turn 0). The Python twin's run takes 265 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1924,14 +1952,14 @@ def program_08_random_27 : Program := {
   stages := [] }
 
 def workload_08_random_27 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨42, 59, 6, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨131, 2, 28, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨50, 18, 28, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨80, 13, 29, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨132, 51, 30, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨186, 8, 37, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨86, 50, 53, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨174, 25, 57, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨42, 59, 6, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨131, 2, 28, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨50, 18, 28, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨80, 13, 29, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨132, 51, 30, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨186, 8, 37, 0, 6, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨86, 50, 53, 0, 7, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨174, 25, 57, 0, 8, 0, 0⟩] }] }
 
 /-- 08_random_27: requests R4 (session 0, turn 0), R0 (session 1, turn 0), R3 (session 2, turn 0), R2 (session 3, turn 0), R7 (session 4, turn 0), R1 (session 5, turn 0), R6 (session 6, turn 0), R5 (session 7, turn 0). The Python twin's run takes 313 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1958,11 +1986,11 @@ def program_08_random_28 : Program := {
   stages := [] }
 
 def workload_08_random_28 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨135, 22, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨31, 31, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨46, 24, 4, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨19, 4, 4, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨199, 27, 5, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨135, 22, 2, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨31, 31, 3, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨46, 24, 4, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨19, 4, 4, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨199, 27, 5, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_28: requests R0 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R4 (session 3, turn 0), R1 (session 4, turn 0). The Python twin's run takes 126 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -1989,8 +2017,8 @@ def program_08_random_29 : Program := {
   stages := [] }
 
 def workload_08_random_29 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨185, 44, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨91, 57, 2, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨185, 44, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨91, 57, 2, 0, 2, 0, 0⟩] }] }
 
 /-- 08_random_29: requests R1 (session 0, turn 0), R0 (session 1, turn 0). The Python twin's run takes 123 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2017,13 +2045,13 @@ def program_08_random_30 : Program := {
   stages := [] }
 
 def workload_08_random_30 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨51, 18, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨192, 50, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨134, 60, 20, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨180, 37, 27, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨118, 59, 41, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨170, 27, 43, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨139, 40, 55, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨51, 18, 1, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨192, 50, 3, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨134, 60, 20, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨180, 37, 27, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨118, 59, 41, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨170, 27, 43, 0, 6, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨139, 40, 55, 0, 7, 0, 0⟩] }] }
 
 /-- 08_random_30: requests R3 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R5 (session 3, turn 0), R6 (session 4, turn 0), R4 (session 5, turn 0), R0 (session 6, turn 0). The Python twin's run takes 279 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2050,10 +2078,10 @@ def program_08_random_31 : Program := {
   stages := [] }
 
 def workload_08_random_31 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨2, 41, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨124, 49, 4, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨173, 37, 9, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨23, 44, 15, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨2, 41, 3, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨124, 49, 4, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨173, 37, 9, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨23, 44, 15, 0, 4, 0, 0⟩] }] }
 
 /-- 08_random_31: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R3 (session 2, turn 0), R2 (session 3, turn 0). The Python twin's run takes 368 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2080,10 +2108,10 @@ def program_08_random_32 : Program := {
   stages := [] }
 
 def workload_08_random_32 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨97, 26, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨8, 38, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨98, 9, 4, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨82, 16, 5, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨97, 26, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨8, 38, 2, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨98, 9, 4, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨82, 16, 5, 0, 4, 0, 0⟩] }] }
 
 /-- 08_random_32: requests R3 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R2 (session 3, turn 0). The Python twin's run takes 89 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2110,10 +2138,10 @@ def program_08_random_33 : Program := {
   stages := [] }
 
 def workload_08_random_33 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨142, 47, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨91, 10, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨128, 46, 4, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨168, 48, 5, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨142, 47, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨91, 10, 0, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨128, 46, 4, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨168, 48, 5, 0, 4, 0, 0⟩] }] }
 
 /-- 08_random_33: requests R0 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R1 (session 3, turn 0). The Python twin's run takes 202 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2140,8 +2168,8 @@ def program_08_random_34 : Program := {
   stages := [] }
 
 def workload_08_random_34 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨17, 47, 4, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨194, 44, 22, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨17, 47, 4, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨194, 44, 22, 0, 2, 0, 0⟩] }] }
 
 /-- 08_random_34: requests R1 (session 0, turn 0), R0 (session 1, turn 0). The Python twin's run takes 134 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2168,11 +2196,11 @@ def program_08_random_35 : Program := {
   stages := [] }
 
 def workload_08_random_35 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨33, 2, 7, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨179, 60, 9, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨135, 38, 16, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨148, 18, 18, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨185, 24, 20, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨33, 2, 7, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨179, 60, 9, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨135, 38, 16, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨148, 18, 18, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨185, 24, 20, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_35: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R4 (session 2, turn 0), R3 (session 3, turn 0), R1 (session 4, turn 0). The Python twin's run takes 230 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2199,14 +2227,14 @@ def program_08_random_36 : Program := {
   stages := [] }
 
 def workload_08_random_36 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨39, 29, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨28, 34, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨191, 2, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨87, 10, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨3, 56, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨166, 49, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨189, 45, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨150, 26, 0, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨39, 29, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨28, 34, 0, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨191, 2, 0, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨87, 10, 0, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨3, 56, 0, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨166, 49, 0, 0, 6, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨189, 45, 0, 0, 7, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨150, 26, 0, 0, 8, 0, 0⟩] }] }
 
 /-- 08_random_36: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R5 (session 5, turn 0), R6 (session 6, turn 0), R7 (session 7, turn 0). The Python twin's run takes 220 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2233,11 +2261,11 @@ def program_08_random_37 : Program := {
   stages := [] }
 
 def workload_08_random_37 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨149, 3, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨110, 12, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨78, 5, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨12, 25, 4, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨194, 25, 4, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨149, 3, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨110, 12, 2, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨78, 5, 3, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨12, 25, 4, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨194, 25, 4, 0, 5, 0, 0⟩] }] }
 
 /-- 08_random_37: requests R0 (session 0, turn 0), R4 (session 1, turn 0), R3 (session 2, turn 0), R1 (session 3, turn 0), R2 (session 4, turn 0). The Python twin's run takes 103 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2264,13 +2292,13 @@ def program_08_random_38 : Program := {
   stages := [] }
 
 def workload_08_random_38 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨101, 8, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨33, 28, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨88, 42, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨172, 38, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨16, 53, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨70, 3, 5, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨200, 31, 5, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨101, 8, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨33, 28, 1, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨88, 42, 1, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨172, 38, 2, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨16, 53, 3, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨70, 3, 5, 0, 6, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨200, 31, 5, 0, 7, 0, 0⟩] }] }
 
 /-- 08_random_38: requests R1 (session 0, turn 0), R3 (session 1, turn 0), R5 (session 2, turn 0), R4 (session 3, turn 0), R6 (session 4, turn 0), R0 (session 5, turn 0), R2 (session 6, turn 0). The Python twin's run takes 143 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2297,14 +2325,14 @@ def program_08_random_39 : Program := {
   stages := [] }
 
 def workload_08_random_39 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨140, 56, 22, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨132, 23, 31, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨198, 4, 32, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨185, 15, 32, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨146, 56, 34, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨42, 1, 40, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨96, 21, 47, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨12, 34, 53, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨140, 56, 22, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨132, 23, 31, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨198, 4, 32, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨185, 15, 32, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨146, 56, 34, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨42, 1, 40, 0, 6, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨96, 21, 47, 0, 7, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨12, 34, 53, 0, 8, 0, 0⟩] }] }
 
 /-- 08_random_39: requests R0 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R4 (session 3, turn 0), R7 (session 4, turn 0), R1 (session 5, turn 0), R5 (session 6, turn 0), R6 (session 7, turn 0). The Python twin's run takes 228 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2331,11 +2359,11 @@ def program_09_prefix_caching_multiturn : Program := {
   stages := [] }
 
 def workload_09_prefix_caching_multiturn : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨50, 10, 0, 0⟩, ⟨20, 8, 1, 0⟩, ⟨37, 5, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨33, 20, 1, 0⟩, ⟨16, 12, 0, 0⟩, ⟨5, 6, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨64, 4, 3, 0⟩, ⟨64, 15, 4, 0⟩, ⟨1, 9, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨125, 4, 27, 1⟩] },
-  { arrival := 0, draws := [], rows := [⟨33, 3, 21, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨50, 10, 0, 0, 1, 0, 0⟩, ⟨20, 8, 1, 0, 2, 1, 60⟩, ⟨37, 5, 2, 0, 3, 2, 88⟩] },
+  { arrival := 0, draws := [], rows := [⟨33, 20, 1, 0, 4, 1, 1⟩, ⟨16, 12, 0, 0, 5, 4, 53⟩, ⟨5, 6, 3, 0, 6, 5, 81⟩] },
+  { arrival := 0, draws := [], rows := [⟨64, 4, 3, 0, 7, 0, 0⟩, ⟨64, 15, 4, 0, 8, 7, 68⟩, ⟨1, 9, 1, 0, 9, 8, 147⟩] },
+  { arrival := 0, draws := [], rows := [⟨125, 4, 27, 1, 10, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨33, 3, 21, 0, 11, 4, 36⟩] }] }
 
 /-- 09_prefix_caching_multiturn: requests s1t1 (session 0, turn 0), s1t2 (session 0, turn 1), s1t3 (session 0, turn 2), s2t1 (session 1, turn 0), s2t2 (session 1, turn 1), s2t3 (session 1, turn 2), s3t1 (session 2, turn 0), s3t2 (session 2, turn 1), s3t3 (session 2, turn 2), miss (session 3, turn 0), repeat (session 4, turn 0). The Python twin's run takes 100 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2345,10 +2373,41 @@ theorem vllm_09_prefix_caching_multiturn :
       some [(some 0, some 9, some 0), (some 11, some 18, some 0), (some 21, some 25, some 0), (some 1, some 20, some 0), (some 21, some 32, some 0), (some 36, some 41, some 0), (some 3, some 6, some 0), (some 11, some 25, some 0), (some 27, some 35, some 0), (some 28, some 31, some 0), (some 21, some 23, some 0)] := by
   decide +kernel
 
+/-! ## 09b_prefix_caching_multiturn_tight (tools/oracle/results/09b_prefix_caching_multiturn_tight.json) -/
+
+def program_09b_prefix_caching_multiturn_tight : Program := {
+  pools := pools_44,
+  engine := engine_1,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 5,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_09b_prefix_caching_multiturn_tight : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨50, 10, 0, 0, 1, 0, 0⟩, ⟨20, 8, 1, 0, 2, 1, 60⟩, ⟨37, 5, 2, 0, 3, 2, 88⟩] },
+  { arrival := 0, draws := [], rows := [⟨33, 20, 1, 0, 4, 1, 1⟩, ⟨16, 12, 0, 0, 5, 4, 53⟩, ⟨5, 6, 3, 0, 6, 5, 81⟩] },
+  { arrival := 0, draws := [], rows := [⟨64, 4, 3, 0, 7, 0, 0⟩, ⟨64, 15, 4, 0, 8, 7, 68⟩, ⟨1, 9, 1, 0, 9, 8, 147⟩] },
+  { arrival := 0, draws := [], rows := [⟨125, 4, 40, 1, 10, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨33, 3, 21, 0, 11, 4, 36⟩] }] }
+
+/-- 09b_prefix_caching_multiturn_tight: requests s1t1 (session 0, turn 0), s1t2 (session 0, turn 1), s1t3 (session 0, turn 2), s2t1 (session 1, turn 0), s2t2 (session 1, turn 1), s2t3 (session 1, turn 2), s3t1 (session 2, turn 0), s3t2 (session 2, turn 1), s3t3 (session 2, turn 2), miss (session 3, turn 0), repeat (session 4, turn 0). The Python twin's run takes 128 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_09b_prefix_caching_multiturn_tight :
+    answers (run program_09b_prefix_caching_multiturn_tight workload_09b_prefix_caching_multiturn_tight 128 (some 100000))
+      [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2), (3, 0), (4, 0)] =
+      some [(some 0, some 9, some 0), (some 11, some 18, some 0), (some 34, some 38, some 0), (some 1, some 20, some 0), (some 35, some 46, some 0), (some 50, some 55, some 0), (some 3, some 6, some 0), (some 19, some 33, some 0), (some 40, some 48, some 0), (some 49, some 52, some 0), (some 35, some 37, some 0)] := by
+  decide +kernel
+
 /-! ## new_random_00 (tools/oracle/extra/results/new_random_00.json) -/
 
 def program_new_random_00 : Program := {
-  pools := pools_44,
+  pools := pools_45,
   engine := engine_6,
   arrive := Arrive.batch,
   gap := 0,
@@ -2362,11 +2421,11 @@ def program_new_random_00 : Program := {
   stages := [] }
 
 def workload_new_random_00 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨115, 59, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨30, 45, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨138, 49, 10, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨141, 25, 19, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨74, 57, 19, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨115, 59, 1, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨30, 45, 3, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨138, 49, 10, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨141, 25, 19, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨74, 57, 19, 0, 5, 0, 0⟩] }] }
 
 /-- new_random_00: requests R1 (session 0, turn 0), R4 (session 1, turn 0), R0 (session 2, turn 0), R2 (session 3, turn 0), R3 (session 4, turn 0). The Python twin's run takes 249 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2379,7 +2438,7 @@ theorem vllm_new_random_00 :
 /-! ## new_random_01 (tools/oracle/extra/results/new_random_01.json) -/
 
 def program_new_random_01 : Program := {
-  pools := pools_45,
+  pools := pools_46,
   engine := engine_30,
   arrive := Arrive.batch,
   gap := 0,
@@ -2393,10 +2452,10 @@ def program_new_random_01 : Program := {
   stages := [] }
 
 def workload_new_random_01 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨162, 43, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨107, 38, 4, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨80, 33, 6, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨150, 18, 9, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨162, 43, 3, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨107, 38, 4, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨80, 33, 6, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨150, 18, 9, 0, 4, 0, 0⟩] }] }
 
 /-- new_random_01: requests R1 (session 0, turn 0), R3 (session 1, turn 0), R2 (session 2, turn 0), R0 (session 3, turn 0). The Python twin's run takes 192 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2409,7 +2468,7 @@ theorem vllm_new_random_01 :
 /-! ## new_random_02 (tools/oracle/extra/results/new_random_02.json) -/
 
 def program_new_random_02 : Program := {
-  pools := pools_46,
+  pools := pools_47,
   engine := engine_24,
   arrive := Arrive.batch,
   gap := 0,
@@ -2423,10 +2482,10 @@ def program_new_random_02 : Program := {
   stages := [] }
 
 def workload_new_random_02 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨44, 1, 14, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨66, 14, 14, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨25, 36, 15, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨99, 6, 18, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨44, 1, 14, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨66, 14, 14, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨25, 36, 15, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨99, 6, 18, 0, 4, 0, 0⟩] }] }
 
 /-- new_random_02: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R0 (session 2, turn 0), R3 (session 3, turn 0). The Python twin's run takes 84 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2453,9 +2512,9 @@ def program_new_random_03 : Program := {
   stages := [] }
 
 def workload_new_random_03 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨45, 8, 6, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨79, 13, 20, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨144, 60, 56, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨45, 8, 6, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨79, 13, 20, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨144, 60, 56, 0, 3, 0, 0⟩] }] }
 
 /-- new_random_03: requests R2 (session 0, turn 0), R1 (session 1, turn 0), R0 (session 2, turn 0). The Python twin's run takes 186 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2468,7 +2527,7 @@ theorem vllm_new_random_03 :
 /-! ## prefix_00 (tools/oracle/extra/results/prefix_00.json) -/
 
 def program_prefix_00 : Program := {
-  pools := pools_47,
+  pools := pools_48,
   engine := engine_1,
   arrive := Arrive.batch,
   gap := 0,
@@ -2482,9 +2541,9 @@ def program_prefix_00 : Program := {
   stages := [] }
 
 def workload_prefix_00 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨48, 12, 6, 0⟩, ⟨5, 8, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨18, 14, 0, 0⟩, ⟨23, 4, 1, 0⟩, ⟨28, 9, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨46, 3, 8, 0⟩, ⟨15, 7, 4, 0⟩, ⟨32, 14, 4, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨48, 12, 6, 0, 1, 0, 0⟩, ⟨5, 8, 3, 0, 2, 1, 60⟩] },
+  { arrival := 0, draws := [], rows := [⟨18, 14, 0, 0, 3, 0, 0⟩, ⟨23, 4, 1, 0, 4, 3, 32⟩, ⟨28, 9, 0, 0, 5, 4, 59⟩] },
+  { arrival := 0, draws := [], rows := [⟨46, 3, 8, 0, 6, 0, 0⟩, ⟨15, 7, 4, 0, 7, 6, 49⟩, ⟨32, 14, 4, 0, 8, 7, 71⟩] }] }
 
 /-- prefix_00: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s1t2 (session 1, turn 2), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s2t2 (session 2, turn 2). The Python twin's run takes 91 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2497,7 +2556,7 @@ theorem vllm_prefix_00 :
 /-! ## prefix_01 (tools/oracle/extra/results/prefix_01.json) -/
 
 def program_prefix_01 : Program := {
-  pools := pools_47,
+  pools := pools_48,
   engine := engine_2,
   arrive := Arrive.batch,
   gap := 0,
@@ -2511,10 +2570,10 @@ def program_prefix_01 : Program := {
   stages := [] }
 
 def workload_prefix_01 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨37, 11, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨29, 14, 6, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨26, 17, 0, 0⟩, ⟨36, 15, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨33, 6, 5, 0⟩, ⟨40, 5, 0, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨37, 11, 2, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨29, 14, 6, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨26, 17, 0, 0, 3, 0, 0⟩, ⟨36, 15, 3, 0, 4, 3, 43⟩] },
+  { arrival := 0, draws := [], rows := [⟨33, 6, 5, 0, 5, 0, 0⟩, ⟨40, 5, 0, 0, 6, 5, 39⟩] }] }
 
 /-- prefix_01: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s3t0 (session 3, turn 0), s3t1 (session 3, turn 1). The Python twin's run takes 80 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2541,8 +2600,8 @@ def program_prefix_02 : Program := {
   stages := [] }
 
 def workload_prefix_02 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨43, 18, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨35, 5, 1, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨43, 18, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨35, 5, 1, 0, 2, 0, 0⟩] }] }
 
 /-- prefix_02: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0). The Python twin's run takes 41 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2555,7 +2614,7 @@ theorem vllm_prefix_02 :
 /-! ## prefix_03 (tools/oracle/extra/results/prefix_03.json) -/
 
 def program_prefix_03 : Program := {
-  pools := pools_48,
+  pools := pools_49,
   engine := engine_2,
   arrive := Arrive.batch,
   gap := 0,
@@ -2569,8 +2628,8 @@ def program_prefix_03 : Program := {
   stages := [] }
 
 def workload_prefix_03 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨42, 12, 2, 0⟩, ⟨19, 8, 2, 0⟩, ⟨25, 13, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨15, 12, 5, 0⟩, ⟨12, 6, 0, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨42, 12, 2, 0, 1, 0, 0⟩, ⟨19, 8, 2, 0, 2, 1, 54⟩, ⟨25, 13, 2, 0, 3, 2, 81⟩] },
+  { arrival := 0, draws := [], rows := [⟨15, 12, 5, 0, 4, 0, 0⟩, ⟨12, 6, 0, 0, 5, 4, 27⟩] }] }
 
 /-- prefix_03: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s0t2 (session 0, turn 2), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1). The Python twin's run takes 79 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2583,7 +2642,7 @@ theorem vllm_prefix_03 :
 /-! ## prefix_tight_00 (tools/oracle/extra/results/prefix_tight_00.json) -/
 
 def program_prefix_tight_00 : Program := {
-  pools := pools_49,
+  pools := pools_50,
   engine := engine_1,
   arrive := Arrive.batch,
   gap := 0,
@@ -2597,9 +2656,9 @@ def program_prefix_tight_00 : Program := {
   stages := [] }
 
 def workload_prefix_tight_00 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨32, 26, 2, 0⟩, ⟨29, 24, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨19, 21, 0, 0⟩, ⟨17, 50, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨49, 19, 0, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨32, 26, 2, 0, 1, 0, 0⟩, ⟨29, 24, 3, 0, 2, 1, 58⟩] },
+  { arrival := 0, draws := [], rows := [⟨19, 21, 0, 0, 3, 0, 0⟩, ⟨17, 50, 0, 0, 4, 3, 40⟩] },
+  { arrival := 0, draws := [], rows := [⟨49, 19, 0, 0, 5, 0, 0⟩] }] }
 
 /-- prefix_tight_00: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s2t0 (session 2, turn 0). The Python twin's run takes 149 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2612,7 +2671,7 @@ theorem vllm_prefix_tight_00 :
 /-! ## prefix_tight_01 (tools/oracle/extra/results/prefix_tight_01.json) -/
 
 def program_prefix_tight_01 : Program := {
-  pools := pools_50,
+  pools := pools_51,
   engine := engine_2,
   arrive := Arrive.batch,
   gap := 0,
@@ -2626,9 +2685,9 @@ def program_prefix_tight_01 : Program := {
   stages := [] }
 
 def workload_prefix_tight_01 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨19, 48, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨57, 44, 0, 0⟩, ⟨40, 38, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨46, 52, 1, 0⟩, ⟨9, 47, 1, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨19, 48, 1, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨57, 44, 0, 0, 2, 0, 0⟩, ⟨40, 38, 3, 0, 3, 2, 101⟩] },
+  { arrival := 0, draws := [], rows := [⟨46, 52, 1, 0, 4, 0, 0⟩, ⟨9, 47, 1, 0, 5, 4, 98⟩] }] }
 
 /-- prefix_tight_01: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1). The Python twin's run takes 234 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2641,7 +2700,7 @@ theorem vllm_prefix_tight_01 :
 /-! ## prefix_tight_02 (tools/oracle/extra/results/prefix_tight_02.json) -/
 
 def program_prefix_tight_02 : Program := {
-  pools := pools_51,
+  pools := pools_52,
   engine := engine_1,
   arrive := Arrive.batch,
   gap := 0,
@@ -2655,9 +2714,9 @@ def program_prefix_tight_02 : Program := {
   stages := [] }
 
 def workload_prefix_tight_02 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨47, 36, 1, 0⟩, ⟨7, 35, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨34, 14, 1, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨46, 20, 0, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨47, 36, 1, 0, 1, 0, 0⟩, ⟨7, 35, 1, 0, 2, 1, 83⟩] },
+  { arrival := 0, draws := [], rows := [⟨34, 14, 1, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨46, 20, 0, 0, 4, 0, 0⟩] }] }
 
 /-- prefix_tight_02: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0). The Python twin's run takes 153 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2684,12 +2743,12 @@ def program_prefix_tight_03 : Program := {
   stages := [] }
 
 def workload_prefix_tight_03 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨28, 27, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨14, 42, 2, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨23, 37, 0, 0⟩, ⟨4, 60, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨58, 21, 1, 0⟩, ⟨4, 21, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨47, 11, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨31, 42, 1, 0⟩, ⟨25, 22, 4, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨28, 27, 2, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨14, 42, 2, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨23, 37, 0, 0, 3, 0, 0⟩, ⟨4, 60, 3, 0, 4, 3, 60⟩] },
+  { arrival := 0, draws := [], rows := [⟨58, 21, 1, 0, 5, 0, 0⟩, ⟨4, 21, 3, 0, 6, 5, 79⟩] },
+  { arrival := 0, draws := [], rows := [⟨47, 11, 0, 0, 7, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨31, 42, 1, 0, 8, 0, 0⟩, ⟨25, 22, 4, 0, 9, 8, 73⟩] }] }
 
 /-- prefix_tight_03: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s3t0 (session 3, turn 0), s3t1 (session 3, turn 1), s4t0 (session 4, turn 0), s5t0 (session 5, turn 0), s5t1 (session 5, turn 1). The Python twin's run takes 346 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2699,10 +2758,579 @@ theorem vllm_prefix_tight_03 :
       some [(some 28, some 54, some 0), (some 28, some 77, some 2), (some 0, some 36, some 0), (some 80, some 139, some 0), (some 4, some 26, some 1), (some 59, some 79, some 0), (some 2, some 12, some 0), (some 14, some 56, some 1), (some 141, some 162, some 1)] := by
   decide +kernel
 
+/-! ## shared_00 (tools/oracle/extra/results/shared_00.json) -/
+
+def program_shared_00 : Program := {
+  pools := pools_48,
+  engine := engine_32,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 10,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_00 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨89, 20, 3, 0, 1, 2, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨82, 1, 0, 0, 2, 0, 0⟩, ⟨9, 9, 1, 0, 3, 2, 83⟩] },
+  { arrival := 0, draws := [], rows := [⟨107, 20, 11, 0, 4, 2, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨89, 23, 9, 0, 5, 2, 70⟩, ⟨12, 24, 4, 0, 6, 5, 112⟩] },
+  { arrival := 0, draws := [], rows := [⟨84, 5, 0, 0, 7, 2, 70⟩, ⟨17, 22, 2, 0, 8, 7, 89⟩] },
+  { arrival := 0, draws := [], rows := [⟨72, 18, 11, 0, 9, 2, 70⟩, ⟨16, 7, 2, 0, 10, 9, 90⟩, ⟨26, 15, 2, 0, 11, 10, 113⟩] },
+  { arrival := 0, draws := [], rows := [⟨124, 21, 68, 0, 12, 10, 113⟩] },
+  { arrival := 0, draws := [], rows := [⟨105, 2, 4, 0, 13, 2, 70⟩, ⟨19, 12, 1, 0, 14, 13, 107⟩] },
+  { arrival := 0, draws := [], rows := [⟨110, 2, 9, 0, 15, 13, 107⟩] },
+  { arrival := 0, draws := [], rows := [⟨101, 12, 5, 0, 16, 2, 70⟩] }] }
+
+/-- shared_00: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s1t0a0 (session 1, turn 1), s2t0 (session 2, turn 0), s3t0 (session 3, turn 0), s3t1 (session 3, turn 1), s4t0 (session 4, turn 0), s4t1 (session 4, turn 1), s5t0 (session 5, turn 0), s5t1 (session 5, turn 1), s5t1a0 (session 5, turn 2), s5t2 (session 6, turn 0), s6t0 (session 7, turn 0), s6t0a0 (session 7, turn 1), s6t0a1 (session 8, turn 0), s7t0 (session 9, turn 0). The Python twin's run takes 204 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_00 :
+    answers (run program_shared_00 workload_shared_00 204 (some 100000))
+      [(0, 0), (1, 0), (1, 1), (2, 0), (3, 0), (3, 1), (4, 0), (4, 1), (5, 0), (5, 1), (5, 2), (6, 0), (7, 0), (7, 1), (8, 0), (9, 0)] =
+      some [(some 3, some 22, some 0), (some 2, some 2, some 0), (some 4, some 12, some 0), (some 36, some 55, some 0), (some 22, some 44, some 0), (some 49, some 72, some 0), (some 1, some 5, some 0), (some 13, some 34, some 0), (some 37, some 54, some 0), (some 57, some 63, some 0), (some 66, some 80, some 0), (some 68, some 88, some 0), (some 7, some 8, some 0), (some 25, some 36, some 0), (some 23, some 24, some 0), (some 10, some 21, some 0)] := by
+  decide +kernel
+
+/-! ## shared_01 (tools/oracle/extra/results/shared_01.json) -/
+
+def program_shared_01 : Program := {
+  pools := pools_53,
+  engine := engine_2,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 1,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_01 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨101, 12, 10, 0, 1, 0, 0⟩] }] }
+
+/-- shared_01: requests s3t0 (session 0, turn 0). The Python twin's run takes 30 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_01 :
+    answers (run program_shared_01 workload_shared_01 30 (some 100000))
+      [(0, 0)] =
+      some [(some 11, some 22, some 0)] := by
+  decide +kernel
+
+/-! ## shared_02 (tools/oracle/extra/results/shared_02.json) -/
+
+def program_shared_02 : Program := {
+  pools := pools_53,
+  engine := engine_2,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 11,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_02 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨29, 21, 7, 0, 1, 5, 15⟩, ⟨30, 22, 0, 0, 2, 1, 50⟩, ⟨9, 4, 0, 0, 3, 2, 102⟩] },
+  { arrival := 0, draws := [], rows := [⟨114, 4, 56, 0, 4, 2, 102⟩] },
+  { arrival := 0, draws := [], rows := [⟨42, 8, 1, 0, 5, 0, 0⟩, ⟨2, 11, 2, 0, 6, 5, 50⟩] },
+  { arrival := 0, draws := [], rows := [⟨51, 13, 10, 0, 7, 5, 50⟩] },
+  { arrival := 0, draws := [], rows := [⟨66, 5, 10, 0, 8, 5, 50⟩] },
+  { arrival := 0, draws := [], rows := [⟨21, 4, 3, 0, 9, 5, 15⟩, ⟨9, 11, 2, 0, 10, 9, 25⟩, ⟨22, 17, 3, 0, 11, 10, 45⟩, ⟨9, 3, 2, 0, 12, 11, 84⟩] },
+  { arrival := 0, draws := [], rows := [⟨100, 1, 46, 0, 13, 11, 84⟩] },
+  { arrival := 0, draws := [], rows := [⟨105, 14, 47, 0, 14, 11, 84⟩] },
+  { arrival := 0, draws := [], rows := [⟨51, 19, 10, 0, 15, 5, 15⟩] },
+  { arrival := 0, draws := [], rows := [⟨29, 16, 9, 0, 16, 5, 15⟩] },
+  { arrival := 0, draws := [], rows := [⟨31, 16, 1, 0, 17, 5, 15⟩, ⟨18, 2, 2, 0, 18, 17, 47⟩] }] }
+
+/-- shared_02: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s0t1a0 (session 0, turn 2), s0t1a1 (session 1, turn 0), s1t0 (session 2, turn 0), s1t0a0 (session 2, turn 1), s1t0a1 (session 3, turn 0), s1t0a2 (session 4, turn 0), s2t0 (session 5, turn 0), s2t1 (session 5, turn 1), s2t2 (session 5, turn 2), s2t2a0 (session 5, turn 3), s2t2a1 (session 6, turn 0), s2t2a2 (session 7, turn 0), s3t0 (session 8, turn 0), s4t0 (session 9, turn 0), s5t0 (session 10, turn 0), s5t0a0 (session 10, turn 1). The Python twin's run takes 152 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_02 :
+    answers (run program_shared_02 workload_shared_02 152 (some 100000))
+      [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0), (2, 1), (3, 0), (4, 0), (5, 0), (5, 1), (5, 2), (5, 3), (6, 0), (7, 0), (8, 0), (9, 0), (10, 0), (10, 1)] =
+      some [(some 7, some 27, some 0), (some 32, some 53, some 0), (some 54, some 57, some 0), (some 58, some 61, some 0), (some 1, some 8, some 0), (some 20, some 30, some 0), (some 10, some 22, some 0), (some 10, some 19, some 1), (some 3, some 6, some 0), (some 9, some 19, some 0), (some 29, some 45, some 0), (some 48, some 50, some 0), (some 46, some 46, some 0), (some 47, some 60, some 0), (some 20, some 38, some 0), (some 9, some 24, some 0), (some 2, some 17, some 0), (some 26, some 27, some 0)] := by
+  decide +kernel
+
+/-! ## shared_03 (tools/oracle/extra/results/shared_03.json) -/
+
+def program_shared_03 : Program := {
+  pools := pools_19,
+  engine := engine_22,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 14,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_03 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨104, 16, 5, 0, 1, 12, 100⟩, ⟨23, 3, 1, 0, 2, 1, 120⟩] },
+  { arrival := 0, draws := [], rows := [⟨142, 9, 23, 0, 3, 1, 120⟩] },
+  { arrival := 0, draws := [], rows := [⟨135, 16, 25, 0, 4, 1, 120⟩, ⟨5, 15, 1, 0, 5, 4, 151⟩] },
+  { arrival := 0, draws := [], rows := [⟨181, 15, 45, 0, 6, 4, 151⟩] },
+  { arrival := 0, draws := [], rows := [⟨139, 19, 11, 0, 7, 12, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨106, 8, 10, 0, 8, 12, 100⟩, ⟨5, 5, 0, 0, 9, 8, 114⟩] },
+  { arrival := 0, draws := [], rows := [⟨107, 11, 10, 0, 10, 12, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨140, 11, 10, 0, 11, 12, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨117, 10, 3, 0, 12, 0, 0⟩, ⟨4, 6, 1, 0, 13, 12, 127⟩] },
+  { arrival := 0, draws := [], rows := [⟨137, 13, 18, 0, 14, 12, 127⟩] },
+  { arrival := 0, draws := [], rows := [⟨148, 14, 18, 0, 15, 12, 127⟩] },
+  { arrival := 0, draws := [], rows := [⟨121, 24, 10, 0, 16, 12, 100⟩, ⟨6, 7, 0, 0, 17, 16, 145⟩, ⟨10, 1, 1, 0, 18, 17, 158⟩] },
+  { arrival := 0, draws := [], rows := [⟨171, 8, 45, 0, 19, 17, 158⟩] },
+  { arrival := 0, draws := [], rows := [⟨181, 10, 48, 0, 20, 17, 158⟩] }] }
+
+/-- shared_03: requests s0t0 (session 0, turn 0), s0t0a0 (session 0, turn 1), s0t0a1 (session 1, turn 0), s0t1 (session 2, turn 0), s0t1a0 (session 2, turn 1), s0t2 (session 3, turn 0), s1t0 (session 4, turn 0), s2t0 (session 5, turn 0), s2t0a0 (session 5, turn 1), s3t0 (session 6, turn 0), s4t0 (session 7, turn 0), s5t0 (session 8, turn 0), s5t0a0 (session 8, turn 1), s5t0a1 (session 9, turn 0), s5t0a2 (session 10, turn 0), s6t0 (session 11, turn 0), s6t1 (session 11, turn 1), s6t1a0 (session 11, turn 2), s6t1a1 (session 12, turn 0), s6t2 (session 13, turn 0). The Python twin's run takes 149 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_03 :
+    answers (run program_shared_03 workload_shared_03 149 (some 100000))
+      [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (3, 0), (4, 0), (5, 0), (5, 1), (6, 0), (7, 0), (8, 0), (8, 1), (9, 0), (10, 0), (11, 0), (11, 1), (11, 2), (12, 0), (13, 0)] =
+      some [(some 6, some 21, some 0), (some 25, some 27, some 0), (some 27, some 35, some 0), (some 28, some 43, some 0), (some 45, some 59, some 0), (some 46, some 60, some 0), (some 17, some 35, some 0), (some 10, some 17, some 0), (some 21, some 25, some 0), (some 10, some 20, some 0), (some 12, some 22, some 0), (some 6, some 15, some 0), (some 18, some 23, some 0), (some 22, some 34, some 0), (some 24, some 37, some 0), (some 13, some 36, some 0), (some 37, some 43, some 0), (some 47, some 47, some 0), (some 48, some 55, some 0), (some 49, some 58, some 0)] := by
+  decide +kernel
+
+/-! ## shared_many_00 (tools/oracle/extra/results/shared_many_00.json) -/
+
+def program_shared_many_00 : Program := {
+  pools := pools_54,
+  engine := engine_4,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 35,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_many_00 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨55, 14, 10, 0, 1, 17, 32⟩, ⟨6, 11, 2, 0, 2, 1, 69⟩] },
+  { arrival := 0, draws := [], rows := [⟨83, 12, 32, 0, 3, 1, 69⟩] },
+  { arrival := 0, draws := [], rows := [⟨86, 13, 32, 0, 4, 1, 69⟩] },
+  { arrival := 0, draws := [], rows := [⟨67, 14, 9, 0, 5, 17, 32⟩, ⟨13, 11, 3, 0, 6, 5, 81⟩, ⟨1, 9, 1, 0, 7, 6, 105⟩] },
+  { arrival := 0, draws := [], rows := [⟨61, 14, 5, 0, 8, 17, 32⟩] },
+  { arrival := 0, draws := [], rows := [⟨46, 7, 6, 0, 9, 17, 32⟩, ⟨1, 10, 0, 0, 10, 9, 53⟩] },
+  { arrival := 0, draws := [], rows := [⟨33, 16, 12, 0, 11, 17, 32⟩, ⟨24, 7, 2, 0, 12, 11, 49⟩, ⟨6, 4, 1, 0, 13, 12, 80⟩, ⟨26, 9, 1, 0, 14, 13, 90⟩] },
+  { arrival := 0, draws := [], rows := [⟨72, 9, 2, 0, 15, 17, 32⟩, ⟨6, 14, 3, 0, 16, 15, 81⟩] },
+  { arrival := 0, draws := [], rows := [⟨40, 1, 0, 0, 17, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨66, 2, 6, 0, 18, 17, 32⟩, ⟨30, 16, 2, 0, 19, 18, 68⟩] },
+  { arrival := 0, draws := [], rows := [⟨64, 6, 1, 0, 20, 17, 32⟩, ⟨9, 3, 3, 0, 21, 20, 70⟩, ⟨1, 13, 2, 0, 22, 21, 82⟩] },
+  { arrival := 0, draws := [], rows := [⟨38, 10, 11, 0, 23, 17, 32⟩, ⟨4, 14, 2, 0, 24, 23, 48⟩] },
+  { arrival := 0, draws := [], rows := [⟨55, 13, 29, 0, 25, 23, 48⟩] },
+  { arrival := 0, draws := [], rows := [⟨67, 6, 31, 0, 26, 23, 48⟩, ⟨29, 1, 0, 0, 27, 26, 73⟩] },
+  { arrival := 0, draws := [], rows := [⟨94, 9, 68, 0, 28, 26, 73⟩] },
+  { arrival := 0, draws := [], rows := [⟨49, 16, 12, 0, 29, 17, 32⟩] },
+  { arrival := 0, draws := [], rows := [⟨59, 4, 12, 0, 30, 17, 32⟩, ⟨3, 11, 1, 0, 31, 30, 63⟩] },
+  { arrival := 0, draws := [], rows := [⟨82, 11, 26, 0, 32, 30, 63⟩, ⟨28, 3, 2, 0, 33, 32, 93⟩] },
+  { arrival := 0, draws := [], rows := [⟨99, 3, 71, 0, 34, 32, 93⟩] },
+  { arrival := 0, draws := [], rows := [⟨105, 13, 71, 0, 35, 32, 93⟩] },
+  { arrival := 0, draws := [], rows := [⟨53, 15, 0, 0, 36, 17, 32⟩, ⟨2, 2, 3, 0, 37, 36, 68⟩, ⟨13, 16, 0, 0, 38, 37, 72⟩] },
+  { arrival := 0, draws := [], rows := [⟨88, 8, 47, 0, 39, 37, 72⟩] },
+  { arrival := 0, draws := [], rows := [⟨47, 5, 3, 0, 40, 17, 32⟩] },
+  { arrival := 0, draws := [], rows := [⟨62, 16, 6, 0, 41, 17, 32⟩, ⟨1, 1, 3, 0, 42, 41, 78⟩] },
+  { arrival := 0, draws := [], rows := [⟨59, 13, 11, 0, 43, 17, 32⟩, ⟨24, 3, 3, 0, 44, 43, 72⟩] },
+  { arrival := 0, draws := [], rows := [⟨52, 2, 6, 0, 45, 17, 32⟩, ⟨29, 13, 3, 0, 46, 45, 54⟩] },
+  { arrival := 0, draws := [], rows := [⟨54, 8, 7, 0, 47, 17, 32⟩, ⟨8, 7, 2, 0, 48, 47, 62⟩] },
+  { arrival := 0, draws := [], rows := [⟨82, 5, 23, 0, 49, 47, 62⟩] },
+  { arrival := 0, draws := [], rows := [⟨63, 10, 21, 0, 50, 47, 62⟩] },
+  { arrival := 0, draws := [], rows := [⟨87, 12, 23, 0, 51, 47, 62⟩, ⟨15, 14, 2, 0, 52, 51, 99⟩] },
+  { arrival := 0, draws := [], rows := [⟨69, 11, 3, 0, 53, 17, 32⟩, ⟨22, 9, 1, 0, 54, 53, 80⟩, ⟨8, 2, 3, 0, 55, 54, 111⟩, ⟨4, 10, 2, 0, 56, 55, 121⟩] },
+  { arrival := 0, draws := [], rows := [⟨151, 12, 84, 0, 57, 55, 121⟩] },
+  { arrival := 0, draws := [], rows := [⟨43, 14, 3, 0, 58, 17, 32⟩, ⟨8, 10, 2, 0, 59, 58, 57⟩] },
+  { arrival := 0, draws := [], rows := [⟨70, 3, 20, 0, 60, 58, 57⟩] },
+  { arrival := 0, draws := [], rows := [⟨84, 8, 22, 0, 61, 58, 57⟩] }] }
+
+/-- shared_many_00: requests s0t0 (session 0, turn 0), s0t0a0 (session 0, turn 1), s0t0a1 (session 1, turn 0), s0t0a2 (session 2, turn 0), s1t0 (session 3, turn 0), s1t1 (session 3, turn 1), s1t2 (session 3, turn 2), s2t0 (session 4, turn 0), s3t0 (session 5, turn 0), s3t0a0 (session 5, turn 1), s4t0 (session 6, turn 0), s4t1 (session 6, turn 1), s4t2 (session 6, turn 2), s4t2a0 (session 6, turn 3), s5t0 (session 7, turn 0), s5t1 (session 7, turn 1), s6t0 (session 8, turn 0), s7t0 (session 9, turn 0), s7t1 (session 9, turn 1), s8t0 (session 10, turn 0), s8t1 (session 10, turn 1), s8t1a0 (session 10, turn 2), s9t0 (session 11, turn 0), s9t0a0 (session 11, turn 1), s9t0a1 (session 12, turn 0), s9t1 (session 13, turn 0), s9t1a0 (session 13, turn 1), s9t2 (session 14, turn 0), s10t0 (session 15, turn 0), s11t0 (session 16, turn 0), s11t0a0 (session 16, turn 1), s11t1 (session 17, turn 0), s11t1a0 (session 17, turn 1), s11t1a1 (session 18, turn 0), s11t1a2 (session 19, turn 0), s12t0 (session 20, turn 0), s12t1 (session 20, turn 1), s12t1a0 (session 20, turn 2), s12t2 (session 21, turn 0), s13t0 (session 22, turn 0), s14t0 (session 23, turn 0), s14t1 (session 23, turn 1), s15t0 (session 24, turn 0), s15t1 (session 24, turn 1), s16t0 (session 25, turn 0), s16t1 (session 25, turn 1), s17t0 (session 26, turn 0), s17t0a0 (session 26, turn 1), s17t0a1 (session 27, turn 0), s17t0a2 (session 28, turn 0), s17t1 (session 29, turn 0), s17t2 (session 29, turn 1), s18t0 (session 30, turn 0), s18t1 (session 30, turn 1), s18t2 (session 30, turn 2), s18t2a0 (session 30, turn 3), s18t2a1 (session 31, turn 0), s19t0 (session 32, turn 0), s19t0a0 (session 32, turn 1), s19t0a1 (session 33, turn 0), s19t0a2 (session 34, turn 0). The Python twin's run takes 333 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_many_00 :
+    answers (run program_shared_many_00 workload_shared_many_00 333 (some 100000))
+      [(0, 0), (0, 1), (1, 0), (2, 0), (3, 0), (3, 1), (3, 2), (4, 0), (5, 0), (5, 1), (6, 0), (6, 1), (6, 2), (6, 3), (7, 0), (7, 1), (8, 0), (9, 0), (9, 1), (10, 0), (10, 1), (10, 2), (11, 0), (11, 1), (12, 0), (13, 0), (13, 1), (14, 0), (15, 0), (16, 0), (16, 1), (17, 0), (17, 1), (18, 0), (19, 0), (20, 0), (20, 1), (20, 2), (21, 0), (22, 0), (23, 0), (23, 1), (24, 0), (24, 1), (25, 0), (25, 1), (26, 0), (26, 1), (27, 0), (28, 0), (29, 0), (29, 1), (30, 0), (30, 1), (30, 2), (30, 3), (31, 0), (32, 0), (32, 1), (33, 0), (34, 0)] =
+      some [(some 16, some 29, some 0), (some 64, some 74, some 0), (some 65, some 76, some 0), (some 66, some 78, some 0), (some 15, some 28, some 0), (some 70, some 80, some 0), (some 98, some 106, some 0), (some 7, some 20, some 0), (some 8, some 14, some 0), (some 29, some 38, some 0), (some 21, some 36, some 0), (some 76, some 82, some 0), (some 100, some 103, some 0), (some 110, some 118, some 0), (some 4, some 12, some 0), (some 31, some 44, some 0), (some 1, some 1, some 0), (some 9, some 10, some 0), (some 28, some 43, some 0), (some 2, some 7, some 0), (some 17, some 19, some 0), (some 48, some 60, some 0), (some 18, some 27, some 0), (some 62, some 75, some 0), (some 60, some 72, some 0), (some 62, some 67, some 0), (some 84, some 84, some 0), (some 85, some 93, some 0), (some 21, some 36, some 0), (some 22, some 25, some 0), (some 59, some 69, some 0), (some 58, some 68, some 0), (some 94, some 96, some 1), (some 95, some 97, some 0), (some 96, some 108, some 0), (some 1, some 15, some 0), (some 40, some 44, some 1), (some 78, some 93, some 0), (some 79, some 86, some 0), (some 4, some 8, some 0), (some 10, some 25, some 0), (some 61, some 61, some 0), (some 21, some 33, some 0), (some 72, some 74, some 0), (some 11, some 12, some 0), (some 33, some 45, some 0), (some 13, some 20, some 0), (some 51, some 57, some 0), (some 52, some 56, some 0), (some 47, some 56, some 0), (some 54, some 65, some 0), (some 88, some 101, some 0), (some 6, some 16, some 0), (some 39, some 47, some 0), (some 82, some 83, some 0), (some 108, some 117, some 0), (some 107, some 118, some 0), (some 6, some 19, some 0), (some 49, some 58, some 0), (some 46, some 48, some 0), (some 50, some 57, some 0)] := by
+  decide +kernel
+
+/-! ## shared_many_01 (tools/oracle/extra/results/shared_many_01.json) -/
+
+def program_shared_many_01 : Program := {
+  pools := pools_55,
+  engine := engine_32,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 35,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_many_01 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨104, 5, 10, 0, 1, 59, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨139, 15, 7, 0, 2, 59, 100⟩, ⟨29, 8, 3, 0, 3, 2, 154⟩, ⟨17, 4, 1, 0, 4, 3, 191⟩] },
+  { arrival := 0, draws := [], rows := [⟨127, 13, 6, 0, 5, 59, 100⟩, ⟨5, 5, 2, 0, 6, 5, 140⟩, ⟨27, 14, 0, 0, 7, 6, 150⟩] },
+  { arrival := 0, draws := [], rows := [⟨166, 3, 85, 0, 8, 6, 150⟩] },
+  { arrival := 0, draws := [], rows := [⟨121, 7, 9, 0, 9, 59, 100⟩, ⟨17, 7, 0, 0, 10, 9, 128⟩] },
+  { arrival := 0, draws := [], rows := [⟨145, 11, 53, 0, 11, 9, 128⟩, ⟨4, 16, 1, 0, 12, 11, 156⟩] },
+  { arrival := 0, draws := [], rows := [⟨164, 7, 104, 0, 13, 11, 156⟩] },
+  { arrival := 0, draws := [], rows := [⟨115, 11, 12, 0, 14, 59, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨124, 4, 12, 0, 15, 59, 100⟩, ⟨28, 2, 2, 0, 16, 15, 128⟩] },
+  { arrival := 0, draws := [], rows := [⟨149, 11, 55, 0, 17, 15, 128⟩] },
+  { arrival := 0, draws := [], rows := [⟨133, 4, 2, 0, 18, 59, 100⟩, ⟨10, 12, 3, 0, 19, 18, 137⟩, ⟨7, 5, 2, 0, 20, 19, 159⟩, ⟨24, 6, 2, 0, 21, 20, 171⟩] },
+  { arrival := 0, draws := [], rows := [⟨120, 5, 2, 0, 22, 59, 100⟩, ⟨26, 3, 4, 0, 23, 22, 125⟩] },
+  { arrival := 0, draws := [], rows := [⟨125, 10, 4, 0, 24, 59, 100⟩, ⟨14, 16, 1, 0, 25, 24, 135⟩] },
+  { arrival := 0, draws := [], rows := [⟨109, 10, 10, 0, 26, 59, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨127, 4, 2, 0, 27, 59, 100⟩, ⟨10, 9, 4, 0, 28, 27, 131⟩] },
+  { arrival := 0, draws := [], rows := [⟨132, 15, 8, 0, 29, 59, 100⟩, ⟨6, 15, 0, 0, 30, 29, 147⟩] },
+  { arrival := 0, draws := [], rows := [⟨116, 7, 9, 0, 31, 59, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨112, 10, 5, 0, 32, 59, 100⟩, ⟨8, 6, 4, 0, 33, 32, 122⟩, ⟨9, 12, 0, 0, 34, 33, 136⟩] },
+  { arrival := 0, draws := [], rows := [⟨146, 3, 77, 0, 35, 33, 136⟩] },
+  { arrival := 0, draws := [], rows := [⟨134, 4, 9, 0, 36, 59, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨125, 10, 3, 0, 37, 59, 100⟩, ⟨6, 3, 2, 0, 38, 37, 135⟩, ⟨16, 1, 1, 0, 39, 38, 144⟩] },
+  { arrival := 0, draws := [], rows := [⟨147, 12, 66, 0, 40, 38, 144⟩] },
+  { arrival := 0, draws := [], rows := [⟨140, 13, 2, 0, 41, 59, 100⟩, ⟨24, 4, 2, 0, 42, 41, 153⟩, ⟨16, 14, 0, 0, 43, 42, 181⟩] },
+  { arrival := 0, draws := [], rows := [⟨190, 10, 69, 0, 44, 42, 181⟩] },
+  { arrival := 0, draws := [], rows := [⟨209, 4, 71, 0, 45, 42, 181⟩] },
+  { arrival := 0, draws := [], rows := [⟨117, 2, 8, 0, 46, 59, 100⟩, ⟨8, 7, 2, 0, 47, 46, 119⟩] },
+  { arrival := 0, draws := [], rows := [⟨124, 8, 36, 0, 48, 46, 119⟩] },
+  { arrival := 0, draws := [], rows := [⟨138, 1, 6, 0, 49, 59, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨139, 11, 5, 0, 50, 59, 100⟩, ⟨26, 4, 0, 0, 51, 50, 150⟩, ⟨19, 2, 3, 0, 52, 51, 180⟩] },
+  { arrival := 0, draws := [], rows := [⟨104, 10, 8, 0, 53, 59, 100⟩, ⟨21, 11, 3, 0, 54, 53, 114⟩, ⟨26, 10, 4, 0, 55, 54, 146⟩, ⟨1, 4, 2, 0, 56, 55, 182⟩] },
+  { arrival := 0, draws := [], rows := [⟨186, 8, 134, 0, 57, 55, 182⟩] },
+  { arrival := 0, draws := [], rows := [⟨123, 7, 8, 0, 58, 59, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨132, 10, 1, 0, 59, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨126, 3, 3, 0, 60, 59, 100⟩, ⟨14, 13, 2, 0, 61, 60, 129⟩] },
+  { arrival := 0, draws := [], rows := [⟨132, 13, 4, 0, 62, 59, 100⟩, ⟨3, 9, 3, 0, 63, 62, 145⟩, ⟨19, 4, 4, 0, 64, 63, 157⟩] }] }
+
+/-- shared_many_01: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s1t1a0 (session 1, turn 2), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s2t1a0 (session 2, turn 2), s2t2 (session 3, turn 0), s3t0 (session 4, turn 0), s3t0a0 (session 4, turn 1), s3t1 (session 5, turn 0), s3t1a0 (session 5, turn 1), s3t1a1 (session 6, turn 0), s4t0 (session 7, turn 0), s5t0 (session 8, turn 0), s5t0a0 (session 8, turn 1), s5t1 (session 9, turn 0), s6t0 (session 10, turn 0), s6t1 (session 10, turn 1), s6t2 (session 10, turn 2), s6t2a0 (session 10, turn 3), s7t0 (session 11, turn 0), s7t1 (session 11, turn 1), s8t0 (session 12, turn 0), s8t1 (session 12, turn 1), s9t0 (session 13, turn 0), s10t0 (session 14, turn 0), s10t1 (session 14, turn 1), s11t0 (session 15, turn 0), s11t1 (session 15, turn 1), s12t0 (session 16, turn 0), s13t0 (session 17, turn 0), s13t1 (session 17, turn 1), s13t1a0 (session 17, turn 2), s13t1a1 (session 18, turn 0), s14t0 (session 19, turn 0), s15t0 (session 20, turn 0), s15t1 (session 20, turn 1), s15t1a0 (session 20, turn 2), s15t1a1 (session 21, turn 0), s16t0 (session 22, turn 0), s16t1 (session 22, turn 1), s16t1a0 (session 22, turn 2), s16t1a1 (session 23, turn 0), s16t1a2 (session 24, turn 0), s17t0 (session 25, turn 0), s17t0a0 (session 25, turn 1), s17t1 (session 26, turn 0), s18t0 (session 27, turn 0), s19t0 (session 28, turn 0), s19t1 (session 28, turn 1), s19t2 (session 28, turn 2), s20t0 (session 29, turn 0), s20t1 (session 29, turn 1), s20t2 (session 29, turn 2), s20t2a0 (session 29, turn 3), s20t2a1 (session 30, turn 0), s21t0 (session 31, turn 0), s22t0 (session 32, turn 0), s23t0 (session 33, turn 0), s23t0a0 (session 33, turn 1), s24t0 (session 34, turn 0), s24t1 (session 34, turn 1), s24t2 (session 34, turn 2). The Python twin's run takes 377 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_many_01 :
+    answers (run program_shared_many_01 workload_shared_many_01 377 (some 100000))
+      [(0, 0), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2), (3, 0), (4, 0), (4, 1), (5, 0), (5, 1), (6, 0), (7, 0), (8, 0), (8, 1), (9, 0), (10, 0), (10, 1), (10, 2), (10, 3), (11, 0), (11, 1), (12, 0), (12, 1), (13, 0), (14, 0), (14, 1), (15, 0), (15, 1), (16, 0), (17, 0), (17, 1), (17, 2), (18, 0), (19, 0), (20, 0), (20, 1), (20, 2), (21, 0), (22, 0), (22, 1), (22, 2), (23, 0), (24, 0), (25, 0), (25, 1), (26, 0), (27, 0), (28, 0), (28, 1), (28, 2), (29, 0), (29, 1), (29, 2), (29, 3), (30, 0), (31, 0), (32, 0), (33, 0), (33, 1), (34, 0), (34, 1), (34, 2)] =
+      some [(some 46, some 50, some 0), (some 29, some 43, some 0), (some 83, some 90, some 0), (some 121, some 124, some 0), (some 22, some 34, some 0), (some 77, some 81, some 0), (some 118, some 131, some 0), (some 118, some 120, some 0), (some 42, some 48, some 0), (some 85, some 91, some 0), (some 91, some 101, some 0), (some 123, some 138, some 0), (some 125, some 131, some 0), (some 51, some 61, some 0), (some 51, some 54, some 0), (some 93, some 94, some 0), (some 93, some 103, some 0), (some 3, some 6, some 0), (some 49, some 60, some 0), (some 97, some 101, some 0), (some 135, some 140, some 0), (some 3, some 7, some 0), (some 56, some 58, some 0), (some 12, some 21, some 0), (some 62, some 77, some 0), (some 50, some 59, some 0), (some 4, some 7, some 0), (some 59, some 67, some 0), (some 31, some 45, some 0), (some 78, some 92, some 0), (some 44, some 50, some 0), (some 18, some 27, some 0), (some 69, some 74, some 0), (some 110, some 121, some 0), (some 109, some 111, some 0), (some 46, some 49, some 0), (some 8, some 17, some 0), (some 61, some 63, some 0), (some 96, some 96, some 0), (some 97, some 108, some 0), (some 8, some 20, some 0), (some 65, some 68, some 0), (some 104, some 117, some 0), (some 102, some 111, some 0), (some 105, some 108, some 0), (some 33, some 34, some 0), (some 77, some 83, some 0), (some 75, some 82, some 0), (some 29, some 29, some 0), (some 22, some 32, some 0), (some 73, some 76, some 0), (some 114, some 115, some 0), (some 35, some 44, some 0), (some 84, some 94, some 0), (some 122, some 131, some 0), (some 134, some 137, some 0), (some 134, some 141, some 0), (some 35, some 41, some 0), (some 4, some 13, some 0), (some 9, some 11, some 0), (some 60, some 72, some 0), (some 15, some 27, some 0), (some 68, some 76, some 0), (some 114, some 117, some 0)] := by
+  decide +kernel
+
+/-! ## shared_many_02 (tools/oracle/extra/results/shared_many_02.json) -/
+
+def program_shared_many_02 : Program := {
+  pools := pools_49,
+  engine := engine_4,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 51,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_many_02 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨105, 16, 6, 0, 1, 33, 70⟩, ⟨10, 8, 1, 0, 2, 1, 121⟩] },
+  { arrival := 0, draws := [], rows := [⟨128, 2, 39, 0, 3, 1, 121⟩] },
+  { arrival := 0, draws := [], rows := [⟨138, 1, 40, 0, 4, 1, 121⟩, ⟨19, 4, 0, 0, 5, 4, 139⟩] },
+  { arrival := 0, draws := [], rows := [⟨151, 10, 93, 0, 6, 4, 139⟩] },
+  { arrival := 0, draws := [], rows := [⟨153, 4, 92, 0, 7, 4, 139⟩] },
+  { arrival := 0, draws := [], rows := [⟨97, 4, 12, 0, 8, 33, 70⟩, ⟨30, 15, 2, 0, 9, 8, 101⟩, ⟨9, 7, 1, 0, 10, 9, 146⟩] },
+  { arrival := 0, draws := [], rows := [⟨105, 9, 8, 0, 11, 33, 70⟩, ⟨23, 11, 3, 0, 12, 11, 114⟩, ⟨4, 2, 1, 0, 13, 12, 148⟩] },
+  { arrival := 0, draws := [], rows := [⟨174, 8, 111, 0, 14, 12, 148⟩, ⟨10, 14, 2, 0, 15, 14, 182⟩] },
+  { arrival := 0, draws := [], rows := [⟨194, 2, 157, 0, 16, 14, 182⟩] },
+  { arrival := 0, draws := [], rows := [⟨200, 8, 157, 0, 17, 14, 182⟩] },
+  { arrival := 0, draws := [], rows := [⟨87, 9, 11, 0, 18, 33, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨81, 15, 10, 0, 19, 33, 70⟩, ⟨3, 13, 0, 0, 20, 19, 96⟩, ⟨25, 13, 0, 0, 21, 20, 112⟩] },
+  { arrival := 0, draws := [], rows := [⟨129, 3, 122, 0, 22, 20, 112⟩] },
+  { arrival := 0, draws := [], rows := [⟨80, 3, 10, 0, 23, 33, 70⟩, ⟨16, 6, 2, 0, 24, 23, 83⟩] },
+  { arrival := 0, draws := [], rows := [⟨80, 10, 1, 0, 25, 33, 70⟩, ⟨13, 16, 0, 0, 26, 25, 90⟩, ⟨9, 3, 3, 0, 27, 26, 119⟩] },
+  { arrival := 0, draws := [], rows := [⟨94, 6, 7, 0, 28, 33, 70⟩, ⟨9, 5, 2, 0, 29, 28, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨129, 6, 32, 0, 30, 28, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨107, 3, 34, 0, 31, 28, 100⟩, ⟨9, 11, 3, 0, 32, 31, 110⟩] },
+  { arrival := 0, draws := [], rows := [⟨85, 1, 0, 0, 33, 0, 0⟩, ⟨21, 7, 2, 0, 34, 33, 86⟩, ⟨13, 6, 2, 0, 35, 34, 114⟩] },
+  { arrival := 0, draws := [], rows := [⟨115, 4, 23, 0, 36, 34, 114⟩] },
+  { arrival := 0, draws := [], rows := [⟨108, 9, 8, 0, 37, 33, 70⟩, ⟨20, 11, 2, 0, 38, 37, 117⟩] },
+  { arrival := 0, draws := [], rows := [⟨139, 13, 41, 0, 39, 37, 117⟩] },
+  { arrival := 0, draws := [], rows := [⟨78, 16, 4, 0, 40, 33, 70⟩, ⟨8, 12, 3, 0, 41, 40, 94⟩, ⟨25, 13, 0, 0, 42, 41, 114⟩] },
+  { arrival := 0, draws := [], rows := [⟨131, 2, 74, 0, 43, 41, 114⟩] },
+  { arrival := 0, draws := [], rows := [⟨121, 9, 75, 0, 44, 41, 114⟩] },
+  { arrival := 0, draws := [], rows := [⟨80, 9, 2, 0, 45, 33, 70⟩, ⟨6, 5, 1, 0, 46, 45, 89⟩] },
+  { arrival := 0, draws := [], rows := [⟨110, 14, 9, 0, 47, 33, 70⟩, ⟨22, 7, 1, 0, 48, 47, 124⟩, ⟨3, 3, 1, 0, 49, 48, 153⟩] },
+  { arrival := 0, draws := [], rows := [⟨155, 15, 111, 0, 50, 48, 153⟩] },
+  { arrival := 0, draws := [], rows := [⟨74, 1, 8, 0, 51, 33, 70⟩, ⟨13, 8, 1, 0, 52, 51, 75⟩] },
+  { arrival := 0, draws := [], rows := [⟨87, 14, 34, 0, 53, 51, 75⟩] },
+  { arrival := 0, draws := [], rows := [⟨95, 7, 36, 0, 54, 51, 75⟩] },
+  { arrival := 0, draws := [], rows := [⟨96, 16, 34, 0, 55, 51, 75⟩, ⟨30, 5, 1, 0, 56, 55, 112⟩] },
+  { arrival := 0, draws := [], rows := [⟨141, 12, 93, 0, 57, 55, 112⟩] },
+  { arrival := 0, draws := [], rows := [⟨122, 1, 93, 0, 58, 55, 112⟩, ⟨29, 3, 0, 0, 59, 58, 123⟩] },
+  { arrival := 0, draws := [], rows := [⟨142, 4, 141, 0, 60, 58, 123⟩] },
+  { arrival := 0, draws := [], rows := [⟨136, 14, 142, 0, 61, 58, 123⟩] },
+  { arrival := 0, draws := [], rows := [⟨108, 11, 2, 0, 62, 33, 70⟩, ⟨13, 16, 4, 0, 63, 62, 119⟩, ⟨9, 13, 1, 0, 64, 63, 148⟩] },
+  { arrival := 0, draws := [], rows := [⟨72, 13, 5, 0, 65, 33, 70⟩, ⟨30, 6, 0, 0, 66, 65, 85⟩] },
+  { arrival := 0, draws := [], rows := [⟨95, 11, 27, 0, 67, 65, 85⟩] },
+  { arrival := 0, draws := [], rows := [⟨97, 10, 28, 0, 68, 65, 85⟩] },
+  { arrival := 0, draws := [], rows := [⟨98, 4, 26, 0, 69, 65, 85⟩, ⟨19, 9, 1, 0, 70, 69, 102⟩] },
+  { arrival := 0, draws := [], rows := [⟨87, 4, 2, 0, 71, 33, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨90, 5, 5, 0, 72, 33, 70⟩, ⟨8, 7, 1, 0, 73, 72, 95⟩] },
+  { arrival := 0, draws := [], rows := [⟨86, 5, 7, 0, 74, 33, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨102, 12, 3, 0, 75, 33, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨89, 15, 5, 0, 76, 33, 70⟩, ⟨26, 6, 2, 0, 77, 76, 104⟩] },
+  { arrival := 0, draws := [], rows := [⟨110, 13, 35, 0, 78, 76, 104⟩, ⟨30, 10, 1, 0, 79, 78, 123⟩] },
+  { arrival := 0, draws := [], rows := [⟨151, 6, 93, 0, 80, 78, 123⟩] },
+  { arrival := 0, draws := [], rows := [⟨74, 9, 6, 0, 81, 33, 70⟩, ⟨13, 5, 0, 0, 82, 81, 83⟩, ⟨29, 14, 1, 0, 83, 82, 101⟩, ⟨14, 10, 1, 0, 84, 83, 144⟩] },
+  { arrival := 0, draws := [], rows := [⟨147, 4, 133, 0, 85, 83, 144⟩] },
+  { arrival := 0, draws := [], rows := [⟨172, 1, 133, 0, 86, 83, 144⟩] }] }
+
+/-- shared_many_02: requests s0t0 (session 0, turn 0), s0t0a0 (session 0, turn 1), s0t0a1 (session 1, turn 0), s0t1 (session 2, turn 0), s0t1a0 (session 2, turn 1), s0t1a1 (session 3, turn 0), s0t2 (session 4, turn 0), s1t0 (session 5, turn 0), s1t1 (session 5, turn 1), s1t2 (session 5, turn 2), s2t0 (session 6, turn 0), s2t1 (session 6, turn 1), s2t1a0 (session 6, turn 2), s2t2 (session 7, turn 0), s2t2a0 (session 7, turn 1), s2t2a1 (session 8, turn 0), s2t2a2 (session 9, turn 0), s3t0 (session 10, turn 0), s4t0 (session 11, turn 0), s4t1 (session 11, turn 1), s4t1a0 (session 11, turn 2), s4t1a1 (session 12, turn 0), s5t0 (session 13, turn 0), s5t1 (session 13, turn 1), s6t0 (session 14, turn 0), s6t1 (session 14, turn 1), s6t2 (session 14, turn 2), s7t0 (session 15, turn 0), s7t0a0 (session 15, turn 1), s7t0a1 (session 16, turn 0), s7t1 (session 17, turn 0), s7t2 (session 17, turn 1), s8t0 (session 18, turn 0), s8t1 (session 18, turn 1), s8t1a0 (session 18, turn 2), s8t2 (session 19, turn 0), s9t0 (session 20, turn 0), s9t0a0 (session 20, turn 1), s9t0a1 (session 21, turn 0), s10t0 (session 22, turn 0), s10t1 (session 22, turn 1), s10t1a0 (session 22, turn 2), s10t1a1 (session 23, turn 0), s10t2 (session 24, turn 0), s11t0 (session 25, turn 0), s11t1 (session 25, turn 1), s12t0 (session 26, turn 0), s12t1 (session 26, turn 1), s12t1a0 (session 26, turn 2), s12t1a1 (session 27, turn 0), s13t0 (session 28, turn 0), s13t0a0 (session 28, turn 1), s13t0a1 (session 29, turn 0), s13t0a2 (session 30, turn 0), s13t1 (session 31, turn 0), s13t1a0 (session 31, turn 1), s13t1a1 (session 32, turn 0), s13t2 (session 33, turn 0), s13t2a0 (session 33, turn 1), s13t2a1 (session 34, turn 0), s13t2a2 (session 35, turn 0), s14t0 (session 36, turn 0), s14t1 (session 36, turn 1), s14t2 (session 36, turn 2), s15t0 (session 37, turn 0), s15t0a0 (session 37, turn 1), s15t0a1 (session 38, turn 0), s15t0a2 (session 39, turn 0), s15t1 (session 40, turn 0), s15t2 (session 40, turn 1), s16t0 (session 41, turn 0), s17t0 (session 42, turn 0), s17t1 (session 42, turn 1), s18t0 (session 43, turn 0), s19t0 (session 44, turn 0), s20t0 (session 45, turn 0), s20t0a0 (session 45, turn 1), s20t1 (session 46, turn 0), s20t1a0 (session 46, turn 1), s20t1a1 (session 47, turn 0), s21t0 (session 48, turn 0), s21t1 (session 48, turn 1), s21t2 (session 48, turn 2), s21t2a0 (session 48, turn 3), s21t2a1 (session 49, turn 0), s21t2a2 (session 50, turn 0). The Python twin's run takes 500 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_many_02 :
+    answers (run program_shared_many_02 workload_shared_many_02 500 (some 100000))
+      [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (3, 0), (4, 0), (5, 0), (5, 1), (5, 2), (6, 0), (6, 1), (6, 2), (7, 0), (7, 1), (8, 0), (9, 0), (10, 0), (11, 0), (11, 1), (11, 2), (12, 0), (13, 0), (13, 1), (14, 0), (14, 1), (14, 2), (15, 0), (15, 1), (16, 0), (17, 0), (17, 1), (18, 0), (18, 1), (18, 2), (19, 0), (20, 0), (20, 1), (21, 0), (22, 0), (22, 1), (22, 2), (23, 0), (24, 0), (25, 0), (25, 1), (26, 0), (26, 1), (26, 2), (27, 0), (28, 0), (28, 1), (29, 0), (30, 0), (31, 0), (31, 1), (32, 0), (33, 0), (33, 1), (34, 0), (35, 0), (36, 0), (36, 1), (36, 2), (37, 0), (37, 1), (38, 0), (39, 0), (40, 0), (40, 1), (41, 0), (42, 0), (42, 1), (43, 0), (44, 0), (45, 0), (45, 1), (46, 0), (46, 1), (47, 0), (48, 0), (48, 1), (48, 2), (48, 3), (49, 0), (50, 0)] =
+      some [(some 21, some 36, some 0), (some 88, some 95, some 0), (some 88, some 89, some 0), (some 90, some 90, some 0), (some 131, some 134, some 0), (some 138, some 147, some 0), (some 132, some 135, some 0), (some 41, some 44, some 0), (some 100, some 114, some 0), (some 153, some 159, some 0), (some 31, some 39, some 0), (some 97, some 107, some 0), (some 144, some 145, some 0), (some 147, some 154, some 0), (some 171, some 184, some 0), (some 171, some 172, some 0), (some 172, some 179, some 0), (some 40, some 48, some 0), (some 36, some 50, some 0), (some 107, some 119, some 0), (some 156, some 168, some 0), (some 156, some 158, some 0), (some 37, some 39, some 0), (some 94, some 99, some 0), (some 3, some 12, some 0), (some 43, some 58, some 0), (some 110, some 112, some 0), (some 26, some 31, some 0), (some 71, some 75, some 0), (some 69, some 74, some 0), (some 71, some 73, some 0), (some 123, some 133, some 0), (some 2, some 2, some 0), (some 12, some 18, some 0), (some 53, some 58, some 0), (some 54, some 57, some 0), (some 32, some 40, some 0), (some 97, some 107, some 0), (some 93, some 105, some 0), (some 9, some 24, some 0), (some 62, some 73, some 0), (some 120, some 132, some 0), (some 120, some 121, some 0), (some 121, some 129, some 0), (some 3, some 11, some 0), (some 46, some 50, some 0), (some 35, some 48, some 0), (some 103, some 109, some 0), (some 150, some 152, some 0), (some 150, some 164, some 0), (some 33, some 33, some 0), (some 76, some 83, some 0), (some 74, some 87, some 0), (some 79, some 85, some 0), (some 75, some 90, some 0), (some 134, some 138, some 0), (some 139, some 150, some 0), (some 139, some 139, some 0), (some 164, some 166, some 0), (some 165, some 168, some 0), (some 165, some 178, some 0), (some 5, some 15, some 0), (some 51, some 66, some 0), (some 115, some 127, some 0), (some 13, some 25, some 0), (some 59, some 64, some 0), (some 60, some 70, some 0), (some 64, some 73, some 0), (some 60, some 63, some 0), (some 112, some 120, some 0), (some 5, some 8, some 0), (some 16, some 20, some 0), (some 54, some 60, some 0), (some 26, some 30, some 0), (some 7, some 18, some 0), (some 19, some 33, some 0), (some 85, some 90, some 0), (some 78, some 90, some 0), (some 137, some 146, some 0), (some 141, some 146, some 0), (some 21, some 29, some 0), (some 66, some 70, some 0), (some 117, some 130, some 0), (some 159, some 168, some 0), (some 160, some 163, some 0), (some 160, some 160, some 0)] := by
+  decide +kernel
+
+/-! ## shared_many_03 (tools/oracle/extra/results/shared_many_03.json) -/
+
+def program_shared_many_03 : Program := {
+  pools := pools_2,
+  engine := engine_32,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 54,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_many_03 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨71, 10, 7, 0, 1, 20, 70⟩, ⟨28, 1, 1, 0, 2, 1, 81⟩] },
+  { arrival := 0, draws := [], rows := [⟨101, 15, 24, 0, 3, 1, 81⟩] },
+  { arrival := 0, draws := [], rows := [⟨106, 9, 26, 0, 4, 1, 81⟩, ⟨25, 16, 0, 0, 5, 4, 115⟩] },
+  { arrival := 0, draws := [], rows := [⟨85, 12, 6, 0, 6, 20, 70⟩, ⟨11, 8, 2, 0, 7, 6, 97⟩, ⟨7, 12, 1, 0, 8, 7, 116⟩] },
+  { arrival := 0, draws := [], rows := [⟨93, 4, 9, 0, 9, 20, 70⟩, ⟨13, 6, 1, 0, 10, 9, 97⟩] },
+  { arrival := 0, draws := [], rows := [⟨89, 2, 5, 0, 11, 20, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨73, 14, 3, 0, 12, 20, 70⟩, ⟨10, 8, 0, 0, 13, 12, 87⟩] },
+  { arrival := 0, draws := [], rows := [⟨95, 16, 22, 0, 14, 12, 87⟩] },
+  { arrival := 0, draws := [], rows := [⟨112, 15, 21, 0, 15, 12, 87⟩, ⟨27, 12, 0, 0, 16, 15, 127⟩] },
+  { arrival := 0, draws := [], rows := [⟨130, 8, 66, 0, 17, 15, 127⟩] },
+  { arrival := 0, draws := [], rows := [⟨132, 2, 66, 0, 18, 15, 127⟩] },
+  { arrival := 0, draws := [], rows := [⟨85, 15, 3, 0, 19, 20, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨104, 11, 0, 0, 20, 0, 0⟩, ⟨16, 11, 2, 0, 21, 20, 115⟩] },
+  { arrival := 0, draws := [], rows := [⟨141, 4, 15, 0, 22, 20, 115⟩] },
+  { arrival := 0, draws := [], rows := [⟨120, 3, 18, 0, 23, 20, 115⟩, ⟨20, 3, 0, 0, 24, 23, 123⟩] },
+  { arrival := 0, draws := [], rows := [⟨130, 11, 55, 0, 25, 23, 123⟩, ⟨8, 13, 0, 0, 26, 25, 141⟩] },
+  { arrival := 0, draws := [], rows := [⟨104, 4, 11, 0, 27, 20, 70⟩, ⟨17, 3, 2, 0, 28, 27, 108⟩, ⟨14, 13, 0, 0, 29, 28, 128⟩] },
+  { arrival := 0, draws := [], rows := [⟨74, 3, 1, 0, 30, 20, 70⟩, ⟨24, 13, 1, 0, 31, 30, 77⟩] },
+  { arrival := 0, draws := [], rows := [⟨85, 6, 0, 0, 32, 20, 70⟩, ⟨20, 15, 1, 0, 33, 32, 91⟩] },
+  { arrival := 0, draws := [], rows := [⟨117, 10, 8, 0, 34, 32, 91⟩] },
+  { arrival := 0, draws := [], rows := [⟨102, 6, 8, 0, 35, 32, 91⟩] },
+  { arrival := 0, draws := [], rows := [⟨99, 4, 0, 0, 36, 20, 70⟩, ⟨14, 7, 2, 0, 37, 36, 103⟩] },
+  { arrival := 0, draws := [], rows := [⟨126, 15, 8, 0, 38, 36, 103⟩, ⟨2, 2, 2, 0, 39, 38, 141⟩] },
+  { arrival := 0, draws := [], rows := [⟨73, 9, 12, 0, 40, 20, 70⟩, ⟨22, 11, 4, 0, 41, 40, 82⟩] },
+  { arrival := 0, draws := [], rows := [⟨78, 3, 1, 0, 42, 20, 70⟩, ⟨12, 5, 3, 0, 43, 42, 81⟩, ⟨10, 6, 3, 0, 44, 43, 98⟩] },
+  { arrival := 0, draws := [], rows := [⟨77, 4, 7, 0, 45, 20, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨95, 7, 3, 0, 46, 20, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨110, 1, 9, 0, 47, 20, 70⟩, ⟨1, 16, 1, 0, 48, 47, 111⟩] },
+  { arrival := 0, draws := [], rows := [⟨133, 13, 31, 0, 49, 47, 111⟩] },
+  { arrival := 0, draws := [], rows := [⟨138, 6, 31, 0, 50, 47, 111⟩] },
+  { arrival := 0, draws := [], rows := [⟨78, 13, 5, 0, 51, 20, 70⟩, ⟨2, 12, 2, 0, 52, 51, 91⟩] },
+  { arrival := 0, draws := [], rows := [⟨100, 13, 12, 0, 53, 20, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨106, 10, 9, 0, 54, 20, 70⟩, ⟨22, 12, 2, 0, 55, 54, 116⟩] },
+  { arrival := 0, draws := [], rows := [⟨103, 10, 12, 0, 56, 20, 70⟩, ⟨28, 10, 1, 0, 57, 56, 113⟩, ⟨6, 1, 2, 0, 58, 57, 151⟩] },
+  { arrival := 0, draws := [], rows := [⟨178, 13, 85, 0, 59, 57, 151⟩] },
+  { arrival := 0, draws := [], rows := [⟨180, 3, 84, 0, 60, 57, 151⟩] },
+  { arrival := 0, draws := [], rows := [⟨178, 16, 86, 0, 61, 57, 151⟩, ⟨10, 7, 2, 0, 62, 61, 194⟩] },
+  { arrival := 0, draws := [], rows := [⟨199, 8, 116, 0, 63, 61, 194⟩] },
+  { arrival := 0, draws := [], rows := [⟨105, 14, 9, 0, 64, 20, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨91, 6, 1, 0, 65, 20, 70⟩, ⟨13, 7, 1, 0, 66, 65, 97⟩] },
+  { arrival := 0, draws := [], rows := [⟨127, 8, 11, 0, 67, 65, 97⟩] },
+  { arrival := 0, draws := [], rows := [⟨120, 8, 11, 0, 68, 65, 97⟩] },
+  { arrival := 0, draws := [], rows := [⟨104, 11, 12, 0, 69, 20, 70⟩, ⟨24, 4, 1, 0, 70, 69, 115⟩] },
+  { arrival := 0, draws := [], rows := [⟨131, 5, 54, 0, 71, 69, 115⟩] },
+  { arrival := 0, draws := [], rows := [⟨120, 4, 53, 0, 72, 69, 115⟩] },
+  { arrival := 0, draws := [], rows := [⟨116, 13, 53, 0, 73, 69, 115⟩, ⟨14, 11, 0, 0, 74, 73, 129⟩] },
+  { arrival := 0, draws := [], rows := [⟨134, 2, 91, 0, 75, 73, 129⟩] },
+  { arrival := 0, draws := [], rows := [⟨98, 16, 10, 0, 76, 20, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨102, 12, 4, 0, 77, 20, 70⟩] },
+  { arrival := 0, draws := [], rows := [⟨109, 8, 1, 0, 78, 20, 70⟩, ⟨14, 5, 0, 0, 79, 78, 117⟩, ⟨7, 3, 1, 0, 80, 79, 136⟩, ⟨24, 14, 0, 0, 81, 80, 146⟩] },
+  { arrival := 0, draws := [], rows := [⟨162, 13, 80, 0, 82, 80, 146⟩] },
+  { arrival := 0, draws := [], rows := [⟨155, 10, 80, 0, 83, 80, 146⟩] },
+  { arrival := 0, draws := [], rows := [⟨100, 13, 7, 0, 84, 20, 70⟩, ⟨3, 13, 0, 0, 85, 84, 113⟩] },
+  { arrival := 0, draws := [], rows := [⟨108, 7, 2, 0, 86, 20, 70⟩, ⟨12, 15, 0, 0, 87, 86, 115⟩, ⟨7, 15, 2, 0, 88, 87, 142⟩] }] }
+
+/-- shared_many_03: requests s0t0 (session 0, turn 0), s0t0a0 (session 0, turn 1), s0t0a1 (session 1, turn 0), s0t1 (session 2, turn 0), s0t2 (session 2, turn 1), s1t0 (session 3, turn 0), s1t1 (session 3, turn 1), s1t1a0 (session 3, turn 2), s2t0 (session 4, turn 0), s2t0a0 (session 4, turn 1), s3t0 (session 5, turn 0), s4t0 (session 6, turn 0), s4t0a0 (session 6, turn 1), s4t0a1 (session 7, turn 0), s4t1 (session 8, turn 0), s4t1a0 (session 8, turn 1), s4t1a1 (session 9, turn 0), s4t1a2 (session 10, turn 0), s5t0 (session 11, turn 0), s6t0 (session 12, turn 0), s6t0a0 (session 12, turn 1), s6t0a1 (session 13, turn 0), s6t1 (session 14, turn 0), s6t1a0 (session 14, turn 1), s6t2 (session 15, turn 0), s6t2a0 (session 15, turn 1), s7t0 (session 16, turn 0), s7t1 (session 16, turn 1), s7t2 (session 16, turn 2), s8t0 (session 17, turn 0), s8t1 (session 17, turn 1), s9t0 (session 18, turn 0), s9t0a0 (session 18, turn 1), s9t0a1 (session 19, turn 0), s9t0a2 (session 20, turn 0), s10t0 (session 21, turn 0), s10t0a0 (session 21, turn 1), s10t1 (session 22, turn 0), s10t1a0 (session 22, turn 1), s11t0 (session 23, turn 0), s11t1 (session 23, turn 1), s12t0 (session 24, turn 0), s12t1 (session 24, turn 1), s12t2 (session 24, turn 2), s13t0 (session 25, turn 0), s14t0 (session 26, turn 0), s15t0 (session 27, turn 0), s15t0a0 (session 27, turn 1), s15t0a1 (session 28, turn 0), s15t0a2 (session 29, turn 0), s16t0 (session 30, turn 0), s16t0a0 (session 30, turn 1), s17t0 (session 31, turn 0), s18t0 (session 32, turn 0), s18t1 (session 32, turn 1), s19t0 (session 33, turn 0), s19t1 (session 33, turn 1), s19t1a0 (session 33, turn 2), s19t1a1 (session 34, turn 0), s19t1a2 (session 35, turn 0), s19t2 (session 36, turn 0), s19t2a0 (session 36, turn 1), s19t2a1 (session 37, turn 0), s20t0 (session 38, turn 0), s21t0 (session 39, turn 0), s21t0a0 (session 39, turn 1), s21t0a1 (session 40, turn 0), s21t0a2 (session 41, turn 0), s22t0 (session 42, turn 0), s22t0a0 (session 42, turn 1), s22t0a1 (session 43, turn 0), s22t0a2 (session 44, turn 0), s22t1 (session 45, turn 0), s22t1a0 (session 45, turn 1), s22t2 (session 46, turn 0), s23t0 (session 47, turn 0), s24t0 (session 48, turn 0), s25t0 (session 49, turn 0), s25t1 (session 49, turn 1), s25t2 (session 49, turn 2), s25t2a0 (session 49, turn 3), s25t2a1 (session 50, turn 0), s25t2a2 (session 51, turn 0), s26t0 (session 52, turn 0), s26t1 (session 52, turn 1), s27t0 (session 53, turn 0), s27t1 (session 53, turn 1), s27t2 (session 53, turn 2). The Python twin's run takes 380 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_many_03 :
+    answers (run program_shared_many_03 workload_shared_many_03 380 (some 100000))
+      [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2), (4, 0), (4, 1), (5, 0), (6, 0), (6, 1), (7, 0), (8, 0), (8, 1), (9, 0), (10, 0), (11, 0), (12, 0), (12, 1), (13, 0), (14, 0), (14, 1), (15, 0), (15, 1), (16, 0), (16, 1), (16, 2), (17, 0), (17, 1), (18, 0), (18, 1), (19, 0), (20, 0), (21, 0), (21, 1), (22, 0), (22, 1), (23, 0), (23, 1), (24, 0), (24, 1), (24, 2), (25, 0), (26, 0), (27, 0), (27, 1), (28, 0), (29, 0), (30, 0), (30, 1), (31, 0), (32, 0), (32, 1), (33, 0), (33, 1), (33, 2), (34, 0), (35, 0), (36, 0), (36, 1), (37, 0), (38, 0), (39, 0), (39, 1), (40, 0), (41, 0), (42, 0), (42, 1), (43, 0), (44, 0), (45, 0), (45, 1), (46, 0), (47, 0), (48, 0), (49, 0), (49, 1), (49, 2), (49, 3), (50, 0), (51, 0), (52, 0), (52, 1), (53, 0), (53, 1), (53, 2)] =
+      some [(some 13, some 22, some 0), (some 52, some 52, some 0), (some 52, some 66, some 0), (some 52, some 60, some 0), (some 83, some 98, some 0), (some 12, some 23, some 0), (some 54, some 61, some 0), (some 84, some 95, some 0), (some 25, some 28, some 0), (some 58, some 63, some 0), (some 9, some 10, some 0), (some 6, some 19, some 0), (some 51, some 58, some 0), (some 51, some 66, some 0), (some 51, some 65, some 0), (some 86, some 97, some 0), (some 85, some 92, some 0), (some 86, some 87, some 0), (some 6, some 20, some 0), (some 3, some 13, some 0), (some 46, some 56, some 0), (some 47, some 50, some 0), (some 48, some 50, some 0), (some 72, some 74, some 0), (some 78, some 88, some 0), (some 99, some 111, some 0), (some 33, some 36, some 0), (some 68, some 70, some 0), (some 90, some 102, some 0), (some 3, some 5, some 0), (some 15, some 27, some 0), (some 1, some 6, some 0), (some 20, some 34, some 0), (some 21, some 30, some 0), (some 21, some 26, some 0), (some 2, some 5, some 0), (some 23, some 29, some 0), (some 24, some 38, some 0), (some 70, some 71, some 0), (some 37, some 45, some 0), (some 71, some 81, some 0), (some 3, some 5, some 0), (some 27, some 31, some 0), (some 67, some 72, some 0), (some 14, some 17, some 0), (some 7, some 13, some 0), (some 29, some 29, some 0), (some 60, some 75, some 0), (some 62, some 74, some 0), (some 63, some 68, some 0), (some 11, some 23, some 0), (some 57, some 68, some 0), (some 38, some 50, some 0), (some 30, some 39, some 0), (some 71, some 82, some 0), (some 40, some 49, some 0), (some 74, some 83, some 0), (some 98, some 98, some 0), (some 98, some 110, some 0), (some 97, some 99, some 0), (some 100, some 115, some 0), (some 118, some 124, some 0), (some 116, some 123, some 0), (some 31, some 44, some 0), (some 3, some 8, some 0), (some 30, some 36, some 0), (some 33, some 40, some 0), (some 35, some 42, some 0), (some 41, some 51, some 0), (some 77, some 80, some 0), (some 78, some 82, some 0), (some 76, some 79, some 0), (some 76, some 88, some 0), (some 102, some 112, some 0), (some 103, some 104, some 0), (some 32, some 47, some 0), (some 8, some 19, some 0), (some 5, some 12, some 0), (some 45, some 49, some 0), (some 75, some 77, some 0), (some 89, some 102, some 0), (some 90, some 102, some 0), (some 93, some 102, some 0), (some 19, some 31, some 0), (some 65, some 77, some 0), (some 5, some 11, some 0), (some 42, some 56, some 0), (some 82, some 96, some 0)] := by
+  decide +kernel
+
+/-! ## shared_tight_00 (tools/oracle/extra/results/shared_tight_00.json) -/
+
+def program_shared_tight_00 : Program := {
+  pools := pools_56,
+  engine := engine_7,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 8,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_tight_00 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨103, 30, 3, 0, 1, 3, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨106, 48, 12, 0, 2, 3, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨108, 34, 0, 0, 3, 0, 0⟩, ⟨18, 12, 0, 0, 4, 3, 142⟩] },
+  { arrival := 0, draws := [], rows := [⟨115, 43, 12, 0, 5, 3, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨131, 14, 11, 0, 6, 3, 100⟩, ⟨8, 10, 0, 0, 7, 6, 145⟩] },
+  { arrival := 0, draws := [], rows := [⟨159, 16, 39, 0, 8, 6, 145⟩] },
+  { arrival := 0, draws := [], rows := [⟨151, 7, 39, 0, 9, 6, 145⟩] },
+  { arrival := 0, draws := [], rows := [⟨126, 32, 12, 0, 10, 3, 100⟩] }] }
+
+/-- shared_tight_00: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0), s2t0a0 (session 2, turn 1), s3t0 (session 3, turn 0), s6t0 (session 4, turn 0), s6t0a0 (session 4, turn 1), s6t0a1 (session 5, turn 0), s6t0a2 (session 6, turn 0), s7t0 (session 7, turn 0). The Python twin's run takes 288 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_tight_00 :
+    answers (run program_shared_tight_00 workload_shared_tight_00 288 (some 100000))
+      [(0, 0), (1, 0), (2, 0), (2, 1), (3, 0), (4, 0), (4, 1), (5, 0), (6, 0), (7, 0)] =
+      some [(some 3, some 32, some 0), (some 12, some 79, some 1), (some 0, some 33, some 0), (some 87, some 113, some 1), (some 34, some 85, some 1), (some 12, some 37, some 1), (some 115, some 124, some 0), (some 114, some 131, some 1), (some 114, some 129, some 1), (some 38, some 102, some 1)] := by
+  decide +kernel
+
+/-! ## shared_tight_01 (tools/oracle/extra/results/shared_tight_01.json) -/
+
+def program_shared_tight_01 : Program := {
+  pools := pools_44,
+  engine := engine_22,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 9,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_tight_01 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨133, 9, 11, 0, 1, 10, 100⟩, ⟨5, 32, 0, 0, 2, 1, 142⟩, ⟨3, 13, 0, 0, 3, 2, 179⟩] },
+  { arrival := 0, draws := [], rows := [⟨181, 5, 138, 0, 4, 2, 179⟩] },
+  { arrival := 0, draws := [], rows := [⟨125, 20, 9, 0, 5, 10, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨103, 34, 8, 0, 6, 10, 100⟩, ⟨4, 9, 2, 0, 7, 6, 137⟩] },
+  { arrival := 0, draws := [], rows := [⟨153, 13, 74, 0, 8, 6, 137⟩] },
+  { arrival := 0, draws := [], rows := [⟨164, 8, 73, 0, 9, 6, 137⟩] },
+  { arrival := 0, draws := [], rows := [⟨140, 42, 5, 0, 10, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨129, 27, 8, 0, 11, 10, 100⟩] },
+  { arrival := 0, draws := [], rows := [⟨131, 46, 7, 0, 12, 10, 100⟩] }] }
+
+/-- shared_tight_01: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s0t1a0 (session 0, turn 2), s0t1a1 (session 1, turn 0), s1t0 (session 2, turn 0), s2t0 (session 3, turn 0), s2t0a0 (session 3, turn 1), s2t0a1 (session 4, turn 0), s2t0a2 (session 5, turn 0), s3t0 (session 6, turn 0), s4t0 (session 7, turn 0), s5t0 (session 8, turn 0). The Python twin's run takes 314 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_tight_01 :
+    answers (run program_shared_tight_01 workload_shared_tight_01 314 (some 100000))
+      [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0), (3, 0), (3, 1), (4, 0), (5, 0), (6, 0), (7, 0), (8, 0)] =
+      some [(some 73, some 81, some 0), (some 105, some 136, some 1), (some 137, some 149, some 0), (some 138, some 142, some 0), (some 68, some 87, some 0), (some 10, some 71, some 1), (some 95, some 103, some 0), (some 96, some 108, some 0), (some 90, some 97, some 0), (some 9, some 50, some 0), (some 68, some 94, some 0), (some 10, some 66, some 1)] := by
+  decide +kernel
+
+/-! ## shared_tight_02 (tools/oracle/extra/results/shared_tight_02.json) -/
+
+def program_shared_tight_02 : Program := {
+  pools := pools_57,
+  engine := engine_1,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 11,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_tight_02 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨54, 48, 0, 0, 1, 0, 0⟩, ⟨11, 1, 1, 0, 2, 1, 102⟩] },
+  { arrival := 0, draws := [], rows := [⟨127, 14, 48, 0, 3, 1, 102⟩] },
+  { arrival := 0, draws := [], rows := [⟨50, 22, 4, 0, 4, 1, 15⟩, ⟨1, 10, 4, 0, 5, 4, 72⟩, ⟨14, 15, 1, 0, 6, 5, 83⟩] },
+  { arrival := 0, draws := [], rows := [⟨23, 44, 5, 0, 7, 1, 15⟩, ⟨11, 19, 3, 0, 8, 7, 67⟩] },
+  { arrival := 0, draws := [], rows := [⟨52, 47, 7, 0, 9, 1, 15⟩, ⟨1, 8, 2, 0, 10, 9, 99⟩, ⟨9, 22, 1, 0, 11, 10, 108⟩] },
+  { arrival := 0, draws := [], rows := [⟨34, 20, 0, 0, 12, 1, 15⟩, ⟨20, 13, 0, 0, 13, 12, 54⟩] },
+  { arrival := 0, draws := [], rows := [⟨62, 6, 22, 0, 14, 12, 54⟩] },
+  { arrival := 0, draws := [], rows := [⟨77, 13, 22, 0, 15, 12, 54⟩] },
+  { arrival := 0, draws := [], rows := [⟨71, 26, 21, 0, 16, 12, 54⟩, ⟨28, 31, 3, 0, 17, 16, 97⟩] },
+  { arrival := 0, draws := [], rows := [⟨31, 14, 9, 0, 18, 1, 15⟩, ⟨30, 19, 3, 0, 19, 18, 45⟩, ⟨30, 9, 2, 0, 20, 19, 94⟩] },
+  { arrival := 0, draws := [], rows := [⟨117, 12, 136, 0, 21, 19, 94⟩] }] }
+
+/-- shared_tight_02: requests s0t0 (session 0, turn 0), s0t0a0 (session 0, turn 1), s0t0a1 (session 1, turn 0), s1t0 (session 2, turn 0), s1t1 (session 2, turn 1), s1t1a0 (session 2, turn 2), s2t0 (session 3, turn 0), s2t1 (session 3, turn 1), s3t0 (session 4, turn 0), s3t1 (session 4, turn 1), s3t2 (session 4, turn 2), s4t0 (session 5, turn 0), s4t0a0 (session 5, turn 1), s4t0a1 (session 6, turn 0), s4t0a2 (session 7, turn 0), s4t1 (session 8, turn 0), s4t2 (session 8, turn 1), s5t0 (session 9, turn 0), s5t1 (session 9, turn 1), s5t1a0 (session 9, turn 2), s5t1a1 (session 10, turn 0). The Python twin's run takes 483 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_tight_02 :
+    answers (run program_shared_tight_02 workload_shared_tight_02 483 (some 100000))
+      [(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (2, 2), (3, 0), (3, 1), (4, 0), (4, 1), (4, 2), (5, 0), (5, 1), (6, 0), (7, 0), (8, 0), (8, 1), (9, 0), (9, 1), (9, 2), (10, 0)] =
+      some [(some 0, some 47, some 0), (some 104, some 104, some 0), (some 96, some 115, some 1), (some 4, some 26, some 1), (some 85, some 103, some 1), (some 174, some 188, some 0), (some 20, some 63, some 0), (some 117, some 135, some 0), (some 27, some 81, some 1), (some 135, some 142, some 0), (some 201, some 222, some 0), (some 0, some 19, some 0), (some 64, some 76, some 0), (some 77, some 84, some 1), (some 82, some 94, some 0), (some 64, some 95, some 1), (some 143, some 173, some 0), (some 48, some 61, some 0), (some 116, some 134, some 0), (some 190, some 198, some 0), (some 189, some 200, some 0)] := by
+  decide +kernel
+
+/-! ## shared_tight_03 (tools/oracle/extra/results/shared_tight_03.json) -/
+
+def program_shared_tight_03 : Program := {
+  pools := pools_15,
+  engine := engine_2,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 18,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_tight_03 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨111, 12, 9, 0, 1, 23, 100⟩, ⟨1, 45, 0, 0, 2, 1, 123⟩, ⟨10, 11, 0, 0, 3, 2, 169⟩] },
+  { arrival := 0, draws := [], rows := [⟨193, 6, 121, 0, 4, 2, 169⟩] },
+  { arrival := 0, draws := [], rows := [⟨186, 12, 120, 0, 5, 2, 169⟩] },
+  { arrival := 0, draws := [], rows := [⟨117, 26, 8, 0, 6, 23, 100⟩, ⟨6, 41, 0, 0, 7, 6, 143⟩, ⟨9, 47, 0, 0, 8, 7, 190⟩] },
+  { arrival := 0, draws := [], rows := [⟨120, 32, 8, 0, 9, 23, 100⟩, ⟨1, 41, 0, 0, 10, 9, 152⟩, ⟨14, 27, 4, 0, 11, 10, 194⟩, ⟨8, 15, 0, 0, 12, 11, 235⟩] },
+  { arrival := 0, draws := [], rows := [⟨243, 3, 274, 0, 13, 11, 235⟩] },
+  { arrival := 0, draws := [], rows := [⟨111, 30, 5, 0, 14, 23, 100⟩, ⟨4, 6, 1, 0, 15, 14, 141⟩] },
+  { arrival := 0, draws := [], rows := [⟨152, 14, 38, 0, 16, 14, 141⟩] },
+  { arrival := 0, draws := [], rows := [⟨110, 12, 7, 0, 17, 23, 100⟩, ⟨24, 32, 3, 0, 18, 17, 122⟩] },
+  { arrival := 0, draws := [], rows := [⟨104, 17, 5, 0, 19, 23, 100⟩, ⟨24, 5, 2, 0, 20, 19, 121⟩] },
+  { arrival := 0, draws := [], rows := [⟨145, 9, 24, 0, 21, 19, 121⟩] },
+  { arrival := 0, draws := [], rows := [⟨149, 16, 24, 0, 22, 19, 121⟩] },
+  { arrival := 0, draws := [], rows := [⟨104, 29, 4, 0, 23, 0, 0⟩, ⟨29, 8, 1, 0, 24, 23, 133⟩] },
+  { arrival := 0, draws := [], rows := [⟨139, 16, 34, 0, 25, 23, 133⟩] },
+  { arrival := 0, draws := [], rows := [⟨149, 15, 36, 0, 26, 23, 133⟩] },
+  { arrival := 0, draws := [], rows := [⟨143, 34, 37, 0, 27, 23, 133⟩, ⟨3, 42, 0, 0, 28, 27, 177⟩, ⟨24, 6, 2, 0, 29, 28, 222⟩] },
+  { arrival := 0, draws := [], rows := [⟨225, 15, 250, 0, 30, 28, 222⟩] },
+  { arrival := 0, draws := [], rows := [⟨235, 11, 248, 0, 31, 28, 222⟩] }] }
+
+/-- shared_tight_03: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s0t1a0 (session 0, turn 2), s0t1a1 (session 1, turn 0), s0t1a2 (session 2, turn 0), s1t0 (session 3, turn 0), s1t1 (session 3, turn 1), s1t2 (session 3, turn 2), s2t0 (session 4, turn 0), s2t1 (session 4, turn 1), s2t2 (session 4, turn 2), s2t2a0 (session 4, turn 3), s2t2a1 (session 5, turn 0), s3t0 (session 6, turn 0), s3t0a0 (session 6, turn 1), s3t1 (session 7, turn 0), s4t0 (session 8, turn 0), s4t1 (session 8, turn 1), s5t0 (session 9, turn 0), s5t0a0 (session 9, turn 1), s5t0a1 (session 10, turn 0), s5t0a2 (session 11, turn 0), s6t0 (session 12, turn 0), s6t0a0 (session 12, turn 1), s6t0a1 (session 13, turn 0), s6t0a2 (session 14, turn 0), s6t1 (session 15, turn 0), s6t2 (session 15, turn 1), s6t2a0 (session 15, turn 2), s6t2a1 (session 16, turn 0), s6t2a2 (session 17, turn 0). The Python twin's run takes 670 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_tight_03 :
+    answers (run program_shared_tight_03 workload_shared_tight_03 670 (some 100000))
+      [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0), (3, 0), (3, 1), (3, 2), (4, 0), (4, 1), (4, 2), (4, 3), (5, 0), (6, 0), (6, 1), (7, 0), (8, 0), (8, 1), (9, 0), (9, 1), (10, 0), (11, 0), (12, 0), (12, 1), (13, 0), (14, 0), (15, 0), (15, 1), (15, 2), (16, 0), (17, 0)] =
+      some [(some 19, some 35, some 2), (some 75, some 119, some 0), (some 194, some 204, some 0), (some 195, some 200, some 0), (some 194, some 205, some 0), (some 8, some 33, some 0), (some 49, some 93, some 1), (some 129, some 192, some 1), (some 8, some 39, some 0), (some 110, some 158, some 1), (some 208, some 273, some 1), (some 298, some 312, some 0), (some 298, some 300, some 0), (some 5, some 34, some 0), (some 76, some 81, some 0), (some 95, some 109, some 1), (some 7, some 18, some 0), (some 35, some 66, some 0), (some 5, some 21, some 0), (some 36, some 40, some 0), (some 40, some 48, some 0), (some 41, some 56, some 0), (some 5, some 33, some 0), (some 67, some 74, some 0), (some 57, some 74, some 1), (some 82, some 96, some 0), (some 94, some 127, some 0), (some 206, some 247, some 0), (some 275, some 280, some 0), (some 281, some 295, some 0), (some 275, some 285, some 0)] := by
+  decide +kernel
+
 /-! ## tight_00 (tools/oracle/extra/results/tight_00.json) -/
 
 def program_tight_00 : Program := {
-  pools := pools_52,
+  pools := pools_58,
   engine := engine_13,
   arrive := Arrive.batch,
   gap := 0,
@@ -2716,10 +3344,10 @@ def program_tight_00 : Program := {
   stages := [] }
 
 def workload_tight_00 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨7, 61, 5, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨98, 42, 8, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨48, 66, 15, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨40, 74, 24, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨7, 61, 5, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨98, 42, 8, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨48, 66, 15, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨40, 74, 24, 0, 4, 0, 0⟩] }] }
 
 /-- tight_00: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R3 (session 3, turn 0). The Python twin's run takes 280 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2732,8 +3360,8 @@ theorem vllm_tight_00 :
 /-! ## tight_01 (tools/oracle/extra/results/tight_01.json) -/
 
 def program_tight_01 : Program := {
-  pools := pools_53,
-  engine := engine_32,
+  pools := pools_59,
+  engine := engine_33,
   arrive := Arrive.batch,
   gap := 0,
   n := 3,
@@ -2746,9 +3374,9 @@ def program_tight_01 : Program := {
   stages := [] }
 
 def workload_tight_01 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨47, 44, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨177, 73, 21, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨44, 31, 27, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨47, 44, 3, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨177, 73, 21, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨44, 31, 27, 0, 3, 0, 0⟩] }] }
 
 /-- tight_01: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R1 (session 2, turn 0). The Python twin's run takes 212 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2761,8 +3389,8 @@ theorem vllm_tight_01 :
 /-! ## tight_02 (tools/oracle/extra/results/tight_02.json) -/
 
 def program_tight_02 : Program := {
-  pools := pools_54,
-  engine := engine_33,
+  pools := pools_60,
+  engine := engine_32,
   arrive := Arrive.batch,
   gap := 0,
   n := 6,
@@ -2775,12 +3403,12 @@ def program_tight_02 : Program := {
   stages := [] }
 
 def workload_tight_02 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨144, 63, 8, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨44, 67, 10, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨79, 22, 11, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨92, 78, 12, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨104, 42, 23, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨2, 41, 28, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨144, 63, 8, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨44, 67, 10, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨79, 22, 11, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨92, 78, 12, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨104, 42, 23, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨2, 41, 28, 0, 6, 0, 0⟩] }] }
 
 /-- tight_02: requests R5 (session 0, turn 0), R1 (session 1, turn 0), R4 (session 2, turn 0), R2 (session 3, turn 0), R3 (session 4, turn 0), R0 (session 5, turn 0). The Python twin's run takes 430 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2793,7 +3421,7 @@ theorem vllm_tight_02 :
 /-! ## tight_03 (tools/oracle/extra/results/tight_03.json) -/
 
 def program_tight_03 : Program := {
-  pools := pools_55,
+  pools := pools_61,
   engine := engine_7,
   arrive := Arrive.batch,
   gap := 0,
@@ -2807,9 +3435,9 @@ def program_tight_03 : Program := {
   stages := [] }
 
 def workload_tight_03 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨43, 79, 5, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨73, 62, 8, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨22, 13, 23, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨43, 79, 5, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨73, 62, 8, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨22, 13, 23, 0, 3, 0, 0⟩] }] }
 
 /-- tight_03: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0). The Python twin's run takes 166 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2822,7 +3450,7 @@ theorem vllm_tight_03 :
 /-! ## tight_cached_00 (tools/oracle/extra/results/tight_cached_00.json) -/
 
 def program_tight_cached_00 : Program := {
-  pools := pools_56,
+  pools := pools_62,
   engine := engine_14,
   arrive := Arrive.batch,
   gap := 0,
@@ -2836,10 +3464,10 @@ def program_tight_cached_00 : Program := {
   stages := [] }
 
 def workload_tight_cached_00 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨102, 73, 3, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨37, 19, 16, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨41, 33, 21, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨84, 73, 22, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨102, 73, 3, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨37, 19, 16, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨41, 33, 21, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨84, 73, 22, 0, 4, 0, 0⟩] }] }
 
 /-- tight_cached_00: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R1 (session 3, turn 0). The Python twin's run takes 328 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2852,8 +3480,8 @@ theorem vllm_tight_cached_00 :
 /-! ## tight_cached_01 (tools/oracle/extra/results/tight_cached_01.json) -/
 
 def program_tight_cached_01 : Program := {
-  pools := pools_57,
-  engine := engine_33,
+  pools := pools_63,
+  engine := engine_32,
   arrive := Arrive.batch,
   gap := 0,
   n := 8,
@@ -2866,14 +3494,14 @@ def program_tight_cached_01 : Program := {
   stages := [] }
 
 def workload_tight_cached_01 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨42, 36, 7, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨107, 51, 8, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨1, 69, 14, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨24, 30, 15, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨109, 63, 16, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨84, 1, 16, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨120, 62, 19, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨51, 5, 29, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨42, 36, 7, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨107, 51, 8, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨1, 69, 14, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨24, 30, 15, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨109, 63, 16, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨84, 1, 16, 0, 6, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨120, 62, 19, 0, 7, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨51, 5, 29, 0, 8, 0, 0⟩] }] }
 
 /-- tight_cached_01: requests R3 (session 0, turn 0), R7 (session 1, turn 0), R5 (session 2, turn 0), R4 (session 3, turn 0), R0 (session 4, turn 0), R2 (session 5, turn 0), R6 (session 6, turn 0), R1 (session 7, turn 0). The Python twin's run takes 393 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2886,8 +3514,8 @@ theorem vllm_tight_cached_01 :
 /-! ## tight_cached_02 (tools/oracle/extra/results/tight_cached_02.json) -/
 
 def program_tight_cached_02 : Program := {
-  pools := pools_58,
-  engine := engine_33,
+  pools := pools_64,
+  engine := engine_32,
   arrive := Arrive.batch,
   gap := 0,
   n := 4,
@@ -2900,10 +3528,10 @@ def program_tight_cached_02 : Program := {
   stages := [] }
 
 def workload_tight_cached_02 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨139, 5, 8, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨26, 27, 9, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨48, 33, 12, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨8, 77, 30, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨139, 5, 8, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨26, 27, 9, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨48, 33, 12, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨8, 77, 30, 0, 4, 0, 0⟩] }] }
 
 /-- tight_cached_02: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R0 (session 3, turn 0). The Python twin's run takes 208 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2916,8 +3544,8 @@ theorem vllm_tight_cached_02 :
 /-! ## tight_cached_03 (tools/oracle/extra/results/tight_cached_03.json) -/
 
 def program_tight_cached_03 : Program := {
-  pools := pools_59,
-  engine := engine_33,
+  pools := pools_65,
+  engine := engine_32,
   arrive := Arrive.batch,
   gap := 0,
   n := 6,
@@ -2930,12 +3558,12 @@ def program_tight_cached_03 : Program := {
   stages := [] }
 
 def workload_tight_cached_03 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨140, 9, 8, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨31, 73, 8, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨179, 69, 12, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨136, 9, 20, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨30, 53, 24, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨121, 18, 29, 0⟩] }] }
+  { arrival := 0, draws := [], rows := [⟨140, 9, 8, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨31, 73, 8, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨179, 69, 12, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨136, 9, 20, 0, 4, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨30, 53, 24, 0, 5, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨121, 18, 29, 0, 6, 0, 0⟩] }] }
 
 /-- tight_cached_03: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R5 (session 2, turn 0), R3 (session 3, turn 0), R4 (session 4, turn 0), R2 (session 5, turn 0). The Python twin's run takes 275 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
@@ -2944,5 +3572,24 @@ theorem vllm_tight_cached_03 :
       [(0, 0), (1, 0), (2, 0), (3, 0), (4, 0), (5, 0)] =
       some [(some 12, some 20, some 0), (some 8, some 80, some 0), (some 17, some 85, some 0), (some 25, some 86, some 1), (some 24, some 136, some 2), (some 89, some 106, some 0)] := by
   decide +kernel
+
+/-- Each request's (session, turn) hit at its first admission: the tokens it found cached (its
+`TurnRec.cached`); `none` when the run stopped on an error. -/
+def hits (r : Option Run) (reqs : List (Nat × Nat)) : Option (List (Option Nat)) :=
+  r.map (fun r => reqs.map (fun q =>
+    (r.machine.requests.find? (fun x => x.1 == q.1 && x.2.1 == q.2)).bind (fun x => x.2.2.cached)))
+
+/-- The reference's `vllm_cache_trace` (09_prefix_caching_multiturn, tools/oracle/results/09_prefix_caching_multiturn.json): three conversations
+whose later turns hit their own earlier turns' blocks, a request that misses, and one (`repeat`)
+that hits blocks another session left, on the cache keyed by content: vLLM's first and last token
+steps and preemptions (`vllm_09_prefix_caching_multiturn`) and each request's hit at its first admission. -/
+theorem vllm_cache_trace :
+    answers (run program_09_prefix_caching_multiturn workload_09_prefix_caching_multiturn 100 (some 100000))
+      [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2), (3, 0), (4, 0)] =
+      some [(some 0, some 9, some 0), (some 11, some 18, some 0), (some 21, some 25, some 0), (some 1, some 20, some 0), (some 21, some 32, some 0), (some 36, some 41, some 0), (some 3, some 6, some 0), (some 11, some 25, some 0), (some 27, some 35, some 0), (some 28, some 31, some 0), (some 21, some 23, some 0)] ∧
+    hits (run program_09_prefix_caching_multiturn workload_09_prefix_caching_multiturn 100 (some 100000))
+      [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2), (3, 0), (4, 0)] =
+      some [some 0, some 48, some 80, some 0, some 48, some 80, some 0, some 64, some 144, some 0, some 32] :=
+  ⟨vllm_09_prefix_caching_multiturn, by decide +kernel⟩
 
 end Serq.Oracle

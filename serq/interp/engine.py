@@ -414,6 +414,9 @@ class Iterations:
     def _iterate(self, eng):
         spec = self.engine_specs[eng.name]
         c = self.machine
+        steps = self.step_log  # Sim.step_log: an opt-in recorder of each iteration
+        if steps is not None:
+            steps.before(eng)
         self._values(eng)
         v = eng.vars
         v["Preempted"] = v["Admitted"] = v["Ntok"] = v["Npre"] = v["Attn"] = 0.0
@@ -479,6 +482,8 @@ class Iterations:
         if ntok > 0 and cost <= 0:
             raise self.run_error("R112", f"an iteration of engine `{eng.label}` that schedules {fmt(ntok)} tokens "
                                  "lasts no time: its execute must be above 0", eng.at)
+        if steps is not None:
+            steps.planned(eng)
         self.iteration_claims(eng)
         eng.served_total += ntok
         eng.iterations += 1

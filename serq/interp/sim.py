@@ -157,6 +157,10 @@ class Sim(Iterations):
         # what a growth leaves as it was, so their value at each of its instants is the one before
         self.growth_gauges = [(f, avg) for g, (_, f, avg) in zip(prog.gauges, self.gauges) if _growth_reads(g.e)]
         self.recorder = None  # `--dump`: read with the gauges at each instant's end (dump.Recorder)
+        # opt-in, off (None) but in tools/vllm_oracle.py check --steps: told before each iteration is
+        # planned (before), once one is (planned) and of each preemption (preempted); it runs with
+        # fast_forward off, so that every iteration is planned as one
+        self.step_log = None
         self.trace = load_trace(wl.trace.file) if wl.trace is not None else None
         self.trace_rng = LongStream(self.seed, "trace")
         self.trace_next = 0
@@ -1158,6 +1162,8 @@ class Sim(Iterations):
     def _preempt(self, fr, m, victim):
         sess = fr.sess
         m.preempted += 1
+        if self.step_log is not None:
+            self.step_log.preempted(sess)
         pos = self._computed(victim, True)
         # inner holds of the victim's session go with it
         if fr in sess.frames:

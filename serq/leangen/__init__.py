@@ -88,7 +88,7 @@ def trace_rows(prog: I.Program) -> list:
         rows = []
         for rec in sess:
             vals = []
-            for k in ("new", "out", "think", "forced"):
+            for k in ("new", "out", "think", "forced", "stream", "parent", "common"):
                 if rec[k] != int(rec[k]):
                     raise SerqError("F001", f"the trace's `{k}` {rec[k]:g} (session {rec['_session']!r}, turn "
                                     f"{rec['turn']:g}), not a natural, is outside the Lean fragment (docs/lean.md)",

@@ -8,6 +8,9 @@ from serq.leangen import program_fields, render
 from serq.leangen import terms as T
 
 TACTIC = "decide +kernel"  # docs/leangen.md: the kernel evaluates the run, no compiler trusted
+# the reference's `vllm_cache_trace`: the recorded scenario of conversations hitting their own
+# earlier turns' blocks and a request hitting another session's
+CACHE_TRACE = "09_prefix_caching_multiturn"
 
 # the fields written once and named; their Lean types
 SHARED = {"pools": "List Pool", "engine": "Engine", "init": "List Stmt", "turn": "List Stmt",
@@ -50,7 +53,10 @@ def render_oracle(scenarios) -> str:
             "reqs": reqs, "answers": answers, "who": who, "fuel": T.nat(s.moves),
         })
     left = [(T.comment(s.name), T.comment(s.differs)) for s in scenarios if s.differs is not None]
-    return render("oracle.lean.j2", defs=defs, items=items, left=left, tactic=TACTIC, tried=len(scenarios))
+    trace = next((dict(it, hits=", ".join(_opt(h) for h in s.hits)) for s, it in zip(kept, items)
+                  if s.name == CACHE_TRACE and s.hits), None)
+    return render("oracle.lean.j2", defs=defs, items=items, left=left, tactic=TACTIC, tried=len(scenarios),
+                  trace=trace)
 
 
 def _opt(v) -> str:

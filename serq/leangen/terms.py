@@ -181,7 +181,7 @@ def stmt(s, indent: int) -> str:
     if isinstance(s, R.HoldS):
         pad = " " * deeper
         return (f"Stmt.holdS\n{pad}{lines(s.pools, hold_pool, deeper + 2)}\n{pad}{opt_expr(s.reuse)}"
-                f"\n{pad}{opt_expr(s.cache)}\n{pad}{lines(s.body, stmt, deeper + 2)}")
+                f"\n{pad}{opt_expr(s.cache)}\n{pad}{lines(s.body, stmt, deeper + 2)}\n{pad}{content(s.content)}")
     if isinstance(s, R.RunS):
         g = "none" if s.growing is None else f"(some {nat(s.growing)})"
         return f"Stmt.runS Mode.{MODES[s.mode]} ({expr(s.work)}) {g}"
@@ -190,6 +190,14 @@ def stmt(s, indent: int) -> str:
     if isinstance(s, R.JobS):
         return f"Stmt.jobS {nat(s.stage)} ({expr(s.work)})"
     raise TypeError(f"not a statement of the fragment: {s!r}")
+
+
+def content(c) -> str:
+    """A hold's `content (…)` (`Option Content`): its stream, and its parent and `at` (`common`)."""
+    if c is None:
+        return "none"
+    return (f"(some {{ stream := {expr(c.stream)}, parent := {opt_expr(c.parent)},"
+            f" common := {opt_expr(c.common)} }})")
 
 
 def hold_pool(h: R.HoldPool, indent: int) -> str:
@@ -217,13 +225,14 @@ def istmt(s, indent: int) -> str:
 def pool(p: R.Pool, indent: int) -> str:
     """A pool: `preempt` its victim's keys (`none`: preempt none; `preempt lifo` is
     `some [0 - admission]`), `requeueTail` whether a victim re-enters its queue as a newcomer,
-    `reserveHeld` whether a hold's unallocated reservation counts against later ones."""
+    `reserveHeld` whether a hold's unallocated reservation counts against later ones, `content`
+    whether its cache is keyed by content (`cache content`)."""
     cap = "none" if p.cap is None else f"some {nat(p.cap)}"
     preempt = "none" if p.preempt is None else f"(some {flat_list(p.preempt, expr)})"
     return (f"{{ name := {string(p.name)}, cap := {cap}, block := {nat(p.block)}, preempt := {preempt},"
             f" queueKeys := {flat_list(p.queue_keys, expr)}, admitted := {boolean(p.admitted)},"
             f" memory := {boolean(p.memory)}, requeueTail := {boolean(p.requeue_tail)},"
-            f" reserveHeld := {boolean(p.reserve_held)} }}")
+            f" reserveHeld := {boolean(p.reserve_held)}, content := {boolean(p.content)} }}")
 
 
 def stage(st: R.Stage, indent: int) -> str:
@@ -241,7 +250,9 @@ def registers(regs) -> str:
 
 
 def row(r: R.Row) -> str:
-    return f"⟨{nat(r.new)}, {nat(r.out)}, {nat(r.think)}, {nat(r.forced)}⟩"
+    """A trace row, every field (an anonymous constructor takes no default)."""
+    return (f"⟨{nat(r.new)}, {nat(r.out)}, {nat(r.think)}, {nat(r.forced)}, {nat(r.stream)}, {nat(r.parent)},"
+            f" {nat(r.common)}⟩")
 
 
 def trace(sessions, indent: int) -> str:

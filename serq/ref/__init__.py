@@ -20,7 +20,8 @@ __all__ = ["convert", "Outside", "workload", "read_trace", "evaluate", "Result",
 
 
 def read_trace(path: str) -> list:
-    """A trace's sessions (file order), each its rows: naturals `new`, `out`, `think`, `forced`."""
+    """A trace's sessions (file order), each its rows: naturals `new`, `out`, `think`, `forced` and
+    the content columns `stream`, `parent`, `common` (0 when absent: docs/reference/content.md)."""
     sessions: list = []
     last = None
     with open(path, encoding="utf-8", newline="") as fh:
@@ -28,8 +29,8 @@ def read_trace(path: str) -> list:
             if row["session"] != last:
                 sessions.append([])
                 last = row["session"]
-            sessions[-1].append(R.Row(int(float(row["new"])), int(float(row["out"])),
-                                      int(float(row.get("think") or 0)), int(float(row.get("forced") or 0))))
+            sessions[-1].append(R.Row(*(int(float(row.get(k) or 0)) for k in
+                                        ("new", "out", "think", "forced", "stream", "parent", "common"))))
     return sessions
 
 

@@ -67,6 +67,9 @@ class Alloc:
     consumed: int
     advanced: bool = False     # a growing run moved the position
     reserve: int = 0           # the hold's reserve on the pool, which `reserve held` keeps
+    blks: Optional[tuple] = None  # on a content pool, a hold with a content: its blocks (ids), in order
+    stream: object = 0         # that content's stream
+    nhash: int = 0             # its blocks published so far (the first nhash are keyed)
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,12 @@ class PoolSt:
     allocs: tuple = ()         # Alloc, in admission order
     entries: tuple = ()        # Entry, in release order
     queue: tuple = ()          # QItem
+    # a content pool's (docs/reference/content.md): the published blocks, (key, block id) in the
+    # order they were published (a key's oldest first), the key (origin, index); the cached blocks no
+    # holder references, in eviction order (vLLM's free queue); the last block id given
+    table: tuple = ()
+    free_q: tuple = ()
+    next_blk: int = 0
 
 
 @dataclass(frozen=True)
@@ -156,6 +165,7 @@ class Sess:
     alive: bool = True
     at_stage: Optional[int] = None   # the ps stage it is a job at
     tail: bool = False               # its preempted hold re-enters its queue as a newcomer (requeue tail)
+    stream: object = None            # the stream its latest hold with a content named (content pools' cachedin)
 
 
 @dataclass(frozen=True)
@@ -219,6 +229,7 @@ class Machine:
     given: tuple = ()          # (sid, attrs after init)
     requests: tuple = ()       # (sid, turn, TurnRec)
     ps: tuple = ()             # PsSt, one per Program.stages
+    streams: tuple = ()        # (stream, (parent, at)): each stream named so far, at 0 for its own tokens
 
 
 @dataclass(frozen=True)
@@ -339,8 +350,9 @@ def set_alloc(m: Machine, pool: int, a: Alloc) -> Machine:
     return set_pool(m, pool, replace(st, allocs=tuple(a if b.sid == a.sid else b for b in st.allocs)))
 
 
-def cached_units(st: PoolSt) -> int:
-    return sum(e.units for e in st.entries)
+def cached_units(st: PoolSt, block: int = 0) -> int:
+    """The units cached: the entries', and a content pool's free queue's blocks."""
+    return sum(e.units for e in st.entries) + len(st.free_q) * block
 
 
 # ---------------------------------------------------------------- expressions
@@ -486,6 +498,9 @@ def eval_obs(p: R.Program, m: Machine, env: Env, e: R.Obs, fuel: int = EXPR_FUEL
     if fn == "queued":
         return len(st.queue)
     if fn == "cachedin":
+        if p.pools[i].content:   # the run of cached blocks of the session's stream (content.md, *The hit*)
+            stream = m.sess[env.sid].stream if env.sid is not None else None
+            return 0 if stream is None else len(hit_run(p, m, i, stream, None)) * p.pools[i].block
         return sum(x.units for x in st.entries if env.sid is not None and x.owner == env.sid)
     raise KernelError("R002", f"`{fn}({e.of})` has no value here")
 
@@ -553,9 +568,12 @@ def make_room(p: R.Program, m: Machine, i: int, need: int) -> Machine:
     st = m.pools[i]
     if cap is None:
         return m
-    over = st.used + cached_units(st) + need - cap
+    over = st.used + cached_units(st, block) + need - cap
     if over <= 0:
         return m
+    if p.pools[i].content:   # from the front of the free queue (content.md, *Eviction*)
+        fq, table = evict_free(block, over, st.table, st.free_q)
+        return set_pool(m, i, replace(st, free_q=fq, table=table))
     entries = st.entries
     for e in sorted(st.entries, key=lambda e: (e.t, e.seq)):
         if over <= 0:
@@ -588,9 +606,10 @@ def consume(p: R.Program, m: Machine, i: int, sid: int, rho: Optional[int], unit
 
 
 def put_cache(p: R.Program, m: Machine, i: int, sid: int, units: int) -> Machine:
-    """A release caches its prefix, in whole blocks; the session's previous prefix is dead."""
+    """A release caches its prefix, in whole blocks; the session's previous prefix is dead. A
+    content pool's cache is no session's: nothing (its holds release by `free_blocks`)."""
     units = round_down(units, p.pools[i].block)
-    if units <= 0:
+    if units <= 0 or p.pools[i].content:
         return m
     st = m.pools[i]
     entries = tuple(replace(e, owner=None) if e.owner == sid else e for e in st.entries)
@@ -598,6 +617,152 @@ def put_cache(p: R.Program, m: Machine, i: int, sid: int, units: int) -> Machine
     m = replace(m, rel_seq=m.rel_seq + 1)
     m = set_pool(m, i, replace(st, entries=entries))
     return make_room(p, m, i, 0)
+
+
+# ---------------------------------------------------------------- content pools (docs/reference/content.md)
+
+
+def begins_with(streams: tuple, stream, d: tuple, fuel: int) -> bool:
+    """Whether `stream`, defined as d = (parent, at), would begin with its own tokens: the chain of
+    parents from d's reaches it (within `fuel` links; a chain of the table, which has no cycle, has
+    fewer than it has streams, and `define_stream` gives one more)."""
+    for _ in range(fuel):
+        s, at = d
+        if at == 0:
+            return False
+        if s == stream:
+            return True
+        d = lookup(streams, s)
+        if d is None:
+            return False
+    return False
+
+
+def define_stream(p: R.Program, m: Machine, sid: int, c: R.Content) -> tuple:
+    """A hold's content, read as it joins (*Streams*): its stream, defined by the first hold that
+    names it as (parent, at), at 0 for its own tokens; a parent no hold has named is its own tokens
+    from then on. A later hold naming the stream gives the same definition, and a stream does not
+    begin with itself, or the run fails (R045). Returns (machine, the stream)."""
+    env = sess_env(m, sid)
+    stream = eval_expr(p, m, env, c.stream)
+    d = (0, 0)
+    if c.parent is not None:
+        at = amount(eval_expr(p, m, env, c.common), "a content's `at`")
+        if at > 0:
+            d = (eval_expr(p, m, env, c.parent), at)
+    old = lookup(m.streams, stream)
+    if old is None:
+        if begins_with(m.streams, stream, d, len(m.streams) + 1):
+            raise KernelError("R045", f"content {stream} would begin with its own tokens")
+        streams = m.streams + ((stream, d),)
+        if d[1] > 0 and lookup(streams, d[0]) is None:
+            streams += ((d[0], (0, 0)),)
+        return replace(m, streams=streams), stream
+    if old != d:
+        raise KernelError("R045", f"content {stream} is defined twice, as {old} and as {d}")
+    return m, stream
+
+
+def origin(streams: tuple, stream, pos: int, fuel: int):
+    """The stream whose own token is at position `pos` of `stream` (within `fuel` links)."""
+    for _ in range(fuel):
+        d = lookup(streams, stream)
+        if d is None or not pos < d[1]:
+            return stream
+        stream = d[0]
+    return stream
+
+
+def block_key(streams: tuple, stream, j: int, b: int) -> tuple:
+    """Block j's key: the origin of its last position, and j (vLLM's chained hash: two streams agree
+    on the block and every block before it exactly when these agree)."""
+    return origin(streams, stream, (j + 1) * b - 1, len(streams) + 1), j
+
+
+def hit_run(p: R.Program, m: Machine, i: int, stream, limit: Optional[int]) -> tuple:
+    """The longest run of published blocks of the stream from block 0, each key's oldest, of at most
+    `limit` units (None: any number); the table's length bounds it (its keys differ in j)."""
+    st, b = m.pools[i], p.pools[i].block
+    out = ()
+    for j in range(len(st.table)):
+        if limit is not None and not (j + 1) * b <= limit:
+            break
+        k = block_key(m.streams, stream, j, b)
+        hit = next((bid for key, bid in st.table if key == k), None)
+        if hit is None:
+            break
+        out += (hit,)
+    return out
+
+
+def blk_held(allocs: tuple, bid: int) -> bool:
+    """Whether some allocation of the list references the block (vLLM's ref_cnt > 0)."""
+    return any(a.blks is not None and bid in a.blks for a in allocs)
+
+
+def evict_free(b: int, over: int, table: tuple, free_q: tuple) -> tuple:
+    """Evict from the front of the free queue, one block at a time, until `over` units are freed:
+    each evicted block leaves the table. Returns (free queue, table)."""
+    while free_q and over > 0:
+        bid, free_q = free_q[0], free_q[1:]
+        table = tuple(e for e in table if e[1] != bid)
+        over -= b
+    return free_q, table
+
+
+def alloc_content(p: R.Program, m: Machine, i: int, sid: int, units: int, reserve: int, stream,
+                  hit: tuple) -> Machine:
+    """Admission on a content pool: the hit's blocks referenced (one no holder referenced leaves the
+    free queue and counts in `used` again), the rest of the units new blocks, room made for them
+    from the free queue's front (*Rules*)."""
+    b = p.pools[i].block
+    st = m.pools[i]
+    back = tuple(x for x in hit if not blk_held(st.allocs, x))
+    m = set_pool(m, i, replace(st, free_q=tuple(x for x in st.free_q if x not in back), used=st.used + len(back) * b))
+    fresh = units - len(hit) * b
+    m = make_room(p, m, i, fresh)
+    st = m.pools[i]
+    n = fresh // b
+    a = Alloc(sid, units, len(hit) * b, len(hit) * b, False, reserve, hit + tuple(range(st.next_blk + 1, st.next_blk + n + 1)),
+              stream, len(hit))
+    return set_pool(m, i, replace(st, used=st.used + fresh, allocs=st.allocs + (a,), next_blk=st.next_blk + n))
+
+
+def publish(p: R.Program, m: Machine, i: int, sid: int, upto: int) -> Machine:
+    """The hold's whole blocks below `upto` are published, keyed by content, visible to every hold,
+    from now on (vLLM caches a block once the step that fills it is scheduled)."""
+    a = find_alloc(m, i, sid)
+    if a is None or a.blks is None:
+        return m
+    b = p.pools[i].block
+    k = min(upto, a.units) // b
+    if k <= a.nhash:
+        return m
+    st = m.pools[i]
+    keyed = tuple((block_key(m.streams, a.stream, j, b), a.blks[j]) for j in range(a.nhash, k))
+    m = set_pool(m, i, replace(st, table=st.table + keyed))
+    return set_alloc(m, i, replace(a, nhash=k))
+
+
+def free_blocks(p: R.Program, m: Machine, i: int, a: Alloc, keep: int) -> Machine:
+    """A content hold's release: its blocks given back, the last first (vLLM's `free`); one another
+    holder references stays as it is; one no holder references counts no more in `used`, and is
+    cached at the back of the free queue when it is published and below `keep`, else forgotten."""
+    b = p.pools[i].block
+    st = m.pools[i]
+    allocs = tuple(x for x in st.allocs if x.sid != a.sid)
+    used, fq, table = st.used, st.free_q, st.table
+    for j in range(len(a.blks) - 1, -1, -1):
+        bid = a.blks[j]
+        if blk_held(allocs, bid):
+            continue
+        used -= b
+        keyed = any(e[1] == bid for e in table)
+        if keyed and (j + 1) * b <= keep:
+            fq += (bid,)
+        elif keyed:
+            table = tuple(e for e in table if e[1] != bid)
+    return set_pool(m, i, replace(st, allocs=allocs, used=used, free_q=fq, table=table))
 
 
 def computed_of(a: Alloc, preempted: bool) -> int:
@@ -613,6 +778,11 @@ def release(p: R.Program, m: Machine, sid: int, h: R.HoldS, preempted: bool) -> 
     for hp in h.pools:
         a = find_alloc(m, hp.pool, sid)
         if a is None:
+            continue
+        if a.blks is not None:   # a content pool: published up to min(cache, computed), then freed
+            ell = amount(eval_expr(p, m, sess_env(m, sid), h.cache), "a hold's cache") if h.cache is not None else 0
+            m = publish(p, m, hp.pool, sid, min(ell, computed_of(a, preempted)))
+            m = want(free_blocks(p, m, hp.pool, find_alloc(m, hp.pool, sid), ell))
             continue
         st = m.pools[hp.pool]
         m = set_pool(m, hp.pool, replace(st, used=st.used - a.units,
@@ -654,14 +824,25 @@ def try_admit(p: R.Program, m: Machine, it: QItem, i: int) -> tuple:
         units.append(u)
         needs.append(max(u, r))
         reserves.append(r)
-    for hp, need in zip(h.pools, needs):
+    # on a content pool a hold with a content hits the run of its stream's published blocks, known
+    # before its room: the blocks of it that other holders reference take none (content.md, *The hit*)
+    hits = [None] * len(h.pools)
+    if h.content is not None and any(p.pools[hp.pool].content for hp in h.pools):
+        rho = amount(eval_expr(p, m, env, h.reuse), "a hold's reuse") if h.reuse is not None else None
+        stream = m.sess[sid].stream
+        hits = [(() if stream is None else hit_run(p, m, hp.pool, stream, u if rho is None else min(rho, u)))
+                if p.pools[hp.pool].content else None for hp, u in zip(h.pools, units)]
+    for hp, need, hit in zip(h.pools, needs, hits):
         cap = p.pools[hp.pool].cap
-        if (cap is not None and need > cap) or not room_for(p, m, hp.pool, need):
+        shared = 0 if hit is None else sum(1 for x in hit if blk_held(m.pools[hp.pool].allocs, x)) * p.pools[hp.pool].block
+        if (cap is not None and need > cap) or not room_for(p, m, hp.pool, need - shared):
             return m, False
     rho = amount(eval_expr(p, m, env, h.reuse), "a hold's reuse") if h.reuse is not None else None
     got = []
-    for hp, u in zip(h.pools, units):
-        if h.cache is not None:
+    for hp, u, hit in zip(h.pools, units, hits):
+        if hit is not None:
+            c = len(hit) * p.pools[hp.pool].block
+        elif h.cache is not None:
             m, c = consume(p, m, hp.pool, sid, rho, u)
         else:
             c = 0
@@ -670,7 +851,11 @@ def try_admit(p: R.Program, m: Machine, it: QItem, i: int) -> tuple:
     cached = max(got) if got else 0
     rec = s.rec if s.rec is None or s.rec.cached is not None else replace(s.rec, cached=cached)
     m = set_sess(m, replace(s, attrs=assign(s.attrs, "cached", cached), held=True, rec=rec))
-    for hp, u, c, r in zip(h.pools, units, got, reserves):
+    for hp, u, c, r, hit in zip(h.pools, units, got, reserves, hits):
+        if hit is not None:
+            stream = m.sess[sid].stream
+            m = alloc_content(p, m, hp.pool, sid, u, r, 0 if stream is None else stream, hit)
+            continue
         m = make_room(p, m, hp.pool, u)
         st = m.pools[hp.pool]
         m = set_pool(m, hp.pool, replace(st, used=st.used + u, allocs=st.allocs + (Alloc(sid, u, c, c, False, r),)))
@@ -708,7 +893,7 @@ def finish(p: R.Program, m: Machine, sid: int) -> Machine:
     if s.at_stage is not None:
         m = ps_remove(p, m, s.at_stage, sid)
     s = m.sess[sid]
-    m = set_sess(m, replace(s, alive=False, cont=(), hold=None, held=False, at_run=None, at_stage=None))
+    m = set_sess(m, replace(s, alive=False, cont=(), hold=None, held=False, at_run=None, at_stage=None, stream=None))
     if p.arrive == "closed" and m.arrived < len(m.wl.sessions):
         m = arrive(p, m, m.arrived)   # a closed population: the next session takes this one's place
     return m
@@ -761,6 +946,7 @@ def exec_frame(p: R.Program, m: Machine, sid: int) -> tuple:
         row = top.row
         if row is not None:
             for k, v in (("new", row.new), ("out", row.out), ("think", row.think), ("forced", row.forced),
+                         ("stream", row.stream), ("parent", row.parent), ("common", row.common),
                          ("more", int(s.row_i < len(s.rows)))):
                 attrs = assign(attrs, k, v)
         attrs = assign(attrs, "turn_no", s.turn_idx)
@@ -832,6 +1018,9 @@ def hold(p: R.Program, m: Machine, sid: int, h: R.HoldS) -> tuple:
                                         pool.block) > pool.cap or \
                 hp.static_reserve and amount(eval_expr(p, m, env, hp.reserve), "a hold's reserve") > pool.cap:
             return finish(p, m, sid), True
+    if h.content is not None:   # its content read as it joins (*Streams*)
+        m, stream = define_stream(p, m, sid, h.content)
+        s = replace(s, stream=stream)
     i = h.pools[0].pool
     # a preempted hold re-enters at its queue's head, or with `requeue tail` as a newcomer, waited
     # from 0 (*Pools*)
@@ -1170,6 +1359,9 @@ def give(p: R.Program, m: Machine, rid: int, cap: Optional[int]) -> tuple:
     r = find_req(m, rid)
     if r is None:
         return m, False
+    a = find_alloc(m, r.growing, r.sid) if r.growing is not None else None
+    if a is not None:   # a content pool publishes the blocks the tokens fill as they are scheduled
+        m = publish(p, m, r.growing, r.sid, a.pos + n)
     pl = m.eng.plan
     m = tally(m, r, n)
     m = set_plan(m, batch=pl.batch + ((rid, n),), budget=None if pl.budget is None else pl.budget - n)
@@ -1202,6 +1394,10 @@ def grow_into(p: R.Program, m: Machine, r: Req, need: int) -> tuple:
     m = make_room(p, m, i, need)
     a = find_alloc(m, i, r.sid)
     st = m.pools[i]
+    if a.blks is not None:   # a content hold grows by new blocks
+        n = need // p.pools[i].block
+        a = replace(a, blks=a.blks + tuple(range(st.next_blk + 1, st.next_blk + n + 1)))
+        st = replace(st, next_blk=st.next_blk + n)
     m = set_pool(m, i, replace(st, used=st.used + need))
     return set_alloc(m, i, replace(a, units=a.units + need)), True
 

@@ -253,7 +253,12 @@ class _Conv:
             p = self.prog.pools[hp.pool]
             if p.admit_via != self.engine and p.memory != self.engine:
                 self.fail("F010", f"a hold of `{p.name}`, a pool that is not the engine's,", at)
-        return R.HoldS(tuple(pools), self.opt(s.reuse), self.opt(s.cache), self.block(s.body, where, depth + 1))
+        content = None
+        if s.content is not None and s.cache is not None:  # the grammar writes a content inside a cache
+            ct = s.content
+            content = R.Content(self.expr(ct.stream), self.opt(ct.parent), self.opt(ct.at))
+        return R.HoldS(tuple(pools), self.opt(s.reuse), self.opt(s.cache), self.block(s.body, where, depth + 1),
+                       content)
 
     # -- declarations
     def pool_decl(self, p: I.Pool) -> R.Pool:
@@ -269,8 +274,6 @@ class _Conv:
             victim = tuple(self.expr(k) for k in p.preempt.keys)
         if p.spill is not None:
             self.fail("F012", "`spill`", p.at)
-        if p.content:
-            self.fail("F015", "`cache content` (a cache keyed by content, shared across sessions)", p.at)
         if p.admit_via is None and p.memory is None:
             self.fail("F010", f"the pool `{p.name}`, which the engine neither admits nor holds as its memory,",
                       p.at)
@@ -278,7 +281,7 @@ class _Conv:
         block = self.const(p.block, "a block") if p.block is not None else 0
         keys = tuple(self.expr(k) for k in p.queue.keys) if p.queue.k == "by" else ()
         return R.Pool(p.name, cap, block, victim, keys, p.admit_via == self.engine, p.memory == self.engine,
-                      p.preempt.k == "by" and p.preempt.requeue == "tail", bool(p.reserve_held))
+                      p.preempt.k == "by" and p.preempt.requeue == "tail", bool(p.reserve_held), bool(p.content))
 
     def engine_decl(self) -> R.Engine:
         steps = [s for s in self.prog.stages if s.kind.k == "step"]

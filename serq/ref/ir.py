@@ -148,11 +148,23 @@ class HoldPool:
 
 
 @dataclass(frozen=True)
+class Content:
+    """A hold's `content (stream, parent, at)` (docs/reference/content.md): its tokens are those of
+    `stream`, whose first `common` (the clause's `at`, an amount) are those of `parent`; `parent`
+    and `common` are None for `content (stream)`, a stream of its own tokens. Each is read with the
+    session's attributes as the hold joins its queue."""
+    stream: Expr
+    parent: Optional[Expr] = None
+    common: Optional[Expr] = None
+
+
+@dataclass(frozen=True)
 class HoldS:
     pools: tuple               # HoldPool, the first pool's queue is the one it waits in
     reuse: Optional[Expr]
     cache: Optional[Expr]      # None: the hold takes no part in the prefix cache
     body: tuple
+    content: Optional[Content] = None  # on a content pool: what its blocks hold (None: no content)
 
 
 @dataclass(frozen=True)
@@ -232,6 +244,7 @@ class Pool:
     memory: bool               # the engine's memory
     requeue_tail: bool = False  # a victim re-enters its queue as a newcomer (`requeue tail`), else at its head
     reserve_held: bool = False  # a hold's unallocated reservation counts against later admissions
+    content: bool = False      # `cache content`: blocks keyed by content, shared by every holder
 
 
 @dataclass(frozen=True)
@@ -277,11 +290,16 @@ class Program:
 
 @dataclass(frozen=True)
 class Row:
-    """One trace row: a turn's `new`, `out`, `think` and `forced`."""
+    """One trace row: a turn's `new`, `out`, `think` and `forced`, and what its prompt shares
+    (docs/reference/content.md, *Traces*): its `stream`, whose first `common` tokens are those of
+    stream `parent` (0 each when the trace does not say)."""
     new: int
     out: int
     think: int
     forced: int
+    stream: int = 0
+    parent: int = 0
+    common: int = 0
 
 
 @dataclass(frozen=True)

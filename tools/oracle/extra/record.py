@@ -3,8 +3,9 @@
     cd ../shared/oracle/vllm && bash setup.sh
     .venv/bin/python /path/to/tools/oracle/extra/record.py /path/to/tools/oracle/extra
 
-Writes results/NAME.json (the per-step trace left out) and, for the multi-turn families,
-scenarios/NAME.json. One generator per family of scenarios, each with its own seed; a second
+Writes results/NAME.json (the per-step trace left out), steps/NAME.json (the trace's fields that
+`tools/vllm_oracle.py check --steps` reads, STEP_FIELDS, a list per step, one line each) and, for
+the multi-turn families, scenarios/NAME.json. One generator per family of scenarios, each with its own seed; a second
 argument records only the family of that name (`shared`, `shared_tight`, `shared_many`)."""
 from __future__ import annotations
 
@@ -18,6 +19,15 @@ import drive  # noqa: E402  (the shared driver, run from its folder)
 
 BS = 16
 TOK = 7  # the token the fake model runner samples
+STEP_FIELDS = ["step", "scheduled", "preempted", "finished", "free_blocks_after"]
+
+
+def write_steps(path: str, res: dict):
+    """A result's per-step trace, its STEP_FIELDS only, one line per step."""
+    rows = [json.dumps([t[k] for k in STEP_FIELDS], separators=(",", ":")) for t in res["trace"]]
+    head = json.dumps({"name": res["name"], "vllm_version": res["vllm_version"], "fields": STEP_FIELDS})
+    with open(path, "w") as fh:
+        fh.write(head[:-1] + ', "trace": [\n' + ",\n".join(rows) + "\n]}\n")
 
 
 def tight(name, seed, n, prefix_caching):
@@ -146,6 +156,8 @@ def main(out: str, only=None):
             except Exception as exc:  # a scenario vLLM refuses is left out, and said so
                 print("skip", scn["name"], exc)
                 continue
+            os.makedirs(os.path.join(out, "steps"), exist_ok=True)
+            write_steps(os.path.join(out, "steps", scn["name"] + ".json"), res)
             res.pop("trace", None)
             with open(os.path.join(out, "results", scn["name"] + ".json"), "w") as fh:
                 json.dump(res, fh, indent=1)

@@ -11,8 +11,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 200000, block := 0, preempt := (some [Expr.bin BinOp.sub (Expr.num 1) (Expr.ctx "decoding"), Expr.bin BinOp.sub (Expr.ctx "position") (Expr.attr "prompt"), Expr.bin BinOp.sub (Expr.num 0) (Expr.attr "prompt")]), queueKeys := [], admitted := false, memory := true, requeueTail := true, reserveHeld := true },
-    { name := "reqs", cap := some 4096, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "kv", cap := some 200000, block := 0, preempt := (some [Expr.bin BinOp.sub (Expr.num 1) (Expr.ctx "decoding"), Expr.bin BinOp.sub (Expr.ctx "position") (Expr.attr "prompt"), Expr.bin BinOp.sub (Expr.num 0) (Expr.attr "prompt")]), queueKeys := [], admitted := false, memory := true, requeueTail := true, reserveHeld := true, content := false },
+    { name := "reqs", cap := some 4096, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "sglang",
     budget := (some (Expr.num 8192)),
@@ -56,7 +56,8 @@ def program : Program := {
         Stmt.setA "c" (Expr.attr "cached"),
         Stmt.observeA "cached_tokens" (Expr.attr "c"),
         Stmt.runS Mode.prefill (Expr.bin BinOp.sub (Expr.attr "known") (Expr.attr "c")) (some 0),
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) (Expr.bin BinOp.sub (Expr.attr "known") (Expr.attr "prompt"))) (some 0)]],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) (Expr.bin BinOp.sub (Expr.attr "known") (Expr.attr "prompt"))) (some 0)]
+      none],
   claims := [],
   stages := [] }
 

@@ -11,8 +11,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 200000, block := 0, preempt := none, queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := none, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "kv", cap := some 200000, block := 0, preempt := none, queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := false },
+    { name := "reqs", cap := none, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "tgi",
     budget := (some (Expr.num 4096)),
@@ -48,7 +48,8 @@ def program : Program := {
         Stmt.setA "c" (Expr.attr "cached"),
         Stmt.observeA "cached_tokens" (Expr.attr "c"),
         Stmt.runS Mode.prefill (Expr.bin BinOp.sub (Expr.attr "prompt") (Expr.attr "c")) (some 0),
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) (some 0)]],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) (some 0)]
+      none],
   claims := [],
   stages := [] }
 

@@ -11,8 +11,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 65536, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 256, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "kv", cap := some 65536, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := false },
+    { name := "reqs", cap := some 256, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "vllm",
     budget := (some (Expr.num 2048)),
@@ -68,7 +68,8 @@ def program : Program := {
         Stmt.observeA "hit" (Expr.bin BinOp.gt (Expr.attr "c") (Expr.num 0)),
         Stmt.observeA "prefill_tokens" (Expr.bin BinOp.sub (Expr.attr "known") (Expr.attr "c")),
         Stmt.runS Mode.prefill (Expr.bin BinOp.sub (Expr.attr "known") (Expr.attr "c")) (some 0),
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) (Expr.bin BinOp.sub (Expr.attr "known") (Expr.attr "prompt"))) (some 0)]],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) (Expr.bin BinOp.sub (Expr.attr "known") (Expr.attr "prompt"))) (some 0)]
+      none],
   claims := [],
   stages := [
     { name := "tool", phi := none }] }

@@ -11,8 +11,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 176, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "kv", cap := some 176, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := false },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "vllm",
     budget := (some (Expr.num 128)),
@@ -67,14 +67,16 @@ def program : Program := {
           [],
         Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.bin BinOp.sub (Expr.attr "out") (Expr.num 1)) (Expr.bin BinOp.sub (Expr.attr "known") (Expr.attr "prompt"))) (some 0),
         Stmt.observeA "last_token" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.num 1)),
-        Stmt.observeA "preemptions" (Expr.bin BinOp.sub (Expr.attr "attempts") (Expr.num 1))]],
+        Stmt.observeA "preemptions" (Expr.bin BinOp.sub (Expr.attr "attempts") (Expr.num 1))]
+      none],
   claims := [],
   stages := [] }
 
-/-- The program's trace: each session's rows (`new`, `out`, `think`, `forced`), in file order. -/
+/-- The program's trace: each session's rows (`new`, `out`, `think`, `forced`, `stream`, `parent`,
+`common`), in file order. -/
 def trace : List (List Row) := [
-  [⟨40, 60, 0, 0⟩],
-  [⟨40, 50, 1, 0⟩],
-  [⟨40, 50, 1, 0⟩]]
+  [⟨40, 60, 0, 0, 1, 0, 0⟩],
+  [⟨40, 50, 1, 0, 2, 1, 32⟩],
+  [⟨40, 50, 1, 0, 3, 1, 32⟩]]
 
 end SerqGen.VllmRequest

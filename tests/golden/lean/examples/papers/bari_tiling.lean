@@ -12,7 +12,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -46,7 +46,8 @@ def program : Program := {
       none
       [
         Stmt.runS Mode.prefill (Expr.attr "p") none,
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none]
+      none,
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "tiled", form := Form.every, e := Expr.bin BinOp.eq (Expr.bin BinOp.mod (Expr.step StepVar.npre true) (Expr.num 8)) (Expr.num 0), given := (some (Expr.bin BinOp.eq (Expr.bin BinOp.mod (Expr.attr "p") (Expr.num 8)) (Expr.num 0))) },

@@ -12,8 +12,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 32, block := 0, preempt := none, queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "o", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "kv", cap := some 32, block := 0, preempt := none, queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := false },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "o", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -48,7 +48,8 @@ def program : Program := {
       none
       [
         Stmt.runS Mode.prefill (Expr.attr "p") none,
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none]
+      none,
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "memory_bound", form := Form.every, e := Expr.bin BinOp.le (Expr.obs ObsFn.used "kv") (Expr.num 32), given := none },

@@ -12,7 +12,7 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 16)),
@@ -45,7 +45,8 @@ def program : Program := {
       none
       [
         Stmt.runS Mode.prefill (Expr.attr "p") none,
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) none]
+      none,
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "work_conserving", form := Form.every, e := Expr.bin BinOp.or (Expr.bin BinOp.lt (Expr.ctx "demand") (Expr.num 16)) (Expr.bin BinOp.eq (Expr.step StepVar.ntok true) (Expr.num 16)), given := none },

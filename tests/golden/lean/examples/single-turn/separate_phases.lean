@@ -12,8 +12,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 65536, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 256, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "kv", cap := some 65536, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := false },
+    { name := "reqs", cap := some 256, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := none,
@@ -46,7 +46,8 @@ def program : Program := {
       none
       [
         Stmt.runS Mode.prefill (Expr.attr "n") (some 0),
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) (some 0)]],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) (some 0)]
+      none],
   claims := [
     { name := "phases_apart", form := Form.every, e := Expr.bin BinOp.or (Expr.bin BinOp.eq (Expr.step StepVar.npre true) (Expr.num 0)) (Expr.bin BinOp.eq (Expr.step StepVar.ndec true) (Expr.num 0)), given := none }],
   stages := [] }

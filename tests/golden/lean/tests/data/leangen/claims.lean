@@ -12,8 +12,8 @@ open Serq
 
 def program : Program := {
   pools := [
-    { name := "kv", cap := some 256, block := 8, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false },
-    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false }],
+    { name := "kv", cap := some 256, block := 8, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := false },
+    { name := "reqs", cap := some 4, block := 0, preempt := none, queueKeys := [], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }],
   engine := {
     name := "llm",
     budget := (some (Expr.num 32)),
@@ -58,7 +58,8 @@ def program : Program := {
       (some (Expr.bin BinOp.add (Expr.attr "p") (Expr.attr "o")))
       [
         Stmt.runS Mode.prefill (Expr.attr "p") (some 0),
-        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) (some 0)],
+        Stmt.runS Mode.decode (Expr.bin BinOp.sub (Expr.attr "o") (Expr.num 1)) (some 0)]
+      none,
     Stmt.observeA "done" (Expr.bin BinOp.sub (Expr.ctx "now") (Expr.attr "start"))],
   claims := [
     { name := "bounded_batch", form := Form.every, e := Expr.bin BinOp.le (Expr.step StepVar.ntok true) (Expr.num 32), given := none },
