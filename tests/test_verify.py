@@ -34,15 +34,17 @@ ENGINE = """
   pool reqs on llm { queue fifo; }
 """
 
-# three draws a session: g in init, p and n in its one turn
+# three draws a session: g in init, p and n in its one turn. `budget` and `over` read `arrived`, which
+# the kernel's invariants say nothing of: the paths decide them (tokens <= 4 alone is proved by
+# induction, tests/test_verify_invariant.py)
 CLAIMS = ENGINE + """
   workload { arrive ARRIVE; init { Size g = ~det(1); } turn { Size p = ~det(2); Size n = ~det(1); } }
   server { llm (p + g + 1, n); observe done = now; }
-  claim budget: every iteration of llm (tokens <= 4);
+  claim budget: every iteration of llm (tokens <= 4 && arrived >= 1);
   claim three: every iteration of llm (tokens <= 3);
   claim narrow given (g == 0): every iteration of llm (tokens <= 3);
   claim full: some iteration of llm (tokens >= 4);
-  claim over: some iteration of llm (tokens >= 5);
+  claim over: some iteration of llm (tokens >= 5 || arrived == 0);
   claim quick: at end (largest(done) <= 4);
 """
 
@@ -50,7 +52,7 @@ CLAIMS = ENGINE + """
 FLAT = ENGINE + """
   workload { arrive batch(1); turn { Size p = ~det(1); } }
   server { observe seen = p; llm (2, 1); }
-  claim budget: every iteration of llm (tokens <= 4);
+  claim two: every iteration of llm (tokens <= 4 && arrived >= 1);
 """
 
 
@@ -131,10 +133,11 @@ def test_a_claim_for_every_value(tmp_path):
     """Where the paths run cover every natural input, the claim holds beyond the bound; where a
     larger value takes another path, the bound is all that is shown."""
     flat = verify(api.load(program(tmp_path, FLAT, "flat.sq")), 2, 1, timeout=60)
-    assert flat.claims["budget"].verdict == "proved" and flat.claims["budget"].every_value
-    assert flat.bound["every_value"] == ["budget"]
+    assert flat.claims["two"].verdict == "proved" and flat.claims["two"].every_value
+    assert flat.claims["two"].by == "every path"    # the kernel's invariants say nothing of `arrived`
+    assert flat.bound["every_value"] == ["two"] and flat.bound["every_sessions"] == []
     res = verify(api.load(program(tmp_path, CLAIMS)), 1, 1, timeout=60)
-    assert res.claims["budget"].verdict == "proved" and not res.claims["budget"].every_value
+    assert res.claims["narrow"].verdict == "proved" and not res.claims["narrow"].every_value
 
 
 # an engine the proof over every state covers (serq/verify/induct.py): no growth, no cache
@@ -156,6 +159,7 @@ SLOTS = """
   claim over: some iteration of llm (tokens >= 5);
   claim bounded: every iteration of llm (served <= 1000);
   claim two: some iteration of llm (decoders == 2);
+  claim seen: every iteration of llm (tokens <= 4 && arrived >= 1);
 """
 
 
@@ -167,12 +171,16 @@ def test_every_state_and_every_path_agree_with_enumeration(tmp_path, arrive):
     res = verify(api.load(program(tmp_path, SLOTS, arrive=arrive)), 2, 2, timeout=60)
     assert {k: v.verdict for k, v in res.claims.items()} == expected(res.prog, 2, 2, 2) == {
         "budget": "proved", "slots": "proved", "three": "counterexample", "over": "no_witness",
-        "bounded": "proved", "two": "witnessed"}
+        "bounded": "proved", "two": "witnessed", "seen": "proved"}
+    # the caps are the kernel's invariants (serq/verify/invariant.py); `arrived` is not in them
     for name in ("budget", "slots", "over"):
         v = res.claims[name]
-        assert (v.by, v.every_value) == ("every state", True)
+        assert (v.by, v.every_value, v.every_sessions) == ("induction", True, True)
+    v = res.claims["seen"]
+    assert (v.by, v.every_value, v.every_sessions) == ("every state", True, False)
     assert res.claims["bounded"].by == "every path" and not res.claims["bounded"].every_value
-    assert set(res.bound["every_value"]) == {"budget", "slots", "over"}
+    assert set(res.bound["every_value"]) == {"budget", "slots", "over", "seen"}
+    assert set(res.bound["every_sessions"]) == {"budget", "slots", "over"}
 
 
 def test_json_contract_and_replay(tmp_path, capsys):
@@ -478,7 +486,8 @@ def test_a_disagreement_is_a_bug_said_with_its_workload(tmp_path, monkeypatch, c
     """A deciding workload the interpreter replays otherwise is never named as a counterexample:
     it is a bug of serQ, exit 3, with the workload written (driven in: the kernel's `<=` made `<`)."""
     from serq.ref import exec as X
-    path = program(tmp_path, FLAT.replace("tokens <= 4", "tokens <= 2"), "dis.sq")
+    path = program(tmp_path, FLAT.replace("claim two", "claim budget").replace("tokens <= 4 &&", "tokens <= 2 &&"),
+                   "dis.sq")
     tests = dict(X._TESTS)
     tests["<="] = lambda l, r: l < r
     monkeypatch.setattr(X, "_TESTS", tests)

@@ -1267,11 +1267,15 @@ def claim_value(p: R.Program, m: Machine, j: int):
     c = p.claims[j]
     if c.form == "end":
         return None
+    return eval_expr(p, m, claim_env(m), c.e) != 0
+
+
+def claim_env(m: Machine) -> Env:
+    """What a claim over iterations reads besides the machine: served, arrived and demand."""
     chunk = m.eng.plan.chunk  # the iteration's cap, read as it started
     demand = sum(1 if r.mode == "decode" else (r.left if chunk is None else min(r.left, chunk))
                  for r in m.eng.reqs if r.left > 0)
-    env = Env(None, None, (("served", m.eng.served_total), ("arrived", m.arrived), ("demand", demand)))
-    return eval_expr(p, m, env, c.e) != 0
+    return Env(None, None, (("served", m.eng.served_total), ("arrived", m.arrived), ("demand", demand)))
 
 
 def claim_values(p: R.Program, m: Machine) -> tuple:
@@ -1333,7 +1337,7 @@ def tokens_for(m: Machine, r: Req, cap: Optional[int]) -> tuple:
     pl = m.eng.plan
     if r.mode == "decode":
         return m, min(1, r.left) if pl.budget is None else min(1, pl.budget, r.left)
-    n = min(r.left, *(x for x in (cap, pl.budget) if x is not None))
+    n = min((r.left,) + tuple(x for x in (cap, pl.budget) if x is not None))
     g = pl.granule
     if g and n < r.left:
         n = n // g * g

@@ -15,7 +15,7 @@ from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.ref.fragment import convert
 from serq.ref.num import of_decimal
-from serq.verify import induct, robust, search as S
+from serq.verify import induct, invariant, robust, search as S
 from serq.verify.search import clock
 from serq.verify.sym import concrete
 
@@ -34,7 +34,10 @@ class Verdict:
     seconds: float = 0.0
     reason: Optional[str] = None
     every_value: bool = False
-    by: Optional[str] = None        # a proof's: "every state" (serq/verify/induct.py) or "every path"
+    by: Optional[str] = None        # a proof's: "induction" (serq/verify/invariant.py), "every state"
+                                    # (serq/verify/induct.py) or "every path"
+    every_sessions: bool = False    # proved for every number of sessions (by induction)
+    invariant: Optional[list] = None  # the lemmas that closed a proof by induction
     unended: Optional[tuple] = None  # a claim at end's: (a workload whose path does not end, why)
 
 
@@ -72,6 +75,7 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
     res = _Search(prog, p, trace, sessions, values, timeout).run()
     res.bound = bound
     bound["every_value"] = [v.name for v in res.claims.values() if v.every_value]
+    bound["every_sessions"] = [v.name for v in res.claims.values() if v.every_sessions]
     return res
 
 
@@ -152,6 +156,23 @@ class _Search:
             raise Disagreement(v.name, f"{status} at {o.at}", why, wl)
         v.verdict, v.iteration, v.at, v.sessions, v.workload = verdict, o.iteration, o.at, fam.n, wl
         v.seconds = self.budget.timeout - left()
+
+    # ------------------------------------------------------------ induction
+
+    def induction(self):
+        """A claim over iterations the kernel's invariants imply is proved for every number of
+        sessions, every value and arrival time (serq/verify/invariant.py); it takes milliseconds,
+        and comes first."""
+        for cs in self.open():
+            if cs.c.form == "end":
+                continue
+            v = cs.v
+            with self.budget.charge(v.name):
+                got = invariant.prove(self.p, cs.j, lambda: self.budget.left(v.name))
+            if isinstance(got, invariant.Proof):
+                v.verdict = "no_witness" if v.form == "some" else "proved"
+                v.by, v.every_value, v.every_sessions, v.invariant = "induction", True, True, got.invariant
+                v.seconds = self.budget.timeout - self.budget.left(v.name)
 
     # ------------------------------------------------------------ every state
 
@@ -275,6 +296,9 @@ class _Search:
 
     def run(self) -> Result:
         values, sessions = self.values, self.sessions
+        self.induction()
+        if not self.open():
+            return self.verdicts()
         levels = sorted({min(values, lv) for lv in (1, 2, 4, 8)} | {values})
         every = range(1, sessions + 1)
         # a first look at the smallest values, which often decides everything (a counterexample, a

@@ -142,6 +142,8 @@ def as_json(res: Result, replay: dict) -> dict:
              "seconds": round(v.seconds, 3)}
         if v.by is not None:
             c["by"] = v.by
+        if v.invariant is not None:
+            c["invariant"] = v.invariant
         if v.reason is not None:
             c["reason"] = v.reason
         if v.form == "end":  # whether every path in the bound ended (null), else the first that did not
@@ -162,7 +164,10 @@ def as_text(res: Result, file: str, replay: dict) -> str:
             line += f" at iteration {v.iteration} (time {v.at})"
         elif v.at is not None:
             line += f" at the end (time {v.at})"
-        if v.by == "every state":
+        if v.by == "induction":
+            line = f"claim {v.name}: {v.verdict} by induction, for every number of sessions, every value and " \
+                   "arrival time"
+        elif v.by == "every state":
             line += " (on every machine an iteration can start from: every natural value and arrival time, " \
                     "at most the bound's sessions)"
         elif v.every_value:
@@ -174,6 +179,8 @@ def as_text(res: Result, file: str, replay: dict) -> str:
             line += "; every path in the bound ended"
         line += f"  [{v.seconds:.2f} s]"
         out.append(line)
+        if v.invariant:
+            out.append("  invariant: " + " && ".join(v.invariant))
         if v.reason:
             out.append(f"  why: {v.reason}")
         if u is not None:

@@ -1,0 +1,240 @@
+"""Claims proved for every number of sessions by the kernel's invariants (serq/verify/invariant.py,
+docs/verify.md, *Induction*): the lemmas hold at every iteration of random paths of generated
+programs (tests/fragment_programs.py) and of the examples; a claim they imply is proved, and held on
+every such path; one they do not is left to the paths, which refute it where it is false.
+
+SERQ_FUZZ_CASES=N runs N generated cases instead of the suite's 60 (`make fuzz`)."""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, given, seed, settings
+
+from serq import api, ref
+from serq.cli import main
+from serq.ref import exec as X
+from serq.ref.num import of_decimal
+from serq.verify import invariant as V
+from serq.verify import verify
+from fragment_programs import Case, cases, write
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CASES = int(os.environ.get("SERQ_FUZZ_CASES", "60"))
+SEED = os.environ.get("SERQ_FUZZ_SEED")
+
+
+def invariant_claims(c: Case) -> str:
+    """Claims the lemmas imply, over the case's caps."""
+    cap = c.blocks * (c.bs if c.bs else 1)
+    return f"""  claim inv_budget: every iteration of llm (tokens <= {c.budget} && prefilled <= tokens);
+  claim inv_slots: every iteration of llm (holders(reqs) <= {c.seqs} && residents <= {c.seqs});
+  claim inv_memory: every iteration of llm (used(kv) <= {cap} && free(kv) + used(kv) == {cap});
+  claim inv_none: some iteration of llm (tokens > {c.budget} || used(kv) > {cap});
+"""
+
+
+def run_case(c: Case, folder: str):
+    path = write(c, folder)
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    i = text.rindex("}")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text[:i] + invariant_claims(c) + text[i:])
+    p = ref.convert(api.load(path))
+    trace = ref.read_trace(os.path.join(folder, "trace.csv"))
+    arrivals = [of_decimal(t) for t in c.times] if c.arrive == "poisson" else None
+    wl = ref.workload(p, c.n, trace=trace, arrivals=arrivals)
+    try:
+        run = X.run(p, wl, horizon=of_decimal(c.horizon))
+    except X.KernelError:
+        run = None
+    return p, run
+
+
+@settings(max_examples=CASES, deadline=None, derandomize=SEED is None, database=None,
+          suppress_health_check=list(HealthCheck))
+@seed(int(SEED or 0))
+@given(cases())
+def test_the_lemmas_hold_at_every_iteration_and_imply_the_invariant_claims(c):
+    with tempfile.TemporaryDirectory(prefix="serq-inv-") as folder:
+        p, run = run_case(c, folder)
+    names = [cl.name for cl in p.claims]
+    for name in ("inv_budget", "inv_slots", "inv_memory", "inv_none"):
+        got = V.prove(p, names.index(name), lambda: 60.0)
+        assert isinstance(got, V.Proof), (name, got, c)
+    if run is None:
+        return
+    for k, (_, m) in enumerate(run.machine.path):
+        assert V.violated(p, m) == [], (k, V.violated(p, m), c)
+    out = ref.claims.outcomes(p, run)
+    for name in ("inv_budget", "inv_slots", "inv_memory"):
+        assert out[name].status == "held", (name, out[name], c)
+    assert out["inv_none"].status == "not_witnessed"
+
+
+def _examples():
+    for folder in ("oracle", "multi-turn", "engines", "single-turn", "papers", "subagent"):
+        d = os.path.join(ROOT, "examples", folder)
+        for f in sorted(os.listdir(d)):
+            if f.endswith(".sq"):
+                yield os.path.join(d, f)
+
+
+def test_the_lemmas_hold_on_the_examples():
+    """Every example in the fragment, on a few sessions of its family: every lemma at every
+    iteration (the draws at a value, the arrivals a second apart)."""
+    ran = 0
+    for f in _examples():
+        try:
+            p = ref.convert(api.load(f))
+        except api.SerqError:
+            continue
+        trace = None
+        if p.trace:
+            from serq.leangen import trace_rows
+            trace = trace_rows(api.load(f))
+        for n, d in ((1, 3), (3, 7), (4, 40)):
+            arrivals = [k * 1 for k in range(n)] if p.arrive == "poisson" else None
+            wl = ref.workload(p, n, trace=trace, arrivals=arrivals, draws=[[d + k] * 12 for k in range(n)])
+            try:
+                run = X.run(p, wl, fuel=200_000, horizon=100_000)
+            except X.KernelError:
+                continue
+            for _, m in run.machine.path:
+                assert V.violated(p, m) == [], (f, n, V.violated(p, m))
+            ran += len(run.machine.path)
+    assert ran > 1000
+
+
+V1 = """fn main() {
+  device gpu { kv cap 24; }
+  engine vllm on gpu {
+    reqs cap 2;
+    tokens cap 8;
+    request (prompt, o) {
+      set kept = prompt;
+      at admission {
+        known = max(kept, computed + 1);
+        reused = min(cachedin(kv), reusable(known, blocksize(kv)));
+      }
+      set kept = known;
+      set c = cached;
+      prefill (known - c) growing kv;
+      decode (o - 1 - (known - prompt)) growing kv;
+      cache (prompt + o);
+    }
+    schedule {
+      let threshold = running.count + waiting.count > 1 ? 4 : inf;
+      advance running each at most (threshold);
+      admit waiting while (running.preempted == 0) each at most (threshold)
+        taking reqs (1), kv (min(known, reused + budget_left(vllm))) reserve (known);
+    }
+    state k = 0;
+    execute (1);
+  }
+  pool kv on gpu { block 4; evict lru; preempt lifo; }
+  pool reqs on vllm { queue fifo; }
+  workload {
+    arrive poisson(1);
+    turn { Size p = 1 + floor(~exp(6)); Size o = 1 + floor(~exp(6)); }
+  }
+  server { vllm (p, o); }
+CLAIMS
+}
+"""
+
+
+def program(claims: str):
+    return api.load_text(V1.replace("CLAIMS", claims), "v1.sq")
+
+
+def test_budget_slots_and_memory_are_proved_by_induction_for_every_number_of_sessions():
+    prog = program("""  claim budget: every iteration of vllm (tokens <= 8);
+  claim slots: every iteration of vllm (holders(reqs) <= 2);
+  claim memory: every iteration of vllm (used(kv) <= 24);
+  claim never_over: some iteration of vllm (busy(vllm) > 1 || queue(vllm) > 2);""")
+    res = verify(prog, sessions=2, values=4, timeout=30)
+    for name, inv in (("budget", ["tokens <= 8"]), ("slots", ["used(reqs) <= 2", "holders(reqs) <= used(reqs)"]),
+                      ("memory", ["used(kv) <= 24"]), ("never_over", ["busy(vllm) == min(queue(vllm), 1)", "queue(vllm) <= residents",
+                                    "used(reqs) <= 2", "holders(reqs) <= used(reqs)", "residents == holders(reqs)"])):
+        v = res.claims[name]
+        assert (v.verdict, v.by, v.every_sessions, v.every_value) == \
+            ("no_witness" if name == "never_over" else "proved", "induction", True, True), (name, v)
+        assert v.invariant == inv, (name, v.invariant)
+    assert res.paths == 0     # no path was needed
+    assert sorted(res.bound["every_sessions"]) == ["budget", "memory", "never_over", "slots"]
+
+
+def test_a_claim_the_invariants_do_not_imply_is_left_to_the_paths():
+    prog = program("""  claim tight: every iteration of vllm (used(kv) <= 8);
+  claim budget: every iteration of vllm (tokens <= 8);""")
+    res = verify(prog, sessions=1, values=4, timeout=30)
+    v = res.claims["tight"]
+    assert v.verdict == "counterexample" and v.by is None and not v.every_sessions
+    assert res.claims["budget"].by == "induction"
+    # one claim proved by induction and one by the paths: each as alone
+    alone = verify(program("  claim tight: every iteration of vllm (used(kv) <= 8);"), sessions=1, values=4,
+                   timeout=30)
+    assert alone.claims["tight"].verdict == "counterexample"
+
+
+def test_what_the_invariants_say_nothing_of_is_not_proved_by_them():
+    p = ref.convert(program("""  claim reg: every iteration of vllm (vllm.k == 0);
+  claim queue: every iteration of vllm (queued(reqs) <= 2);
+  claim cut: every iteration of vllm (tokens <= 7);
+  claim zero: every iteration of vllm (tokens / (tokens - 9) <= 0);""") )
+    assert "engine register" in V.prove(p, 0, lambda: 10)
+    assert "allow a reading where it fails" in V.prove(p, 1, lambda: 10)
+    assert "allow a reading where it fails" in V.prove(p, 2, lambda: 10)
+    # tokens never reach 9, but the quotient is the kernel's own: a division it refuses is named
+    p2 = ref.convert(program("  claim zero: every iteration of vllm (tokens / (tokens - 8) <= 0);"))
+    assert "F016" in V.prove(p2, 0, lambda: 10)
+    assert isinstance(V.prove(p, 3, lambda: 10), V.Proof)
+
+
+def test_a_lemma_that_does_not_hold_is_caught_on_a_machine():
+    """violated() reads the machine: a pool used beyond its cap breaks `cap`, a tokens count beyond
+    the cap `budget` (each lemma's concrete reading is what the proof relies on)."""
+    import dataclasses
+    p = ref.convert(program("  claim budget: every iteration of vllm (tokens <= 8);"))
+    wl = ref.workload(p, 2, arrivals=[0, 0], draws=[[5, 3], [9, 2]])
+    run = X.run(p, wl)
+    m = run.machine.path[0][1]
+    assert V.violated(p, m) == []
+    kv = m.pools[0]
+    bad = dataclasses.replace(m, pools=(dataclasses.replace(kv, used=28),) + m.pools[1:])
+    assert any(t.startswith("used(kv) <= 24") for t in V.violated(p, bad))
+    bad = X.set_var(m, "Ntok", 9)
+    assert any(t.startswith("tokens <= 8") for t in V.violated(p, bad))
+
+
+def test_the_cli_prints_the_invariant(tmp_path, capsys):
+    f = tmp_path / "v1.sq"
+    f.write_text(V1.replace("CLAIMS", "  claim slots: every iteration of vllm (holders(reqs) <= 2);"))
+    assert main(["verify", str(f), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    c = got["claims"]["slots"]
+    assert c["by"] == "induction" and c["invariant"] == ["used(reqs) <= 2", "holders(reqs) <= used(reqs)"]
+    assert got["bound"]["every_sessions"] == ["slots"] and got["bound"]["every_value"] == ["slots"]
+    assert main(["verify", str(f)]) == 0
+    text = capsys.readouterr().out
+    assert "proved by induction, for every number of sessions" in text
+    assert "invariant: used(reqs) <= 2 && holders(reqs) <= used(reqs)" in text
+
+
+def test_the_vllm_caps_example(tmp_path):
+    """examples/multi-turn/vllm_caps.sq: vLLM's engine under multi-turn agents (growing KV, lifo
+    preemption, the prefix cache, a chunk threshold, `budget_left` units): its caps proved by
+    induction, its false claim refuted with a workload the simulator replays failing."""
+    prog = api.load(os.path.join(ROOT, "examples", "multi-turn", "vllm_caps.sq"))
+    res = verify(prog, timeout=60)
+    for name in ("within_budget", "within_slots", "within_memory"):
+        v = res.claims[name]
+        assert (v.verdict, v.by, v.every_sessions) == ("proved", "induction", True), (name, v)
+    v = res.claims["small_steps"]
+    assert v.verdict == "counterexample" and v.iteration == 0
+    rep = api.run(prog, None, None, v.workload)["claims"]["small_steps"]
+    assert rep["status"] == "failed"
