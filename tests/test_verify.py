@@ -558,6 +558,13 @@ def test_one_session_at_the_whole_bound_comes_before_several_at_small_values(tmp
         return real(fam, until, visit, within)
 
     monkeypatch.setattr(S, "explore", explore)
+    # sampled workloads find it before any level (docs/verify.md, *Sampled workloads*)
+    res = verify(api.load(path), 3, 16, timeout=60)
+    v = res.claims["alone_big"]
+    assert v.verdict == "witnessed" and v.workload["sessions"][0]["draws"][0] >= 7 and seen == []
+    # the levels' order, without them
+    import serq.verify as VF
+    monkeypatch.setattr(VF, "SAMPLES", 0)
     res = verify(api.load(path), 3, 16, timeout=60)
     v = res.claims["alone_big"]
     assert v.verdict == "witnessed" and v.sessions == 1 and v.workload["sessions"][0]["draws"][0] >= 7

@@ -6,7 +6,9 @@ by concolic execution of the reference kernel with z3 (serq/verify/search.py).
 """
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from typing import Optional
 
 from serq.diagnostics import SerqError, Span
@@ -174,6 +176,36 @@ class _Search:
                 v.by, v.every_value, v.every_sessions, v.invariant = "induction", True, True, got.invariant
                 v.seconds = self.budget.timeout - self.budget.left(v.name)
 
+    # ------------------------------------------------------------ sampled workloads
+
+    def sample(self):
+        """Workloads drawn at random from the whole bound (every number of sessions, values 0..M,
+        gaps 0..G), each one path of the kernel: a counterexample or a witness there is named as
+        any other, replayed first. A path costs what a run costs, where the levels below flip every
+        branch of it: a claim that fails on many workloads, at large values as at small ones, is
+        refuted at once (docs/verify.md, *Sampled workloads*). Deterministic: the draws come from a
+        fixed seed, in the kernel's order. It proves nothing."""
+        rng = random.Random(SAMPLE_SEED)
+        limit = self.budget.kernel() + self.timeout * SAMPLE_SHARE
+        left = self.kernel_left(limit)
+        for _ in range(SAMPLES):
+            for n in range(1, self.sessions + 1):
+                if not self.open() or left() <= 0:
+                    return
+                fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace)
+                try:
+                    path = S.run_path(fam, S.Inputs(_Sampled(rng, self.values, self.values)), left)
+                except S.Deadline:
+                    return
+                self.res.paths += 1
+                if path.error is not None:
+                    continue
+                for cs in self.open():
+                    o = path.outcomes.get(cs.v.name)
+                    if o is not None and o.status in ("failed", "witnessed") and self.budget.left(cs.v.name) > 0:
+                        with self.budget.charge(cs.v.name):
+                            self.decide(cs, "counterexample" if o.status == "failed" else "witnessed", fam, path, o)
+
     # ------------------------------------------------------------ every state
 
     def every_state(self):
@@ -297,6 +329,7 @@ class _Search:
     def run(self) -> Result:
         values, sessions = self.values, self.sessions
         self.induction()
+        self.sample()
         if not self.open():
             return self.verdicts()
         levels = sorted({min(values, lv) for lv in (1, 2, 4, 8)} | {values})
@@ -380,9 +413,38 @@ TIMED_OUT = "the timeout ran out replaying it"
 UNENDED_LIVE = "sessions are still live when nothing more happens (a deadlock or a stall)"
 UNENDED_FUEL = f"the path runs past {S.FUEL} kernel steps (it may end later, or never)"
 UNENDED_CLOSED = "a closed population never ends: each session that ends is followed by another"
+SAMPLES = 32        # workloads of each number of sessions drawn at random
+SAMPLE_SEED = 28    # their seed: the same workloads for the same program
+SAMPLE_SHARE = 0.05  # of the timeout, the most they may take
 PROBE_SHARE = 0.1   # of the timeout, the most the first look at values 0..1 may take
 INDUCT_SHARE = 0.7  # of the timeout, the most the proof over every state may take (at 0.5, bari_tiling.sq's
                     # `tiled` ran out of its 30 CPU s on a slow day: a machine's speed changed its verdict)
+
+
+class _Sampled(dict):
+    """A sampled workload's inputs, drawn as the kernel asks for them: a draw 0, 1 or 2, M, or any
+    value 0..M; an arrival 0 after the one before (together), a whole gap, or one in quarters, 0..G."""
+
+    def __init__(self, rng: random.Random, values: int, gap: int):
+        super().__init__()
+        self.rng, self.values, self.gap = rng, values, gap
+
+    def get(self, name, default=None):
+        if name in self:
+            return self[name]
+        r = self.rng
+        if S.real(name):
+            k = int(name[1:])
+            before = self.get(f"a{k - 1}") if k else 0
+            pick = r.random()
+            gap = 0 if pick < 0.3 else r.randint(0, self.gap) if pick < 0.6 else Fraction(r.randint(0, 4 * self.gap), 4)
+            v = before + gap
+        else:
+            pick = r.random()
+            v = r.randint(0, min(2, self.values)) if pick < 0.3 else self.values if pick < 0.45 else \
+                r.randint(0, self.values)
+        self[name] = v
+        return v
 
 
 class _Stop(Exception):

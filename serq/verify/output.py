@@ -10,6 +10,7 @@ import shlex
 from serq.lang.lower.inputs import UsageError
 from serq.ref import ir as R
 from serq.verify import Result, Verdict, machine_at, workload_of
+from serq.verify.search import number
 
 
 def workload_path(file: str, claim: str, out_dir: str | None) -> str:
@@ -101,7 +102,7 @@ def machine_lines(p: R.Program, v: Verdict, trace) -> list:
     if m is None:
         return []
     reqs = {r.rid: r for r in m.eng.reqs}
-    out = [f"  machine at iteration {v.iteration} (time {m.now}, the reference kernel):"]
+    out = [f"  machine at iteration {v.iteration} (time {number(m.now)}, the reference kernel):"]
     batch = ", ".join(f"session {reqs[rid].sid} {reqs[rid].mode} {n}" for rid, n in m.eng.batch if rid in reqs)
     out.append(f"    batch: {batch or 'empty'} ({sum(n for _, n in m.eng.batch)} tokens)")
     res = ", ".join(f"session {r.sid} {r.mode} ({r.left} left)" for r in m.eng.reqs)
