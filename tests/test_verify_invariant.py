@@ -33,6 +33,7 @@ def invariant_claims(c: Case) -> str:
   claim inv_slots: every iteration of llm (holders(reqs) <= {c.seqs} && residents <= {c.seqs});
   claim inv_memory: every iteration of llm (used(kv) <= {cap} && free(kv) + used(kv) == {cap});
   claim inv_none: some iteration of llm (tokens > {c.budget} || used(kv) > {cap});
+  claim inv_read: every iteration of llm (decoders <= residents && kv_decode + kv_prefill <= {cap});
 """
 
 
@@ -62,7 +63,9 @@ def test_the_lemmas_hold_at_every_iteration_and_imply_the_invariant_claims(c):
     with tempfile.TemporaryDirectory(prefix="serq-inv-") as folder:
         p, run = run_case(c, folder)
     names = [cl.name for cl in p.claims]
-    for name in ("inv_budget", "inv_slots", "inv_memory", "inv_none"):
+    for name in ("inv_budget", "inv_slots", "inv_memory", "inv_none", "inv_read"):
+        if name == "inv_read" and c.keyed:   # on a content pool holders share blocks: no position lemma
+            continue
         got = V.prove(p, names.index(name), lambda: 60.0)
         assert isinstance(got, V.Proof), (name, got, c)
     if run is None:
@@ -70,8 +73,11 @@ def test_the_lemmas_hold_at_every_iteration_and_imply_the_invariant_claims(c):
     for k, (_, m) in enumerate(run.machine.path):
         assert V.violated(p, m) == [], (k, V.violated(p, m), c)
     out = ref.claims.outcomes(p, run)
-    for name in ("inv_budget", "inv_slots", "inv_memory"):
-        assert out[name].status == "held", (name, out[name], c)
+    for name in ("inv_budget", "inv_slots", "inv_memory", "inv_read"):
+        # on a content pool two requests' positions count their shared blocks twice: kv_decode +
+        # kv_prefill may exceed the use (found so: the lemma is not stated there)
+        if name != "inv_read" or not c.keyed:
+            assert out[name].status == "held", (name, out[name], c)
     assert out["inv_none"].status == "not_witnessed"
 
 
@@ -238,3 +244,39 @@ def test_the_vllm_caps_example(tmp_path):
     assert v.verdict == "counterexample" and v.iteration == 0
     rep = api.run(prog, None, None, v.workload)["claims"]["small_steps"]
     assert rep["status"] == "failed"
+
+
+def test_the_verdicts_agree_with_enumeration():
+    """Every claim of a growing, preempting, caching engine, verify's verdict (by induction, by
+    sampled workloads, by the search) against every workload of 1 and 2 sessions with draws 0..3."""
+    from test_verify import expected
+    prog = api.load_text(V1.replace("arrive poisson(1)", "arrive batch(2)").replace("CLAIMS", """
+  claim budget: every iteration of vllm (tokens <= 8);
+  claim slots: every iteration of vllm (residents <= 2 && decoders <= residents);
+  claim memory: every iteration of vllm (used(kv) <= 24 && kv_decode + kv_prefill <= used(kv));
+  claim never: some iteration of vllm (queue(vllm) > 2);
+  claim tight: every iteration of vllm (used(kv) <= 8);
+  claim pair: some iteration of vllm (residents == 2);
+  claim seven: every iteration of vllm (tokens <= 7);"""), "enum.sq")
+    res = verify(prog, sessions=2, values=3, timeout=60)
+    want = expected(res.prog, 2, 3, 2)
+    assert {k: v.verdict for k, v in res.claims.items()} == want
+    assert want == {"budget": "proved", "slots": "proved", "memory": "proved", "never": "no_witness",
+                    "tight": "counterexample", "pair": "witnessed", "seven": "counterexample"}
+    assert {k for k, v in res.claims.items() if v.by == "induction"} == {"budget", "slots", "memory", "never"}
+
+
+def test_positions_within_the_use_is_no_lemma_on_a_content_pool():
+    """Found by the campaign above: four sessions of two identical prompts on a cache keyed by
+    content share blocks, whose tokens each request's position counts: kv_decode + kv_prefill
+    exceeds the pool's use, so the lemma is stated only where each request's blocks are its own."""
+    c = Case(bs=1, blocks=24, seqs=2, budget=2, each="none", cap=1, granule=0, order="", schedule="vllm",
+             lifo=False, prefix=True, chunked=False, reserve=False, cost="0.001 + 0.00004 * batch.tokens",
+             arrive="batch", gap=1, sessions=(((20, 3, 0),), ((1, 1, 0),), ((5, 1, 0),), ((1, 1, 0),)),
+             iter_claims=False, content="same", sys=0, shares=((-1, 0), (0, 0), (0, 0), (0, 0)))
+    with tempfile.TemporaryDirectory(prefix="serq-inv-") as folder:
+        p, run = run_case(c, folder)
+    assert ref.claims.outcomes(p, run)["inv_read"].status == "failed"
+    assert not any(lm.key.startswith("positions:") for lm in V.lemmas(p))
+    assert not isinstance(V.prove(p, [cl.name for cl in p.claims].index("inv_read"), lambda: 10), V.Proof)
+    assert all(V.violated(p, m) == [] for _, m in run.machine.path)

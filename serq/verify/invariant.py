@@ -152,6 +152,22 @@ def lemmas(p: R.Program) -> list:
                      ((nq, queue), ("residents", res)),
                      "a session waits for one request at a time, and a session with a request in the "
                      "engine is a resident (`run_stmt`, `resident_ids`)"))
+    out.append(Lemma("decoders", f"decoders <= {nq}", lambda v: v("decoders") <= v(nq),
+                     (("decoders", dec), (nq, queue)),
+                     "each decoder the batch serves is a request the engine has, served once an iteration "
+                     "(`give` marks it; a preempted one leaves the batch, `drop_req`)"))
+    grown = {st.growing for st in _nodes(p.init + p.turn + (p.session or ()) + p.server)
+             if isinstance(st, R.RunS) and st.growing is not None}
+    if len(grown) == 1 and not p.pools[min(grown)].content:
+        g = p.pools[min(grown)].name
+        ng = f"used({g})"
+        out.append(Lemma(f"positions:{g}", f"kv_decode + kv_prefill <= {ng}",
+                         lambda v, ng=ng: v("kv_decode") + v("kv_prefill") <= v(ng),
+                         (("kv_decode", R.StepVar("Kvb", True)), ("kv_prefill", R.StepVar("Kvp", True)),
+                          (ng, R.Obs("used", g))),
+                         "a growing request's position is within its allocation (`give` grows the hold to "
+                         "the position it will reach before serving it), and the use is the sum of the "
+                         "allocations, each request's its own"))
     for i, pool in enumerate(p.pools):
         used, free, holders = R.Obs("used", pool.name), R.Obs("free", pool.name), R.Obs("holders", pool.name)
         nu, nf, nh = f"used({pool.name})", f"free({pool.name})", f"holders({pool.name})"
