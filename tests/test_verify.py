@@ -238,6 +238,7 @@ def test_bad_input(tmp_path, capsys):
     got = json.loads(capsys.readouterr().out)
     assert got["claims"]["budget"]["verdict"] == "unknown"
     assert "timeout" in got["claims"]["budget"]["reason"]
+    assert "not by induction: the kernel's invariants allow a reading where it fails" in got["claims"]["budget"]["reason"]
     with open(os.path.join(tmp_path, "file"), "w", encoding="utf-8") as fh:
         fh.write("")
     assert main(["verify", path, "--sessions", "1", "--values", "2", "--out", os.path.join(tmp_path, "file")]) == 1

@@ -37,7 +37,8 @@ class Verdict:
     reason: Optional[str] = None
     every_value: bool = False
     by: Optional[str] = None        # a proof's: "induction" (serq/verify/invariant.py), "every state"
-                                    # (serq/verify/induct.py) or "every path"
+                                    # (serq/verify/induct.py) or "every path"; a deciding workload's:
+                                    # "sample" (drawn at random) or "search" (the concolic search)
     every_sessions: bool = False    # proved for every number of sessions (by induction)
     invariant: Optional[list] = None  # the lemmas that closed a proof by induction
     unended: Optional[tuple] = None  # a claim at end's: (a workload whose path does not end, why)
@@ -92,6 +93,7 @@ class _Claim:
     undecided: int = 0              # branches of its readings z3 could not decide
     ran_out: Optional[str] = None   # its timeout ran out
     not_every_state: Optional[str] = None
+    not_induction: Optional[str] = None  # why the kernel's invariants do not prove it
     unreplayed: Optional[dict] = None   # a deciding workload whose replay ran out of the timeout
 
     @property
@@ -115,6 +117,7 @@ class _Search:
         self.finished: dict = {}    # n -> whether its paths cover every input (n is done)
         self.skipped: dict = {}     # n -> the kernel's branches z3 could not decide at its last level
         self.phase_out = False      # the running phase's own share of the time ran out
+        self.finding = "search"     # how a deciding workload is being found: "sample" or "search"
 
     def open(self) -> list:
         return [cs for cs in self.cs if cs.open]
@@ -157,6 +160,7 @@ class _Search:
         if why is not None:
             raise Disagreement(v.name, f"{status} at {o.at}", why, wl)
         v.verdict, v.iteration, v.at, v.sessions, v.workload = verdict, o.iteration, o.at, fam.n, wl
+        v.by = self.finding
         v.seconds = self.budget.timeout - left()
 
     # ------------------------------------------------------------ induction
@@ -175,6 +179,8 @@ class _Search:
                 v.verdict = "no_witness" if v.form == "some" else "proved"
                 v.by, v.every_value, v.every_sessions, v.invariant = "induction", True, True, got.invariant
                 v.seconds = self.budget.timeout - self.budget.left(v.name)
+            else:
+                cs.not_induction = f"not by induction: {got}"
 
     # ------------------------------------------------------------ sampled workloads
 
@@ -185,6 +191,13 @@ class _Search:
         branch of it: a claim that fails on many workloads, at large values as at small ones, is
         refuted at once (docs/verify.md, *Sampled workloads*). Deterministic: the draws come from a
         fixed seed, in the kernel's order. It proves nothing."""
+        self.finding = "sample"
+        try:
+            self._sample()
+        finally:
+            self.finding = "search"
+
+    def _sample(self):
         rng = random.Random(SAMPLE_SEED)
         limit = self.budget.kernel() + self.timeout * SAMPLE_SHARE
         left = self.kernel_left(limit)
@@ -382,7 +395,7 @@ class _Search:
                 if cs.ran_out is None and not self.trouble and not cs.trouble and not undecided:
                     cs.ran_out = (f"the timeout ({self.timeout:g} s) ran out after {self.res.paths} path(s)")
                 v.reason = "; and ".join(x for x in (cs.ran_out, self.trouble[0] if self.trouble else cs.trouble,
-                                                      why_undecided, cs.not_every_state) if x)
+                                                      why_undecided, cs.not_induction, cs.not_every_state) if x)
             else:
                 v.verdict = "no_witness" if v.form == "some" else "proved"
                 v.by, v.every_value = "every path", covered

@@ -165,6 +165,8 @@ def as_text(res: Result, file: str, replay: dict) -> str:
             line += f" at iteration {v.iteration} (time {v.at})"
         elif v.at is not None:
             line += f" at the end (time {v.at})"
+        if v.workload is not None:
+            line += ", on a sampled workload" if v.by == "sample" else ", found by the search"
         if v.by == "induction":
             line = f"claim {v.name}: {v.verdict} by induction, for every number of sessions, every value and " \
                    "arrival time"
