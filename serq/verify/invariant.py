@@ -269,8 +269,7 @@ def refusal(p: R.Program) -> Optional[str]:
 
 @dataclass
 class Proof:
-    invariant: list       # the lemmas z3 needed (their texts), with the claim's own bound
-    seconds: float = 0.0
+    invariant: list       # the lemmas z3 needed, as the program writes them
 
 
 def _domain(n: str):
