@@ -54,8 +54,7 @@ def test_check_command_prints_per_scenario_and_a_total():
 
 
 def test_the_per_session_cache_misses_another_sessions_prompt():
-    """vllm_request.sq (the per-session cache, which `--ref` runs while the kernel's fragment does not
-    take vllm_shared.sq, and `--per-session` always): `repeat` misses the blocks of another session's
+    """vllm_request.sq (the per-session cache, which `--per-session` runs): `repeat` misses the blocks of another session's
     prompt that vllm_shared.sq hits, through the interpreter and the kernel alike."""
     path = next(p for p in RESULTS if os.path.basename(p).startswith("09_"))
     with open(path, encoding="utf-8") as fh:
@@ -64,8 +63,7 @@ def test_the_per_session_cache_misses_another_sessions_prompt():
     for ref in (False, True):
         assert vllm_oracle.compare(result, vllm_oracle.run_scenario(result, path, ref=ref, shared=False)) == \
             ("repeat", "num_cached_tokens_first_admission", 32, 0)
-    if vllm_oracle.ref_takes_shared():
-        assert vllm_oracle.compare(result, vllm_oracle.run_scenario(result, path, ref=True)) is None
+    assert vllm_oracle.compare(result, vllm_oracle.run_scenario(result, path, ref=True)) is None
 
 
 def test_contents_are_the_longest_common_prefix_with_any_earlier_request():

@@ -58,8 +58,6 @@ def test_every_main_scenario_agrees_step_for_step(ref, shared):
     """All 52, each agreeing at every step or differing first where docs/vllm.md says: on
     vllm_shared.sq only the stall (10) differs, on the per-session vllm_request.sq the `repeat`
     request's two scenarios too."""
-    if ref and shared and not vllm_oracle.ref_takes_shared():
-        pytest.skip("the reference kernel's fragment does not take vllm_shared.sq (F015)")
     diffs = differences(RESULTS, ref, shared)
     side = vllm_oracle.side(ref, shared)
     assert not unexplained(diffs, side), unexplained(diffs, side)
@@ -70,14 +68,8 @@ def test_every_main_scenario_agrees_step_for_step(ref, shared):
 
 @pytest.mark.parametrize("ref", [False, True], ids=["interp", "ref"])
 def test_every_extra_scenario_agrees_step_for_step(ref):
-    """The 320 of tools/oracle/extra, their steps from steps/; the kernel on vllm_shared.sq where its
-    fragment takes it, else the 220 that share no prefix across sessions on vllm_request.sq."""
-    paths = EXTRA
-    shared = True
-    if ref and not vllm_oracle.ref_takes_shared():
-        paths = [p for p in EXTRA if not os.path.basename(p).startswith("shared")]
-        shared = False
-    assert differences(paths, ref, shared) == {}
+    """The 320 of tools/oracle/extra, their steps from steps/, on vllm_shared.sq."""
+    assert differences(EXTRA, ref, True) == {}
 
 
 def test_the_extra_steps_are_the_results_steps():

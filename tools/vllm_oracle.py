@@ -40,9 +40,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 PROGRAM = os.path.join(ROOT, "examples", "oracle", "vllm_request.sq")
-# the same request on a content-addressed cache (docs/reference/content.md): the interpreter runs
-# this one, and `--ref` when the kernel's fragment takes it (ref_takes_shared); the one above
-# otherwise, and with `--per-session`
+# the same request on a content-addressed cache (docs/reference/content.md): the interpreter and
+# `--ref` run this one; the one above with `--per-session`
 SHARED = os.path.join(ROOT, "examples", "oracle", "vllm_shared.sq")
 TOKEN = 7  # the token the driver's fake model runner samples (tools/oracle/README.md)
 FIELDS = ("first_token_step", "last_token_step", "num_preemptions", "num_cached_tokens_first_admission")
@@ -171,14 +170,13 @@ def scenario_program(result: dict, path: str = "", shared: bool = False):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run_scenario(result: dict, path: str = "", ref: bool = False, shared: Optional[bool] = None):
+def run_scenario(result: dict, path: str = "", ref: bool = False, shared: bool = True):
     """serQ's values for each request of one recorded scenario: {id: {field: value}}; with `ref`,
-    the reference kernel's. `shared`: through vllm_shared.sq (True) or vllm_request.sq (False);
-    None: vllm_shared.sq, but for the kernel when its fragment does not take it (ref_takes_shared)."""
+    the reference kernel's. `shared`: through vllm_shared.sq (True) or vllm_request.sq (False)."""
     return run_steps(result, path, ref, steps=False, shared=shared)[0]
 
 
-def run_steps(result: dict, path: str = "", ref: bool = False, steps: bool = True, shared: Optional[bool] = None,
+def run_steps(result: dict, path: str = "", ref: bool = False, steps: bool = True, shared: bool = True,
               at_least: int = 0):
     """serQ's run of one recorded scenario: ({id: {field: value}}, its steps as StepLog.steps gives
     them, at least `at_least` of them, or None without `steps`); with `ref`, the reference kernel's;
@@ -186,8 +184,6 @@ def run_steps(result: dict, path: str = "", ref: bool = False, steps: bool = Tru
     from serq import api
     from serq.ir.model import Settings
     outcome = {r["id"]: r for r in result["requests"]}
-    if shared is None:
-        shared = not ref or ref_takes_shared()
     with scenario_program(result, path, shared=shared) as (prog, sessions, rows, horizon):
         log = None
         if ref:
@@ -219,22 +215,6 @@ def run_steps(result: dict, path: str = "", ref: bool = False, steps: bool = Tru
             if rid is not None:
                 got[rid][field] = int(v)
     return got, (log.steps(serial_key, at_least) if log is not None else None)
-
-
-_REF_SHARED: list = []
-
-
-def ref_takes_shared() -> bool:
-    """Whether the reference kernel's fragment takes vllm_shared.sq (its content-addressed cache):
-    `--ref` runs it then, and vllm_request.sq, the per-session cache, otherwise."""
-    if not _REF_SHARED:
-        from serq import api, ref
-        try:
-            ref.convert(api.load(SHARED, {}))
-            _REF_SHARED.append(True)
-        except ref.Outside:
-            _REF_SHARED.append(False)
-    return _REF_SHARED[0]
 
 
 def ref_workload(p, rows, n, shared: bool = False):
@@ -488,8 +468,7 @@ def compare_steps(want: list, have: list):
 # docs/vllm.md, *Known divergences*: scenario -> [(the sides it is known on, the first difference
 # `check --steps` finds there: the step and the fields that differ, why)]. A side is what ran the
 # scenario (`side`): `interp` or `ref` (the kernel), on vllm_shared.sq, or with ` per-session`, on
-# vllm_request.sq (`--per-session`, and `--ref` while the kernel's fragment has the per-session
-# cache only: ref_takes_shared)
+# vllm_request.sq (`--per-session`)
 _ALL = ("interp", "ref", "interp per-session", "ref per-session")
 _STALL = ("the reference refuses A, whose reservation after its preemption (145 tokens, 10 blocks) is above "
           "the cap of 9 (*Engines*), and B runs when it arrives; vLLM keeps A at the head of its waiting queue "
@@ -528,7 +507,7 @@ def step_diff_key(diff) -> tuple:
 
 def check(paths: list[str], ref: bool = False, steps: bool = False, per_session: bool = False) -> int:
     agree = nknown = 0
-    shared = not per_session and (not ref or ref_takes_shared())
+    shared = not per_session
     for p in paths:
         with open(p, encoding="utf-8") as fh:
             result = json.load(fh)
