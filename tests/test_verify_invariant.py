@@ -343,7 +343,7 @@ def test_the_symbolic_check_catches_a_false_lemma(monkeypatch):
 
     def wrong(p):
         return [V.Lemma("budget", "tokens <= 4", lambda v: v("tokens") <= numeral(4),
-                        (("tokens", V.R.StepVar("Ntok", True)),), "") if lm.key == "budget" else lm
+                        (("tokens", V.R.StepVar("Ntok", True)),)) if lm.key == "budget" else lm
                 for lm in real(p)]
 
     monkeypatch.setattr(V, "lemmas", wrong)

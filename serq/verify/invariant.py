@@ -82,15 +82,11 @@ class Lemma:
     text: str                      # as the program would write it
     fact: Callable                 # (name -> the quantity's term) -> a z3 boolean
     quantities: tuple              # the quantities' expressions, by name
-    why: str                       # which of the kernel's moves keep it (docs/verify.md, *Induction*)
 
 
-def _holds(p: R.Program):
-    """Every hold the sessions may run, nested ones included."""
-    from serq.verify.induct import _stmts
-    for st in _stmts(p.init + p.turn + (p.session or ()) + p.server):
-        if isinstance(st, R.HoldS):
-            yield st
+def _statements(p: R.Program) -> tuple:
+    """The statements a session runs (init, turn, session, server), outer ones only."""
+    return p.init + p.turn + (p.session or ()) + p.server
 
 
 def _runs_in_holds_on(p: R.Program, i: int) -> bool:
@@ -108,14 +104,14 @@ def _runs_in_holds_on(p: R.Program, i: int) -> bool:
             elif isinstance(st, R.WhileS) and not walk(st.body, inside):
                 return False
         return True
-    return walk(p.init + p.turn + (p.session or ()) + p.server, False)
+    return walk(_statements(p), False)
 
 
 def _least_units(p: R.Program, i: int) -> Optional[int]:
     """The least units any hold allocates on pool i when every hold on it takes a constant amount
     (rounded up to the pool's block, as the kernel allocates); None when one reads more."""
     least = None
-    for h in _holds(p):
+    for h in (n for n in _nodes(_statements(p)) if isinstance(n, R.HoldS)):
         for hp in h.pools:
             if hp.pool != i:
                 continue
@@ -127,72 +123,54 @@ def _least_units(p: R.Program, i: int) -> Optional[int]:
 
 
 def lemmas(p: R.Program) -> list:
-    """The kernel's invariants at an iteration's reading (docs/verify.md, *Induction*), for this
-    program: each holds at every iteration of every path, for any number of sessions."""
+    """The kernel's invariants at an iteration's reading, for this program: each holds at every
+    iteration of every path, for any number of sessions (docs/verify.md, *Induction*: its table says
+    which of the kernel's moves keep each, in this order)."""
     out = []
     eng = p.engine.name
     tok, pre, dec = R.StepVar("Ntok", True), R.StepVar("Npre", True), R.StepVar("Ndec", True)
     out.append(Lemma("split", "tokens == prefilled + decoders",
                      lambda v: v("tokens") == v("prefilled") + v("decoders"),
-                     (("tokens", tok), ("prefilled", pre), ("decoders", dec)),
-                     "each request the batch serves is a prefill's chunk or a decode's one token (`tokens_for`)"))
+                     (("tokens", tok), ("prefilled", pre), ("decoders", dec))))
     if isinstance(p.engine.budget, R.Num):
         b = p.engine.budget.v
         out.append(Lemma("budget", f"tokens <= {b}", lambda v, b=b: v("tokens") <= numeral(b),
-                         (("tokens", tok),),
-                         "the plan's budget starts at the tokens cap; each request takes at most what is "
-                         "left (`tokens_for`), a preempted one gives its tokens back (`drop_req`)"))
+                         (("tokens", tok),)))
     busy = R.Obs("busy", eng)
     queue, res = R.Obs("queue", eng), R.StepVar("Nres")
     nb, nq = f"busy({eng})", f"queue({eng})"
     out.append(Lemma("busy", f"{nb} == min({nq}, 1)", lambda v: v(nb) == z3.If(v(nq) > 0, 1, 0),
-                     ((nb, busy), (nq, queue)),
-                     "busy is whether the engine has a request, queue how many it has (`eval_obs`)"))
+                     ((nb, busy), (nq, queue))))
     out.append(Lemma("requests", f"{nq} <= residents", lambda v: v(nq) <= v("residents"),
-                     ((nq, queue), ("residents", res)),
-                     "a session waits for one request at a time, and a session with a request in the "
-                     "engine is a resident (`run_stmt`, `resident_ids`)"))
+                     ((nq, queue), ("residents", res))))
     out.append(Lemma("decoders", f"decoders <= {nq}", lambda v: v("decoders") <= v(nq),
-                     (("decoders", dec), (nq, queue)),
-                     "each decoder the batch serves is a request the engine has, served once an iteration "
-                     "(`give` marks it; a preempted one leaves the batch, `drop_req`)"))
-    grown = {st.growing for st in _nodes(p.init + p.turn + (p.session or ()) + p.server)
-             if isinstance(st, R.RunS) and st.growing is not None}
+                     (("decoders", dec), (nq, queue))))
+    grown = {st.growing for st in _nodes(_statements(p)) if isinstance(st, R.RunS) and st.growing is not None}
     if len(grown) == 1 and not p.pools[min(grown)].content:
         g = p.pools[min(grown)].name
         ng = f"used({g})"
         out.append(Lemma(f"positions:{g}", f"kv_decode + kv_prefill <= {ng}",
                          lambda v, ng=ng: v("kv_decode") + v("kv_prefill") <= v(ng),
                          (("kv_decode", R.StepVar("Kvb", True)), ("kv_prefill", R.StepVar("Kvp", True)),
-                          (ng, R.Obs("used", g))),
-                         "a growing request's position is within its allocation (`give` grows the hold to "
-                         "the position it will reach before serving it), and the use is the sum of the "
-                         "allocations, each request's its own"))
+                          (ng, R.Obs("used", g)))))
     for i, pool in enumerate(p.pools):
         used, free, holders = R.Obs("used", pool.name), R.Obs("free", pool.name), R.Obs("holders", pool.name)
         nu, nf, nh = f"used({pool.name})", f"free({pool.name})", f"holders({pool.name})"
         if pool.cap is not None:
             c = pool.cap
             out.append(Lemma(f"cap:{pool.name}", f"{nu} <= {c}", lambda v, c=c, nu=nu: v(nu) <= numeral(c),
-                             ((nu, used),),
-                             "every allocation and growth first finds room within the cap (`room_for`); "
-                             "a release or an eviction only lowers the use"))
+                             ((nu, used),)))
             out.append(Lemma(f"free:{pool.name}", f"{nf} == {c} - {nu}",
                              lambda v, c=c, nu=nu, nf=nf: v(nf) == numeral(c) - v(nu),
-                             ((nu, used), (nf, free)), "free is the cap less the use, never below 0 (`eval_obs`)"))
+                             ((nu, used), (nf, free))))
         least = _least_units(p, i)
         if not pool.content and least:
             out.append(Lemma(f"slots:{pool.name}", f"{least} * {nh} <= {nu}" if least != 1 else f"{nh} <= {nu}",
                              lambda v, least=least, nu=nu, nh=nh: numeral(least) * v(nh) <= v(nu),
-                             ((nu, used), (nh, holders)),
-                             f"every hold allocates at least {least} on the pool, an allocation only grows, "
-                             "and the use is the sum of the holders' allocations (`try_admit`, `grow_into`, "
-                             "`release`)"))
+                             ((nu, used), (nh, holders))))
         if pool.admitted and sum(q.admitted for q in p.pools) == 1 and _runs_in_holds_on(p, i):
             out.append(Lemma(f"residents:{pool.name}", f"residents == {nh}",
-                             lambda v, nh=nh: v("residents") == v(nh), (("residents", res), (nh, holders)),
-                             "the residents are the holders of the pool the engine admits from, every "
-                             "request standing inside a hold on it (`resident_ids`)"))
+                             lambda v, nh=nh: v("residents") == v(nh), (("residents", res), (nh, holders))))
     return out
 
 

@@ -168,8 +168,7 @@ def as_text(res: Result, file: str, replay: dict) -> str:
         if v.workload is not None:
             line += ", on a sampled workload" if v.by == "sample" else ", found by the search"
         if v.by == "induction":
-            line = f"claim {v.name}: {v.verdict} by induction, for every number of sessions, every value and " \
-                   "arrival time"
+            line += " by induction, for every number of sessions, every value and arrival time"
         elif v.by == "every state":
             line += " (on every machine an iteration can start from: every natural value and arrival time, " \
                     "at most the bound's sessions)"
