@@ -185,3 +185,61 @@ def test_gauges_a_growth_cannot_change_are_not_read_at_its_instants():
     sim = Sim(api.load_text(text, "steady.sq"), Settings(arrivals=5))
     names = [n for (n, f, avg) in sim.gauges if (f, avg) in sim.growth_gauges]
     assert names == ["kv_used", "g_free", "g_mix"]
+
+
+def _claims(text, ff, arrivals=150):
+    sim = Sim(api.load_text(text, "steady.sq"), Settings(arrivals=arrivals))
+    sim.fast_forward = ff
+    runs = []
+    steady_run = sim._steady_run
+
+    def counted(*a, **k):
+        out = steady_run(*a, **k)
+        runs.append(out[0])
+        return out
+    sim._steady_run = counted
+    rep = sim.run()
+    rep.pop("_sim", None)
+    # where growths are the fast-forward's, an engine's utilisation may differ in its last bits
+    # (tests/test_workloads.py, test_fast_forward_through_growth_and_eviction_changes_nothing_but_rounding)
+    util = {n: round(st.pop("utilisation"), 12) for n, st in rep["stages"].items()}
+    return json.dumps(rep, sort_keys=True), dict(sim.claim_state), sum(1 for r in runs if r), util
+
+
+@pytest.mark.parametrize("plain", [False, True])
+def test_claims_over_iterations_keep_the_fast_forward(plain):
+    """A claim over iterations is read as each iteration starts (*Claims*). One that reads only what
+    a steady run leaves unchanged (the batch's tokens, the residents, the queues, the holders) reads
+    at each of its iterations what it read at its first, and one that reads a pool's used or free is
+    read again at each iteration that grows a hold: the fast-forward stays, and every claim's status
+    and time (a failure, a witness inside a steady run) are those of one iteration at a time. A
+    claim that reads the clock runs the iterations one at a time. On a plain pool (no cache), the
+    growths are the fast-forward's own (_steady_run's crossings)."""
+    src = open(EX).read()
+    if plain:
+        src = src.replace("pool kv on gpu { block bs; evict lru; preempt lifo; }",
+                          "pool kv on gpu { block bs; preempt lifo; }")
+        src = src.replace("cache (prompt + output);", "cache (0);")
+    claims = """
+  claim budget: every iteration of vllm (tokens <= B && prefilled <= tokens);
+  claim slots: every iteration of vllm (residents <= 3 || decoders < 2);
+  claim mem: every iteration of vllm (used(kv) <= 9000);
+  claim mem_free: every iteration of vllm (free(kv) >= 65536 - 12000 || queue(vllm) > 3);
+  claim big: some iteration of vllm (used(kv) >= 10000 && decoders >= 1);
+  claim big_holders: some iteration of vllm (holders(reqs) >= 4 && used(kv) > 6000);
+""" + "".join(f"  claim below{t}: every iteration of vllm (used(kv) < {t} || queue(vllm) > 4);\n"
+              f"  claim above{t}: some iteration of vllm (free(kv) <= 65536 - {t});\n" for t in range(1000, 16000, 500)) + "}"
+    text = src.rstrip().rstrip("}") + claims
+    fast = _claims(text, True)
+    slow = _claims(text, False)
+    assert fast[2] > 1000 and slow[2] == 0
+    assert fast[:2] == slow[:2] and fast[3] == slow[3]
+    st = fast[1]
+    assert st["budget"]["status"] == "held"
+    assert st["mem"]["status"] == "failed" and st["big"]["status"] == "witnessed"
+    # thresholds crossed by steady runs' growths, failed and witnessed at those iterations
+    assert sum(st[f"above{t}"]["status"] == "witnessed" for t in range(1000, 16000, 500)) > 10
+    # a claim on the clock: the iterations one at a time, the same statuses
+    timed = text.rstrip().rstrip("}") + "  claim early: every iteration of vllm (now >= 0);\n}"
+    fast = _claims(timed, True)
+    assert fast[2] == 0 and fast[:2] == _claims(timed, False)[:2]

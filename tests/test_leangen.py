@@ -51,7 +51,7 @@ def test_the_fragment_holds_the_oracle_program_and_the_golden_list_says_which():
     decimal = ["examples/engines/tgi.sq", "examples/single-turn/fastertransformer.sq",
                "examples/single-turn/separate_phases.sq", "examples/single-turn/vllm_single_turn.sq"]
     # the multi-turn workloads whose sessions wait at a delay stage between turns (a tool, a person)
-    stages = ["examples/multi-turn/vllm.sq", "examples/multi-turn/vllm_caps.sq", "examples/multi-turn/vllm_chat.sq"]
+    stages = ["examples/multi-turn/vllm.sq", "examples/multi-turn/vllm_chat.sq"]
     # the engines whose memory preempts by keys or holds its reservations (SGLang's retraction,
     # requeued at the tail; TensorRT-LLM's `reserve held`)
     memory = ["examples/engines/sglang.sq", "examples/engines/tensorrt_llm.sq"]

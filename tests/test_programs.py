@@ -185,7 +185,7 @@ CONTENT = (("request (prompt, output) {", "request (prompt, output, stream, pare
            ("preempt lifo; }", "preempt lifo; cache content; }"))
 
 
-@pytest.mark.parametrize("rel", ["multi-turn/vllm_chat.sq", "multi-turn/vllm_caps.sq", "single-turn/vllm_single_turn.sq",
+@pytest.mark.parametrize("rel", ["multi-turn/vllm_chat.sq", "single-turn/vllm_single_turn.sq",
                                  "subagent/vllm_subagents.sq"])
 def test_the_vllm_workloads_run_vllm_sq_s_engine(rel):
     """`use` cannot share an engine (docs/vllm.md): the copies are vllm.sq's, letter for letter (the

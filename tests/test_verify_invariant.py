@@ -231,11 +231,15 @@ def test_the_cli_prints_the_invariant(tmp_path, capsys):
     assert "invariant: used(reqs) <= 2 && holders(reqs) <= used(reqs)" in text
 
 
-def test_the_vllm_caps_example(tmp_path):
-    """examples/multi-turn/vllm_caps.sq: vLLM's engine under multi-turn agents (growing KV, lifo
+def test_the_vllm_example(tmp_path):
+    """examples/multi-turn/vllm.sq: vLLM's engine under multi-turn agents (growing KV, lifo
     preemption, the prefix cache, a chunk threshold, `budget_left` units): its caps proved by
-    induction, its false claim refuted with a workload the simulator replays failing."""
-    prog = api.load(os.path.join(ROOT, "examples", "multi-turn", "vllm_caps.sq"))
+    induction; a false claim beside them (a lone agent's first prompt, its system prompt of 200
+    tokens or more, is prefilled in one step) refuted with a workload the simulator replays failing."""
+    text = open(os.path.join(ROOT, "examples", "multi-turn", "vllm.sq")).read().rstrip()
+    assert text.endswith("}")
+    prog = api.load_text(text[:-1] + "  claim small_steps: every iteration of vllm (tokens <= 200);\n}\n",
+                         os.path.join(ROOT, "examples", "multi-turn", "vllm_small_steps.sq"))
     res = verify(prog, timeout=60)
     for name in ("within_budget", "within_slots", "within_memory"):
         v = res.claims[name]

@@ -505,8 +505,13 @@ class Iterations:
         n = len(batch)
         v = eng.vars
         if n == 0 or v["Admitted"] or n != len(eng.reqs) or v["Preempted"] or spec["body_default"] is False \
-                or eng.granule or self.ready or self.claims_iter.get(id(eng)):
+                or eng.granule or self.ready:
             return end
+        watch = None  # the undecided claims over this engine's iterations that read a pool's use
+        if self.claims_iter.get(id(eng)):
+            watch = self._steady_claims(eng)
+            if watch is False:
+                return end
         for p in eng.admitted:
             if p.queue:
                 return end
@@ -564,9 +569,9 @@ class Iterations:
         if run is None or self.cur_engine is not eng:  # the source reads the engine it was given as cur_engine
             run = stored
         try:
-            out = self._steady_run(eng, run, list(crossings), k, n, end, nxt, tail)
+            out = self._steady_run(eng, run, list(crossings), k, n, end, nxt, tail, watch)
         except _Miss:  # a value the source cannot read: the iterations again, as compiled
-            out = self._steady_run(eng, stored, crossings, k, n, end, nxt, tail)
+            out = self._steady_run(eng, stored, crossings, k, n, end, nxt, tail, watch)
         extra, end1, grows, tail_start = out
         if extra:
             if first:  # recorded as this iteration ends (_iteration_end)
@@ -579,11 +584,53 @@ class Iterations:
             eng.served_total += extra * n
         return end
 
-    def _steady_run(self, eng, run, crossings, k, n, end, nxt, tail=False):
+    def _steady_claims(self, eng):
+        """The engine's undecided claims over iterations as a steady run reads them (*Claims*: read
+        as each iteration starts): False where one reads a value the run changes (the clock,
+        `served`, the KV positions, `work`, a register), so the iterations are run one at a time;
+        else those that read a pool's used or free, which change at the run's growths only (read
+        again there, _steady_run); the rest read at every one of its iterations what they read at
+        its first (the batch, the residents, the queues, the holders, `arrived`, `demand`)."""
+        watch = []
+        for cl, f in self.claims_iter[id(eng)]:
+            if self.claim_state[cl.name]["status"] != "not_evaluated":
+                continue
+            kind = self._steady_kind.get(cl.name)
+            if kind is None:
+                kind = self._steady_kind[cl.name] = _steady_reads(cl.e)
+            if kind is False:
+                return False
+            if kind == "used":
+                watch.append((cl, f))
+        return watch
+
+    def _steady_watch(self, watch, used, t):
+        """The watched claims read at the steady iteration that starts at t, each growing pool's use
+        as its growths then leave it."""
+        saved = [(p, p.used) for p in used]
+        try:
+            for p, u in used.items():
+                p.used = u
+            c = self.machine
+            for cl, f in watch:
+                st = self.claim_state[cl.name]
+                if st["status"] != "not_evaluated":
+                    continue
+                ok = f(c) != 0
+                if cl.form == "every" and not ok:
+                    st.update(status="failed", at=t)
+                elif cl.form == "some" and ok:
+                    st.update(status="witnessed", at=t)
+        finally:
+            for p, u in saved:
+                p.used = u
+
+    def _steady_run(self, eng, run, crossings, k, n, end, nxt, tail=False, watch=None):
         """_steady's iterations from the one after this one: (how many, their end, the growths
         they make at their starts, the start of the k-th when it is run and it is a tail, an event
         of its own one at a time); the batch's values in the engine's dicts as the last cost read
-        them. It changes nothing else."""
+        them; the watched claims (_steady_claims) read at each iteration that grows a hold. It
+        changes nothing else."""
         b, v = eng.batch, eng.vars
         c = self.machine
         used = {}        # each growing pool's used as the growths so far leave it
@@ -628,9 +675,12 @@ class Iterations:
                 elif bound == k:
                     bound = k - 1
             lim = bound - extra
+            t_i = end
             cnt, end, bk, vk, at, stopped = run(c, eng, bk, vk, at, fn, end, nxt, int(lim) if lim < INF else BIG)
             if cnt == 0 and mark is not None:
                 del grows[mark:]  # iteration i is not run here: it grows as an iteration of its own
+            elif mark is not None and watch:
+                self._steady_watch(watch, used, t_i)  # iteration i, its growths made
             if cnt and start is not None:
                 tail_start = start
             extra += cnt
@@ -1103,6 +1153,31 @@ class _SteadySource(_Source):
                 ge, gt = (">=", ">") if e.name == "max" else ("<=", "<")
                 return f"({t} if ({t} := {a}) {ge} ({u} := {b}) else ({u} if {u} {gt} {t} else NAN))"
         return super().src(e, depth)
+
+
+_STEADY_STEP = frozenset(("Nres", "Ndec", "Kvp", "Preempted", "Admitted", "Ntok", "Npre", "Queued"))
+
+
+def _steady_reads(e):
+    """How a claim reads the iterations of a steady run (_steady_claims): "used" where it reads a
+    pool's used or free, which its growths change; True where it reads nothing they change; False
+    otherwise."""
+    kind = True
+    for x in _nodes(e):
+        k = x.k
+        if k in ("num", "inf", "bin", "un", "if", "fn"):
+            continue
+        if k == "step" and x.name in _STEADY_STEP:
+            continue
+        if k == "ctx" and x.name in ("arrived", "demand"):
+            continue
+        if k == "obs" and x.fn in ("holders", "queued", "queue", "busy"):
+            continue
+        if k == "obs" and x.fn in ("used", "free"):
+            kind = "used"
+            continue
+        return False
+    return kind
 
 
 def _pool_plain(pool) -> bool:

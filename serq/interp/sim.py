@@ -171,6 +171,7 @@ class Sim(Iterations):
         self.claim_state = {c.name: {"status": "not_evaluated", "at": None, "session": None} for c in prog.claims}
         self._compile_engines()
         self.claims_iter = {}  # engine member -> [(claim, closure)]
+        self._steady_kind = {}  # claim name -> how a steady run reads it (engine.py, _steady_reads)
         for c in prog.claims:
             if c.form in ("every", "some"):
                 idx = int(const_value(c.stage.index)) if c.stage.index is not None else 0
