@@ -42,6 +42,7 @@ class Verdict:
     every_sessions: bool = False    # proved for every number of sessions (by induction)
     invariant: Optional[list] = None  # the lemmas that closed a proof by induction
     unended: Optional[tuple] = None  # a claim at end's: (a workload whose path does not end, why)
+    unrolled: Optional[int] = None   # by "unrolled": the iterations each workload's path was cut at
 
 
 @dataclass
@@ -95,6 +96,7 @@ class _Claim:
     not_every_state: Optional[str] = None
     not_induction: Optional[str] = None  # why the kernel's invariants do not prove it
     unreplayed: Optional[dict] = None   # a deciding workload whose replay ran out of the timeout
+    unroll_short: Optional[int] = None  # the first depth unrolled at which its readings were not all read
 
     @property
     def open(self) -> bool:
@@ -117,7 +119,9 @@ class _Search:
         self.finished: dict = {}    # n -> whether its paths cover every input (n is done)
         self.skipped: dict = {}     # n -> the kernel's branches z3 could not decide at its last level
         self.phase_out = False      # the running phase's own share of the time ran out
-        self.finding = "search"     # how a deciding workload is being found: "sample" or "search"
+        self.finding = "search"     # how a deciding workload is being found: "sample", "unrolled" or "search"
+        self.depth: Optional[int] = None   # the depth being unrolled
+        self.unrolled_to = 0        # every prefix of this many iterations of every workload was read
 
     def open(self) -> list:
         return [cs for cs in self.cs if cs.open]
@@ -161,6 +165,8 @@ class _Search:
             raise Disagreement(v.name, f"{status} at {o.at}", why, wl)
         v.verdict, v.iteration, v.at, v.sessions, v.workload = verdict, o.iteration, o.at, fam.n, wl
         v.by = self.finding
+        if v.by == "unrolled":
+            v.unrolled = self.depth
         v.seconds = self.budget.timeout - left()
 
     # ------------------------------------------------------------ induction
@@ -218,6 +224,89 @@ class _Search:
                     if o is not None and o.status in ("failed", "witnessed") and self.budget.left(cs.v.name) > 0:
                         with self.budget.charge(cs.v.name):
                             self.decide(cs, "counterexample" if o.status == "failed" else "witnessed", fam, path, o)
+
+    # ------------------------------------------------------------ unrolled
+
+    def unroll(self):
+        """Counterexamples and witnesses of claims over iterations by unrolling: every path's first
+        d iterations, for d = 1, 2, 4, ..., at the whole bound (values 0..M, every number of sessions).
+        A run stops as its d-th iteration starts, so the branches the kernel takes after it do not
+        multiply the paths: the search runs every prefix of d iterations once, each covering every
+        workload that shares it, and a claim's failing (or witnessing) iteration among them is named
+        as any other, on its workload's whole path, replayed first (docs/verify.md, *Unrolled*). The
+        cost grows with the prefixes, not with the workloads: a lone session's prompt of 16 tokens is
+        as near as three sessions of 1. It proves nothing; the depth every workload was read to is
+        said of a claim left unknown."""
+        if not any(cs.c.form != "end" for cs in self.open()):
+            return
+        self.finding = "unrolled"
+        limit = self.budget.kernel() + self.timeout * UNROLL_SHARE
+        left = self.kernel_left(limit)
+        d = 1
+        try:
+            while d <= UNROLL_MAX and any(cs.c.form != "end" for cs in self.open()):
+                self.depth = d
+                deeper = False
+                for n in range(1, self.sessions + 1):
+                    fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace, depth=d)
+                    reached: list = []
+
+                    short: list = []
+
+                    def visit(path: S.Path, reached=reached, short=short) -> bool:
+                        if path.cut:
+                            reached.append(True)
+                        elif path.error is not None or not path.done:
+                            short.append(True)  # an error or the fuel: its iterations were not all read
+                        return False
+                    try:
+                        count, _, _, _, undecided = S.explore(fam, left, visit, self.within_prefix(fam))
+                    except S.Deadline as e:
+                        self.res.paths += e.args[0] if e.args else 0
+                        return
+                    self.res.paths += count
+                    if not any(cs.c.form != "end" for cs in self.open()):
+                        return
+                    deeper = deeper or bool(reached)
+                    if undecided or short:   # prefixes not run, or not read to their end
+                        return
+                self.unrolled_to = d
+                if not deeper:    # every path ended before its d-th iteration: deeper reads no more
+                    return
+                d *= 2
+        finally:
+            self.finding, self.depth = "search", None
+
+    def within_prefix(self, fam: S.Family):
+        """On each prefix: every open claim over iterations' readings; one that fails (or is
+        witnessed) there is decided on the whole path of the same inputs."""
+        def within(path: S.Path, under) -> bool:
+            for cs in self.open():
+                if cs.c.form == "end" or path.error is not None or self.budget.left(cs.v.name) <= 0:
+                    continue
+                name = cs.v.name
+
+                def see(r: S.Path, cs=cs, name=name) -> bool:
+                    o = r.outcomes.get(name)
+                    if o is not None and o.status in ("failed", "witnessed"):
+                        whole = replace(fam, depth=None)
+                        inp = S.Inputs({n: concrete(x) for n, x in r.inputs.used.items()})
+                        full = S.run_path(whole, inp, lambda: self.budget.left(name), (name,))
+                        o2 = full.outcomes.get(name)
+                        # the prefix is the whole path's beginning: the same reading at the same iteration
+                        if o2 is not None and (o2.status, o2.iteration) == (o.status, o.iteration):
+                            self.decide(cs, "counterexample" if o.status == "failed" else "witnessed", whole, full, o2)
+                    return cs.v.verdict is not None
+
+                with self.budget.charge(name):
+                    try:
+                        _, _, undecided = S.explore_claim(fam, path, name, lambda: self.budget.left(name), see, under)
+                    except S.Deadline:
+                        undecided = 1
+                if (undecided or name in path.errors) and cs.unroll_short is None:
+                    cs.unroll_short = fam.depth   # its readings at this depth are not all known
+            return not any(cs.c.form != "end" for cs in self.open())
+        return within
 
     # ------------------------------------------------------------ every state
 
@@ -354,6 +443,7 @@ class _Search:
         out = self.level(levels[0], every, limit=self.timeout * PROBE_SHARE)
         if out or not self.all_covered():
             self.every_state()
+            self.unroll()
             # a first look that ran out of its share looks again with the whole timeout, trouble or
             # not: the workloads it did not reach may decide a claim, and a machine's speed must not
             if not out:
@@ -394,8 +484,14 @@ class _Search:
                                  if undecided else None)
                 if cs.ran_out is None and not self.trouble and not cs.trouble and not undecided:
                     cs.ran_out = (f"the timeout ({self.timeout:g} s) ran out after {self.res.paths} path(s)")
+                unrolled = None
+                k = self.unrolled_to if cs.unroll_short is None else min(self.unrolled_to, cs.unroll_short // 2)
+                if k and v.form != "end":
+                    unrolled = (f"unrolled to {k}: no iteration among the first {k} of any workload of the bound "
+                                + ("fails it" if v.form == "every" else "witnesses it"))
                 v.reason = "; and ".join(x for x in (cs.ran_out, self.trouble[0] if self.trouble else cs.trouble,
-                                                      why_undecided, cs.not_induction, cs.not_every_state) if x)
+                                                      why_undecided, unrolled, cs.not_induction,
+                                                      cs.not_every_state) if x)
             else:
                 v.verdict = "no_witness" if v.form == "some" else "proved"
                 v.by, v.every_value = "every path", covered
@@ -430,6 +526,8 @@ SAMPLES = 32        # workloads of each number of sessions drawn at random
 SAMPLE_SEED = 28    # their seed: the same workloads for the same program
 SAMPLE_SHARE = 0.05  # of the timeout, the most they may take
 PROBE_SHARE = 0.1   # of the timeout, the most the first look at values 0..1 may take
+UNROLL_SHARE = 0.2  # of the timeout, the most unrolling may take
+UNROLL_MAX = 1024   # the deepest prefix unrolled (iterations)
 INDUCT_SHARE = 0.7  # of the timeout, the most the proof over every state may take (at 0.5, bari_tiling.sq's
                     # `tiled` ran out of its 30 CPU s on a slow day: a machine's speed changed its verdict)
 

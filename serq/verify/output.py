@@ -145,6 +145,8 @@ def as_json(res: Result, replay: dict) -> dict:
             c["by"] = v.by
         if v.invariant is not None:
             c["invariant"] = v.invariant
+        if v.unrolled is not None:
+            c["unrolled"] = v.unrolled
         if v.reason is not None:
             c["reason"] = v.reason
         if v.form == "end":  # whether every path in the bound ended (null), else the first that did not
@@ -166,7 +168,9 @@ def as_text(res: Result, file: str, replay: dict) -> str:
         elif v.at is not None:
             line += f" at the end (time {v.at})"
         if v.workload is not None:
-            line += ", on a sampled workload" if v.by == "sample" else ", found by the search"
+            line += (", on a sampled workload" if v.by == "sample" else
+                     f", found unrolling the first {v.unrolled} iteration(s) of every workload" if v.by == "unrolled"
+                     else ", found by the search")
         if v.by == "induction":
             line += " by induction, for every number of sessions, every value and arrival time"
         elif v.by == "every state":

@@ -153,6 +153,7 @@ class Family:
     values: int
     gap: int
     trace: Optional[list] = None
+    depth: Optional[int] = None   # unrolled: each run stops as its depth-th iteration starts
 
 
 def number(v):
@@ -195,6 +196,12 @@ class Path:
     error: Optional[str]      # a run error's code and message
     done: bool
     errors: dict = field(default_factory=dict)   # claim name -> the error reading that claim alone
+    cut: bool = False         # stopped at the family's depth: a prefix, every branch of it flipped
+
+    @property
+    def whole(self) -> bool:
+        """Every branch of its condition is flipped: it ended, or it is a prefix of the depth."""
+        return self.done or self.cut
 
 
 def run_path(f: Family, inp: Inputs, left, claims=None) -> Path:
@@ -202,15 +209,19 @@ def run_path(f: Family, inp: Inputs, left, claims=None) -> Path:
     a trace of its own: a claim's branches are its own, never the path's, so the paths are the same
     whatever claims are read on them (docs/verify.md, *Each claim on its own*)."""
     wl = workload(f, inp)
+    cut = False
     with Trace() as tr:
         try:
-            run = X.Run(X.initial(f.prog, wl), False)
-            for _ in range(FUEL // CHUNK):  # the kernel's run, in slices: the timeout is kept mid-path
-                run = X.run_from(f.prog, None, CHUNK, run.machine)
-                if run.done:
-                    break
-                if left() <= 0:
-                    raise Deadline()
+            if f.depth is not None:
+                run, cut = _prefix(f, X.initial(f.prog, wl), left)
+            else:
+                run = X.Run(X.initial(f.prog, wl), False)
+                for _ in range(FUEL // CHUNK):  # the kernel's run, in slices: the timeout is kept mid-path
+                    run = X.run_from(f.prog, None, CHUNK, run.machine)
+                    if run.done:
+                        break
+                    if left() <= 0:
+                        raise Deadline()
             err, done = None, run.done
         except X.KernelError as e:
             err, done = str(e), True
@@ -225,7 +236,21 @@ def run_path(f: Family, inp: Inputs, left, claims=None) -> Path:
                 except X.KernelError as e:
                     errs[c.name] = str(e)
             cf[c.name] = ct.facts
-    return Path(tr.facts, inp, out, cf, err, done, errs)
+    return Path(tr.facts, inp, out, cf, err, done, errs, cut)
+
+
+def _prefix(f: Family, m: X.Machine, left) -> tuple:
+    """The kernel's moves until the run ends or its f.depth-th iteration starts (its claims read on
+    the machine then), within the fuel: (the run, whether it stopped at the depth)."""
+    for k in range(FUEL):
+        m, over = X.step(f.prog, m)
+        if over:
+            return X.Run(m, True), False
+        if len(m.path) >= f.depth:
+            return X.Run(m, False), True
+        if k % CHUNK == CHUNK - 1 and left() <= 0:
+            raise Deadline()
+    return X.Run(m, False), False
 
 
 class Deadline(Exception):
@@ -241,7 +266,7 @@ def explore(f: Family, left, visit, within=None) -> tuple:
         p = run_path(f, inp, left)
         # a path past the fuel already leaves the undecided claims unknown: its far branches are
         # not flipped (the search goes on for counterexamples and witnesses elsewhere)
-        return p.facts, p, None if p.done else LONG_FLIPS
+        return p.facts, p, None if p.whole else LONG_FLIPS
 
     conds: list = []
     names: dict = {}
@@ -261,7 +286,7 @@ def explore_claim(f: Family, path: Path, name: str, left, visit, under) -> tuple
     session's `given`). visit(reading) is called on the path itself first, then on each other
     reading (a run on other inputs of the same path); True stops. `under`: the solver holding the
     path's condition (explore_with's). (readings, stopped, undecided)."""
-    limit = None if path.done else LONG_FLIPS  # past the fuel: no proof, the near branches flipped
+    limit = None if path.whole else LONG_FLIPS  # past the fuel: no proof, the near branches flipped
 
     def run(inp):
         q_ = run_path(f, inp, left, (name,))

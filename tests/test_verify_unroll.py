@@ -1,0 +1,108 @@
+"""Counterexamples and witnesses by unrolling (serq/verify/__init__.py, `unroll`; docs/verify.md,
+*Unrolled*): every path's first d iterations at the whole bound, each prefix run once."""
+from __future__ import annotations
+
+import os
+import random
+import re
+
+from serq import api, ref
+from serq.verify import _Search, verify
+from serq.verify import search as S
+from test_verify import expected
+from test_verify_invariant import V1
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VLLM = os.path.join(ROOT, "examples", "multi-turn", "vllm.sq")
+
+
+def _vllm(claims: str):
+    text = open(VLLM).read().rstrip()
+    return api.load_text(text[:-1] + claims + "}\n", os.path.join(ROOT, "examples", "multi-turn", "vllm_u.sq"))
+
+
+def test_a_prefix_is_the_beginning_of_its_whole_path():
+    """A run of depth d stops as its d-th iteration starts: its iterations, its path condition and
+    its claims' readings are those of the whole path on the same inputs, up to there."""
+    prog = ref.convert(api.load_text(V1.replace("CLAIMS", """
+  claim small: every iteration of vllm (tokens <= 5);
+  claim pair: some iteration of vllm (residents == 2);"""), "v1.sq"))
+    rng = random.Random(4)
+    cut = 0
+    for _ in range(40):
+        n = rng.randint(1, 3)
+        model = {f"d{k}_{i}": rng.randint(0, 8) for k in range(n) for i in range(2)}
+        model.update({f"a{k}": rng.randint(0, 3) * (k + 1) for k in range(n)})
+        fam = S.Family(prog, n, 8, 8)
+        whole = S.run_path(fam, S.Inputs(dict(model)), lambda: 1e9)
+        assert whole.done
+        for d in (1, 2, 3, 5, 8):
+            part = S.run_path(S.Family(prog, n, 8, 8, depth=d), S.Inputs(dict(model)), lambda: 1e9)
+            assert part.whole and part.done != part.cut
+            cut += part.cut
+            assert [str(f) for f in part.facts] == [str(f) for f in whole.facts[:len(part.facts)]]
+            for name, o in part.outcomes.items():
+                w = whole.outcomes[name]
+                if o.status in ("failed", "witnessed"):
+                    assert (o.status, o.iteration, o.at) == (w.status, w.iteration, w.at) and o.iteration < d
+                elif part.cut:
+                    assert w.iteration is None or w.iteration >= d
+    assert cut > 50
+
+
+def test_unrolling_decides_as_enumeration_does():
+    """On a tiny bound, unrolling alone (every depth until no path is left) names a counterexample or
+    a witness exactly for the claims enumeration refutes or witnesses, each on a workload the plain
+    kernel reads so, and leaves the others open, said unrolled to the depth every path ended by."""
+    prog = api.load_text(V1.replace("arrive poisson(1)", "arrive batch(2)").replace("CLAIMS", """
+  claim budget: every iteration of vllm (tokens <= 8);
+  claim tight: every iteration of vllm (used(kv) <= 8);
+  claim pair: some iteration of vllm (residents == 2);
+  claim seven: every iteration of vllm (tokens <= 7);
+  claim never: some iteration of vllm (queue(vllm) > 2);
+  claim late: some iteration of vllm (kv_decode >= 9);"""), "enum.sq")
+    p = ref.convert(prog)
+    want = expected(p, 2, 3, 2)
+    s = _Search(prog, p, None, 2, 3, 600)
+    s.unroll()
+    got = {cs.c.name: cs.v.verdict for cs in s.cs}
+    assert {k for k, v in got.items() if v} == {k for k, v in want.items() if v in ("counterexample", "witnessed")}
+    for cs in s.cs:
+        v = cs.v
+        if v.verdict is None:
+            continue
+        assert v.verdict == want[v.name] and v.by == "unrolled" and v.unrolled >= 1
+        sess = v.workload["sessions"]
+        wl = ref.workload(p, len(sess), arrivals=[x["arrival"] for x in sess], draws=[x["draws"] for x in sess])
+        o = ref.evaluate(p, wl).claims[v.name]
+        assert o.status == {"counterexample": "failed", "witnessed": "witnessed"}[v.verdict]
+        assert o.iteration == v.iteration < v.unrolled
+    assert s.unrolled_to >= 8   # every path ended by then: deeper reads no more
+
+
+def test_a_large_lone_session_is_as_near_as_small_ones():
+    """The issue's case: a claim a lone agent's first prompt fails at one value only (a system prompt
+    of 213 and a tool result of 16 tokens: 229, prefilled at once), on vLLM's engine under multi-turn
+    agents, where each session's turns and tool times make the whole paths of even values 0..1 more
+    than the search runs in the timeout. Unrolled, the first iteration of every workload is one
+    prefix: it is found at depth 1, at the whole bound, and the simulator replays it failing."""
+    prog = _vllm("  claim needle: every iteration of vllm (tokens != 229);\n")
+    res = verify(prog, timeout=20)
+    v = res.claims["needle"]
+    assert (v.verdict, v.by, v.unrolled, v.iteration, v.sessions) == ("counterexample", "unrolled", 1, 0, 1)
+    d = v.workload["sessions"][0]["draws"]
+    assert 200 + d[0] + d[1] == 229
+    assert api.run(prog, None, None, v.workload)["claims"]["needle"]["status"] == "failed"
+
+
+def test_an_unknown_claim_says_how_deep_every_workload_was_read():
+    """A claim over iterations true within the bound that the kernel's invariants do not imply, on a
+    program whose paths the timeout does not cover: unknown, saying to which depth every workload of
+    the bound was unrolled without a failing iteration."""
+    prog = _vllm("  claim some_room: every iteration of vllm (tokens <= 1000);\n")
+    res = verify(prog, timeout=10)
+    v = res.claims["some_room"]
+    assert v.verdict == "unknown"
+    m = re.search(r"unrolled to (\d+): no iteration among the first \1 of any workload of the bound fails it",
+                  v.reason)
+    assert m and int(m.group(1)) >= 1, v.reason
