@@ -14,7 +14,7 @@ from serq.lang.lower.program import lower
 from serq.lang.parse import parse_file, parse_text, read_source
 from serq.link.program import link_kernel
 
-__all__ = ["load", "load_text", "load_ir", "parse_instance", "run", "claims_lean", "SerqError", "UsageError"]
+__all__ = ["load", "load_text", "load_ir", "inputs", "parse_instance", "run", "claims_lean", "SerqError", "UsageError"]
 
 
 def run(program: I.Program, settings: I.Settings | None = None, progress=None, workload: dict | None = None,
@@ -100,16 +100,26 @@ def load_text(text: str, file: str = "<input>", inputs=None, settings=None) -> I
     return _deep(file, lambda: _finish(lambda: parse_text(text, file), inputs, settings))
 
 
-def _finish(parse, inputs, settings):
+def inputs(path: str) -> dict[str, float]:
+    """A program's inputs (`args.number`) and their defaults, in the order the program declares them.
+    The program is linked as `serq check` links it, so a program error is its diagnostic."""
+    if path.endswith(".json"):
+        raise UsageError(f"{path} is an IR, its inputs resolved already (settings.inputs): "
+                         "the program declares them")
+    return _deep(path, lambda: _finish(lambda: parse_file(path), None, None, declared=True))
+
+
+def _finish(parse, inputs, settings, declared=False):
     """Parse, lower and link with the cyclic collector paused: the trees these build are long-lived
     and almost free of cycles, and each full collection would walk all of them again, so a long
     program's check grew faster than its length (bench/link.py). The few cycles left are
-    collected when the collector resumes."""
+    collected when the collector resumes. `declared`: the inputs and their values, not the IR."""
     paused = gc.isenabled()
     gc.disable()
     try:
         k = lower(parse(), inputs or {})
-        return link_kernel(k, settings or I.Settings())
+        prog = link_kernel(k, settings or I.Settings())
+        return dict(k.inputs) if declared else prog
     finally:
         if paused:
             gc.enable()

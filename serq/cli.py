@@ -57,12 +57,41 @@ try:
     from serq import api
     from serq.diagnostics import SerqError
     from serq.ir import model as I
-    from serq.lang.lower.constants import whole
+    from serq.lang.lower.constants import fmt, whole
     from serq.lang.lower.inputs import UsageError
 finally:
     gc.freeze()
     if _collecting:
         gc.enable()
+
+
+def version() -> str:
+    """serQ's version: the installed package's, else pyproject.toml's beside this source (a checkout
+    run without installing), else "unknown"."""
+    from importlib.metadata import PackageNotFoundError, version as installed
+    try:
+        return installed("serq")
+    except PackageNotFoundError:
+        pass
+    import tomllib
+    try:
+        with open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml"),
+                  "rb") as fh:
+            return str(tomllib.load(fh)["project"]["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "unknown"
+
+
+class _VersionAsked(Exception):
+    """`serq --version`: answered by main, whatever else is on the line."""
+
+
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise _VersionAsked
 
 
 class _Parser(argparse.ArgumentParser):
@@ -114,7 +143,8 @@ def _binding(text: str) -> tuple[str, float]:
 # module adds its command's options and runs it; it is imported when its command runs only, so
 # that the others (`serq check`, README *Speed*) do not pay for importing it
 EXPERIMENTS = {
-    "sweep": ("run the program over a grid of inputs times K seeds; tables of the runs", True),
+    "sweep": ("run the program over a grid of inputs times K seeds, or search one input for the largest "
+              "value that meets objectives (--find); tables of the runs", True),
     "plot": ("a report, a --dump directory or a sweep as a PNG or SVG figure", False),
     "calibrate": ("fit the inputs an engine's execute reads to measured iteration times", True),
 }
@@ -127,8 +157,10 @@ def _command(argv: list[str]) -> str | None:
 
 def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
     p = _Parser(prog="serq", description="serQ: a serving deployment as a program")
+    p.add_argument("--version", action=_Version, help="print serQ's version and exit")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
+    program = "the program (.sq), or the IR `serq ir` wrote (.json)"
 
     def inputs(sp):
         sp.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="supply an input")
@@ -137,12 +169,18 @@ def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
         # positional list right after FILE and refuse the `--` that follows options
         sp.usage = sp.format_usage().removeprefix("usage: ").rstrip() + " [-- NAME=VALUE ...]"
 
+    def settings(sp):  # the execution settings (cli.md, *Execution settings*), in the IR's settings
+        sp.add_argument("--horizon", metavar="T", help="the simulated time the run ends at (a positive time; "
+                        "an open workload needs it or --arrivals)")
+        sp.add_argument("--warmup", metavar="W",
+                        help="the simulated time before which nothing is measured (default 0; before --horizon)")
+        sp.add_argument("--seed", metavar="S", help="the random seed, a nonnegative integer (default 1)")
+        sp.add_argument("--arrivals", metavar="N",
+                        help="run exactly N open-workload arrivals and drain their sessions (a positive integer)")
+
     r = sub.add_parser("run", help="simulate the program and print the report")
-    r.add_argument("file")
-    r.add_argument("--horizon")
-    r.add_argument("--warmup")
-    r.add_argument("--seed")
-    r.add_argument("--arrivals")
+    r.add_argument("file", help=program)
+    settings(r)
     r.add_argument("--json", action="store_true", help="the report as one JSON object")
     r.add_argument("--dump", metavar="DIR", help="write the samples and series behind the report (serq plot DIR)")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -150,17 +188,21 @@ def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
                    "(one `serq verify` wrote)")
     inputs(r)
     t = sub.add_parser("target", help="the engine's settings as a vLLM configuration (JSON)")
-    t.add_argument("file")
+    t.add_argument("file", help=program)
     inputs(t)
     c = sub.add_parser("check", help="parse and link only; exit 1 with diagnostics")
-    c.add_argument("file")
+    c.add_argument("file", help=program)
     inputs(c)
+    n = sub.add_parser("inputs", help="the program's inputs (args.number) and their defaults")
+    n.add_argument("file", help="the program (.sq)")
+    n.add_argument("--json", action="store_true",
+                   help='the inputs as one JSON object, {"inputs": {NAME: DEFAULT}}: an instance file')
     cl = sub.add_parser("claims", help="the program's IR and claims as Lean (the Lean fragment)")
-    cl.add_argument("file")
+    cl.add_argument("file", help=program)
     cl.add_argument("-o", "--output", metavar="OUT.lean", help="write the Lean file here (default: stdout)")
     inputs(cl)
     v = sub.add_parser("verify", help="each claim over every workload within a bound (z3)")
-    v.add_argument("file")
+    v.add_argument("file", help=program)
     v.add_argument("--sessions", default="3", metavar="N", help="at most N sessions (default 3)")
     v.add_argument("--values", default="16", metavar="M", help="drawn values 0..M (default 16)")
     v.add_argument("--timeout", default="60", metavar="S", help="give a claim up after S seconds of CPU time (default 60, each claim its own)")
@@ -168,19 +210,16 @@ def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
     v.add_argument("--out", metavar="DIR", help="write the workloads here (default: beside the program)")
     inputs(v)
     d = sub.add_parser("draw", help="the deployment and a session's path as an SVG picture")
-    d.add_argument("file")
+    d.add_argument("file", help=program)
     d.add_argument("-o", "--output", metavar="OUT.svg",
                    help="write the SVG here, '-' for stdout (default: FILE's name with .svg, beside it)")
     inputs(d)
     ir = sub.add_parser("ir", help="print the resolved kernel IR as JSON")
-    ir.add_argument("file", nargs="?")
-    ir.add_argument("--seed")
-    ir.add_argument("--horizon")
-    ir.add_argument("--warmup")
-    ir.add_argument("--arrivals")
+    ir.add_argument("file", nargs="?", help=program + " (none with --schema)")
+    settings(ir)
     ir.add_argument("--schema", action="store_true", help="print the IR's JSON Schema instead")
     inputs(ir)
-    p.commands = {"run": r, "target": t, "check": c, "ir": ir, "verify": v, "claims": cl, "draw": d}
+    p.commands = {"run": r, "target": t, "check": c, "inputs": n, "ir": ir, "verify": v, "claims": cl, "draw": d}
     for name, (text, takes_inputs) in EXPERIMENTS.items():
         sp = sub.add_parser(name, help=text)
         if name == cmd:  # its options come from its module, imported for its own command only
@@ -338,6 +377,23 @@ def _claims(args, prog) -> int:
     return 0
 
 
+def _inputs(args) -> int:
+    """`serq inputs FILE`: each input the program declares and its default, in the program's order."""
+    found = api.inputs(args.file)
+    if args.json:
+        def plain(v):  # a whole number as an integer; one not finite as `serq ir` writes it (strict JSON has none)
+            if not math.isfinite(v):
+                return "Infinity" if v > 0 else "-Infinity"
+            return int(v) if whole(v, -2 ** 53, 2 ** 53) else v
+        _out(json.dumps({"inputs": {k: plain(v) for k, v in found.items()}}, indent=1))
+    elif found:
+        width = max(map(len, found))
+        _out("\n".join(f"{k.ljust(width)}  {fmt(v)}" for k, v in found.items()))
+    else:
+        _say(f"{args.file}: the program declares no input")
+    return 0
+
+
 def draw_path(file: str, output: str | None) -> str | None:
     """Where `serq draw` writes: -o, '-' (None) for stdout, else FILE's stem and .svg beside it."""
     if output == "-":
@@ -482,7 +538,11 @@ def _main(argv: list[str]) -> int:
     head, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     try:
         p = _parser(_command(head))
-        args, extra = p.parse_known_args(head)
+        try:
+            args, extra = p.parse_known_args(head)
+        except _VersionAsked:
+            _out(f"serq {version()}")
+            return 0
         if extra:
             stray = any("=" in x and not x.startswith("-") for x in extra)
             hint = "; inputs go after --: -- NAME=VALUE" if stray else ""
@@ -500,6 +560,8 @@ def _main(argv: list[str]) -> int:
             _bound(args)
         if args.cmd in EXPERIMENTS:
             return importlib.import_module(f"serq.exp.{args.cmd}").command(args)
+        if args.cmd == "inputs":
+            return _inputs(args)
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "run":
             return _run(args, prog, settings)

@@ -24,7 +24,7 @@ EXPERIMENTS = "pip install 'serq[experiments]'"
 
 
 def arguments(sp) -> None:
-    sp.add_argument("file")
+    sp.add_argument("file", help="the program (.sq)")
     sp.add_argument("--measured", required=True, metavar="ITERATIONS.csv",
                     help="one row per iteration: the batch's values and its measured `time`")
     sp.add_argument("--fit", action="append", default=[], metavar="NAME",

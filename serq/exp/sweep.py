@@ -36,20 +36,33 @@ _EXTRA = "pip install 'serq[experiments]'"
 
 
 def arguments(sp) -> None:
-    sp.add_argument("file")
+    sp.add_argument("file", help="the program (.sq), or the IR `serq ir` wrote (.json: no --grid, --find or inputs)")
     sp.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                     help="an args.number input and its values (repeatable: the grid is their product)")
     sp.add_argument("--seeds", default=str(DEFAULT_SEEDS), metavar="K",
                     help=f"replications: seeds S..S+K-1 at each point (default {DEFAULT_SEEDS})")
     sp.add_argument("--seed", metavar="S", help="the first seed (default 1)")
-    sp.add_argument("--horizon", metavar="T")
-    sp.add_argument("--warmup", metavar="W")
-    sp.add_argument("--arrivals", metavar="N")
+    sp.add_argument("--horizon", metavar="T",
+                    help="every run's horizon: the simulated time it ends at, as for serq run")
+    sp.add_argument("--warmup", metavar="W",
+                    help="every run's warm-up: the simulated time before which nothing is measured (default 0)")
+    sp.add_argument("--arrivals", metavar="N",
+                    help="every run takes exactly N open-workload arrivals and drains their sessions")
     sp.add_argument("--jobs", metavar="N", help="worker processes (default: the number of cores; 1: in this process)")
     sp.add_argument("--cluster", metavar="ADDRESS",
                     help="run the tasks on a Ray cluster (ray.init(address=ADDRESS)); 'local' starts one here")
     sp.add_argument("--out", metavar="DIR", help="the output directory (default: sweep-STEM)")
     sp.add_argument("--quiet", action="store_true", help="no progress")
+    # the largest value of one input that meets service-level objectives (serq/exp/find.py)
+    sp.add_argument("--find", metavar="NAME=LO:HI",
+                    help="search the input NAME between LO and HI, by bisection, for the largest value at which "
+                         "every --slo holds")
+    sp.add_argument("--slo", action="append", default=[], metavar="METRIC<=X",
+                    help="an objective for --find: a summary.csv statistic's mean over the seeds is <= X "
+                         "(or >= X); repeatable, all must hold")
+    sp.add_argument("--tol", metavar="X",
+                    help="--find stops when the interval is X wide, or X%% of HI-LO (default 1%%)")
+    sp.add_argument("--json", action="store_true", help="--find's result as one JSON object")
 
 
 # ------------------------------------------------------------------ the command
@@ -64,32 +77,42 @@ def command(args) -> int:
     seeds = list(range(base.seed, base.seed + k))
     jobs = _count(args.jobs, "--jobs") if args.jobs is not None else (os.cpu_count() or 1)
     grid = _grid(args.grid, fixed)
-    if args.file.endswith(".json") and (grid or fixed):
-        raise UsageError(f"{args.file} is an IR, its inputs resolved already: --grid and inputs need the program")
+    find = None
+    if args.find is not None or args.slo or args.tol is not None or args.json:
+        from serq.exp.find import Find
+        find = Find.from_args(args, grid, fixed)
+    if args.file.endswith(".json") and (grid or fixed or find):
+        what = "--find" if find else "--grid and inputs"
+        raise UsageError(f"{args.file} is an IR, its inputs resolved already: {what} need the program")
     out = _Out(args.out if args.out is not None else f"sweep-{_stem(args.file)}")
     try:
         names = [n for n, _ in grid]
         points = [dict(zip(names, vs)) for vs in itertools.product(*(vs for _, vs in grid))]
         settings = {"horizon": base.horizon, "warmup": base.warmup, "arrivals": base.arrivals}
-        irs = [_link(api, args.file, {**fixed, **pt}, base) for pt in points]
-        t_ppf = _t_quantile()  # scipy missing: refused before anything runs
-        tasks = [(p, s) for p in range(len(points)) for s in seeds]
-        bar = _Bar(len(tasks), args.quiet)
-        try:
-            if args.cluster is not None:
-                results = _on_ray(args.cluster, args.jobs and jobs, irs, tasks, settings, bar)
-            elif jobs == 1:
-                results = _in_process(irs, tasks, settings, bar)
-            else:
-                results = _on_pool(jobs, irs, tasks, settings, bar)
-        finally:
-            bar.close()
+        if find is None:
+            irs = [_link(api, args.file, {**fixed, **pt}, base) for pt in points]
+            t_ppf = _t_quantile()  # scipy missing: refused before anything runs
+            tasks = [(p, s) for p in range(len(points)) for s in seeds]
+            bar = _Bar(len(tasks), args.quiet)
+            runner = Runner(args.cluster, jobs, args.jobs is not None, bar)
+            try:
+                results = runner.run(irs, tasks, settings)
+            finally:
+                runner.close()
+                bar.close()
+        else:  # the points are the search's: those it tried, each with every seed
+            t_ppf = find.run(api, args.file, fixed, base, points, seeds, settings,
+                             lambda bar: Runner(args.cluster, jobs, args.jobs is not None, bar), args.quiet)
+            points, names, tasks, results = find.tables()
         rows, columns = _rows(points, names, tasks, results)
         failed = sum(r["status"] != "ok" for r in rows)
         meta = {"program": args.file, "grid": {n: [_plain(v) for v in vs] for n, vs in grid}, "seeds": seeds,
                 "settings": {k2: _plain(v) for k2, v in settings.items()},
                 "inputs": {n: _plain(v) for n, v in sorted(fixed.items())},
                 "runs": len(rows), "failed": failed, "columns": columns, "serq": _version()}
+        if find is not None:  # the searched input first: `serq plot DIR` draws against it
+            meta["grid"] = {find.name: [_plain(v) for v in sorted({p[find.name] for p in points})], **meta["grid"]}
+            meta["find"] = find.as_json()
         try:
             out.write({"runs.csv": _csv(columns, rows),
                        "runs.jsonl": "".join(json.dumps({c: _json(r.get(c)) for c in columns}, allow_nan=False) + "\n"
@@ -102,7 +125,13 @@ def command(args) -> int:
     finally:
         out.discard()
     _tell_failures(rows, names)
-    _print(f"{len(rows)} runs, {failed} failed: {out.path} ({', '.join(FILES)})")
+    done = f"{len(rows)} runs, {failed} failed: {out.path} ({', '.join(FILES)})"
+    if find is not None:
+        find.show(args.json, seeds, {"runs": len(rows), "failed": failed, "out": out.path})
+        if args.json:  # stdout is the one JSON object
+            _say(f"serq sweep: {done}")
+            return 1 if failed else 0
+    _print(done)
     return 1 if failed else 0
 
 
@@ -178,11 +207,8 @@ def _stem(path: str) -> str:
 
 
 def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-    try:
-        return version("serq")
-    except PackageNotFoundError:
-        return "unknown"
+    from serq.cli import version
+    return version()
 
 
 # ------------------------------------------------------------------ one run (in a worker)
@@ -324,8 +350,32 @@ def _pool_round(ctx, width, irs, batch, settings, results, bar):
     return [t for t in batch if t not in results], started
 
 
-def _on_ray(address, jobs, irs, tasks, settings, bar) -> dict:
-    """Each run a Ray task (retried by Ray when its worker dies), results as they finish."""
+class Runner:
+    """Where a set of (point, seed) tasks runs, `irs[point]` with `seed`: this process (--jobs 1), a
+    pool of worker processes, or a Ray cluster, connected to at the first set and kept for the next
+    (a search, serq/exp/find.py, runs one set a step). The results: (point, seed) -> run_one's."""
+
+    def __init__(self, cluster: str | None, jobs: int, jobs_given: bool, bar):
+        self.cluster, self.jobs, self.jobs_given, self.bar = cluster, jobs, jobs_given, bar
+        self.ray = None
+
+    def run(self, irs, tasks, settings) -> dict:
+        if self.cluster is not None:
+            if self.ray is None:
+                self.ray = _ray_start(self.cluster, self.jobs if self.jobs_given else None, self.bar)
+            return _on_ray(self.ray, irs, tasks, settings, self.bar)
+        if self.jobs == 1:
+            return _in_process(irs, tasks, settings, self.bar)
+        return _on_pool(self.jobs, irs, tasks, settings, self.bar)
+
+    def close(self):
+        if self.ray is not None:
+            ray, self.ray = self.ray, None
+            ray.shutdown()
+
+
+def _ray_start(address, jobs, bar):
+    """Ray, connected to the cluster (or a local instance started); stopped again if that fails."""
     import logging
     if address != "local":
         _reachable(address)  # before Ray's import, which takes seconds
@@ -361,26 +411,32 @@ def _on_ray(address, jobs, irs, tasks, settings, bar) -> dict:
             signal.signal(signal.SIGINT, old)
         if held:
             raise KeyboardInterrupt
-        task = ray.remote(max_retries=RETRIES, num_cpus=1)(_ray_task)
-        traces = ray.put(_traces(irs))
-        refs = [ray.put(ir) for ir in irs]
-        pending = {task.remote(refs[p], settings, s, traces): (p, s) for p, s in tasks}
-        bar.restart()
-        results = {}
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for r in ready:
-                t = pending.pop(r)
-                try:
-                    results[t] = ray.get(r)
-                except ray.exceptions.RayError as exc:  # its worker died RETRIES + 1 times, or Ray failed
-                    why = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                    results[t] = _failed(f"the Ray task failed after {RETRIES} retries: {type(exc).__name__}"
-                                         + (f": {why}" if why else ""))
-                bar.tick()
-        return results
-    finally:
+    except BaseException:
         ray.shutdown()
+        raise
+    bar.restart()  # the time left is the runs', not Ray's start-up
+    return ray
+
+
+def _on_ray(ray, irs, tasks, settings, bar) -> dict:
+    """Each run a Ray task (retried by Ray when its worker dies), results as they finish."""
+    task = ray.remote(max_retries=RETRIES, num_cpus=1)(_ray_task)
+    traces = ray.put(_traces(irs))
+    refs = [ray.put(ir) for ir in irs]
+    pending = {task.remote(refs[p], settings, s, traces): (p, s) for p, s in tasks}
+    results = {}
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for r in ready:
+            t = pending.pop(r)
+            try:
+                results[t] = ray.get(r)
+            except ray.exceptions.RayError as exc:  # its worker died RETRIES + 1 times, or Ray failed
+                why = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                results[t] = _failed(f"the Ray task failed after {RETRIES} retries: {type(exc).__name__}"
+                                     + (f": {why}" if why else ""))
+            bar.tick()
+    return results
 
 
 def _reachable(address: str):
@@ -507,12 +563,17 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def statistics(rows, columns) -> list[str]:
+    """summary.csv's `stat` names: the columns after `error` whose every value is a number (claim
+    statuses are not)."""
+    return [c for c in columns[columns.index("error") + 1:]
+            if all(_number(r[c]) for r in rows if r.get(c) is not None)]
+
+
 def _summary(rows, columns, names, t_ppf) -> str:
     """Long form: per grid point and numeric column, the mean across seeds and the Student-t 95%
     half-width of its interval (empty below two values)."""
-    stats = columns[columns.index("error") + 1:]
-    # a column is a statistic when every value it has is a number (claim statuses are not)
-    stats = [c for c in stats if all(_number(r[c]) for r in rows if r.get(c) is not None)]
+    stats = statistics(rows, columns)
     import csv
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -521,18 +582,23 @@ def _summary(rows, columns, names, t_ppf) -> str:
         group = list(group)
         lead = [p, *(_cell(group[0][n]) for n in names)]
         for c in stats:
-            xs = [float(r[c]) for r in group if r.get(c) is not None]
-            n = len(xs)
-            mean = ci = lo = hi = None
-            if n:
-                mean = mean_of(xs, n)  # fsum / n, total beyond the float range
-                if n >= 2:
-                    sc, q = squares([x - mean for x in xs])
-                    sd = sc * math.sqrt(q / (n - 1))  # sc is 1.0 but beyond the float range
-                    ci = t_ppf(n - 1) * sd / math.sqrt(n)
-                    lo, hi = mean - ci, mean + ci
+            n, mean, ci = interval([float(r[c]) for r in group if r.get(c) is not None], t_ppf)
+            lo, hi = (mean - ci, mean + ci) if ci is not None else (None, None)
             w.writerow([*lead, c, n, _cell(mean), _cell(ci), _cell(lo), _cell(hi)])
     return buf.getvalue()
+
+
+def interval(xs: list[float], t_ppf) -> tuple:
+    """(n, the mean, the Student-t 95% half-width across them): None where there are too few."""
+    n = len(xs)
+    mean = ci = None
+    if n:
+        mean = mean_of(xs, n)  # fsum / n, total beyond the float range
+        if n >= 2:
+            sc, q = squares([x - mean for x in xs])
+            sd = sc * math.sqrt(q / (n - 1))  # sc is 1.0 but beyond the float range
+            ci = t_ppf(n - 1) * sd / math.sqrt(n)
+    return n, mean, ci
 
 
 class _Out(StagedDir):
@@ -578,6 +644,12 @@ class _Bar:
         if self.mode is not None:
             self._write(("\r" + " " * self.width + "\r" if self.shown else "") + f"serq sweep: {text}\n")
             self.shown = False
+
+    def resize(self, total: int):
+        """A search's runs are known a step ahead only: the total is its estimate, revised."""
+        self.total = max(total, self.done)
+        if self.done == self.total:  # a search that ended sooner than estimated: all done
+            self._draw(force=True)
 
     def tick(self):
         self.done += 1
