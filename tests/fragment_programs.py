@@ -173,6 +173,7 @@ def text(c: Case) -> str:
 {iter_claims(c) if c.iter_claims else ""}  claim all_done: at end (count(last_token) == {nreq});
   claim short: at end (prefix_total(last_token) <= {nreq * nreq * 40});
   claim mean_lag: at end (total(lag) / max(1, count(lag)) <= -1.54321);
+  claim client: at end (count(response) == {nreq} && largest(ttft) <= largest(response) && total(response) <= {nreq * 25});
 }}
 """
 

@@ -1,6 +1,7 @@
 """The interpreter against the reference kernel (serq/ref/) on generated fragment programs and
 workloads (tests/fragment_programs.py): every request's observations (first and last token,
-preemptions, the hit at first admission, with their times) and every claim's outcome must agree.
+preemptions, the hit at first admission, with their times), the client's samples (each metric's
+ttft, tpot and response values) and every claim's outcome must agree.
 
 SERQ_FUZZ_CASES=N runs N cases instead of the suite's 300 (`make fuzz`); SERQ_FUZZ_SEED=S draws
 them from seed S instead of the suite's fixed sequence."""
@@ -43,6 +44,10 @@ def interpreter(prog, c: Case):
     obs = sorted(((name, v, t, serial, turn) for name, ser in sim.obs.items()
                   for (t, serial, turn), v in zip(ser.rows, ser.v)), key=_order)
     claims = {k: (v["status"], v["at"], v["session"]) for k, v in rep["claims"].items()}
+    # each metric's samples as a sorted list: the order two samples of one instant are recorded in
+    # is not the reference's to fix
+    client = {k: tuple(sorted(sim.client[k].v)) for k in ("ttft", "tpot", "response")}
+    obs += [("client", k, v) for k in client for v in client[k]]
     return obs, claims
 
 
@@ -85,6 +90,8 @@ def kernel(prog, c: Case, folder):
         return ("error", "R032")  # --arrivals N: the interpreter says the sessions did not drain
     obs = sorted(((name, v, t, sid, turn) for name, v, t, sid, turn in res.observations), key=_order)
     claims = {k: (o.status, o.at, o.session) for k, o in res.claims.items()}
+    client = {k: tuple(sorted(v for n, v in res.client if n == k)) for k in ("ttft", "tpot", "response")}
+    obs += [("client", k, v) for k in client for v in client[k]]
     return obs, claims
 
 

@@ -135,7 +135,8 @@ structure PoolSt where
   deriving Repr
 
 /-- What a request did: its start, first and last token times (rationals), preemptions, hit (the
-units its first admission found cached). -/
+units its first admission found cached), its output tokens (each prefill's sampled one and each
+decode token). -/
 structure TurnRec where
   start : Q
   first : Option Q := none
@@ -143,6 +144,7 @@ structure TurnRec where
   last : Option Q := none
   preemptions : Nat := 0
   cached : Option Nat := none
+  ntok : Nat := 0
   deriving Repr
 
 /-- A frame of a session's continuation; the top of the stack is the list's last. `scope h` is
@@ -263,6 +265,7 @@ structure Machine where
   requests : List (Nat × Nat × TurnRec) := []
   ps : List PsSt := []
   streams : List (Q × Q × Nat) := []
+  client : List (String × Q) := []
   deriving Repr
 
 /-- What an expression reads besides the machine: a session's attributes and id, the moment's
@@ -477,9 +480,29 @@ def evalObs (p : Program) (m : Machine) (env : Env) (f : ObsFn) (target : String
       else some (Q.ofNat (sumList ((st.entries.filter fun x => x.owner.isSome && x.owner == env.sid).map (·.units))))
     | _ => none
 
-/-- A claim at end's aggregate of an observation's values: `largest` and `smallest` of none are 0. -/
+/-- The client's samples of each answered turn (*What the client sees*): an aggregate of one of
+these names reads them, whatever the program observes (Python: `CLIENT_METRICS`, serq/ref/ir.py). -/
+def clientMetrics : List String := ["ttft", "tpot", "response"]
+
+/-- The client's samples a turn answered now records: its response; its ttft when its first token
+is its last prefill's (no decode token); its tpot when it has an output token after the first
+(Python: `answered`). -/
+def answered (m : Machine) (tr : TurnRec) : List (String × Q) :=
+  let first := if tr.first.isSome then tr.first else tr.pf
+  let ttft := match tr.first, tr.pf with
+    | none, some f => [("ttft", Q.sub f tr.start)]
+    | _, _ => []
+  let tpot := match first, tr.ntok with
+    -- (the answer less the first token) / (ntok - 1), ntok - 1 = k + 1 >= 1
+    | some f, k + 2 => let d := Q.sub m.now f; [("tpot", Q.norm d.num (d.den * (k + 1)))]
+    | _, _ => []
+  [("response", Q.sub m.now tr.start)] ++ ttft ++ tpot
+
+/-- A claim at end's aggregate of an observation's values, or of the client's samples:
+`largest` and `smallest` of none are 0. -/
 def evalAgg (m : Machine) (f : AggFn) (name : String) : Q :=
-  let vs := (m.obs.filter (·.1 == name)).map (·.2.1)
+  let vs := if clientMetrics.contains name then (m.client.filter (·.1 == name)).map (·.2)
+    else (m.obs.filter (·.1 == name)).map (·.2.1)
   match f with
   | .total => Q.sum vs
   | .count => Q.ofNat vs.length
@@ -1094,7 +1117,7 @@ def execFrame (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool)
   | .given => pure ({ setSess m s with given := m.given ++ [(sid, s.attrs)] }, false)
   | .turnEnd => do
     let r ← s.turnRec
-    pure (setSess { m with requests := m.requests ++ [(sid, s.turnIdx, r)] }
+    pure (setSess { m with requests := m.requests ++ [(sid, s.turnIdx, r)], client := m.client ++ answered m r }
       { s with turnIdx := s.turnIdx + 1, turnRec := none }, false)
   | .turnGo row =>
     -- a trace row's fields are naturals, read as values
@@ -1527,15 +1550,19 @@ def advanceHold (m : Machine) (r : Req) (n : Nat) : Machine :=
   | none => m
   | some (g, a) => setAlloc m g { a with pos := a.pos + n, advanced := true }
 
-/-- A decode token: the request's first token when it has none (the last prefill's, else this
-one), and its last (*What the client sees*). -/
-def decodeToken (m : Machine) (r : Req) : Machine :=
+/-- `n` decode tokens: the request's first token when it has none (the last prefill's, else this
+one), recorded as its ttft then, and its last (*What the client sees*). -/
+def decodeToken (m : Machine) (r : Req) (n : Nat) : Machine :=
   match m.sess.get? r.sid with
   | none => m
   | some s =>
     if r.mode != .decode then m
-    else setSess m { s with turnRec := s.turnRec.map fun tr =>
-      { tr with first := some (tr.first.getD (tr.pf.getD m.now)), last := some m.now } }
+    else match s.turnRec with
+      | none => m
+      | some tr =>
+        let first := tr.first.getD (tr.pf.getD m.now)
+        let m := if tr.first.isNone then { m with client := m.client ++ [("ttft", Q.sub first tr.start)] } else m
+        setSess m { s with turnRec := some { tr with first := some first, last := some m.now, ntok := tr.ntok + n } }
 
 /-- One request's tokens of the iteration that ends; the finished requests collected. -/
 def applyTokens (acc : Machine × List Req) (b : Nat × Nat) : Machine × List Req :=
@@ -1548,7 +1575,7 @@ def applyTokens (acc : Machine × List Req) (b : Nat × Nat) : Machine × List R
     else
       let r := { r with left := r.left - n }
       let m := { m with eng := { m.eng with reqs := m.eng.reqs.map fun x => if x.rid == rid then r else x } }
-      let m := decodeToken (advanceHold m r n) r
+      let m := decodeToken (advanceHold m r n) r n
       (m, if r.left == 0 then done ++ [r] else done)
 
 /-- The iteration's tokens are applied when it ends; a finished run wakes its session, a prefill
@@ -1563,7 +1590,7 @@ def endIteration (p : Program) (m : Machine) : Option Machine := do
     | some s =>
       let s := if r.mode == .prefill then
           { s with turnRec := s.turnRec.map fun tr =>
-              { tr with pf := if tr.first.isNone then some m.now else tr.pf, last := some m.now } }
+              { tr with pf := if tr.first.isNone then some m.now else tr.pf, last := some m.now, ntok := tr.ntok + 1 } }
         else s
       if s.atRun == some r.rid then wake (setSess m { s with atRun := none }) r.sid else setSess m s
   pure (want (done.foldl finishReq m))

@@ -59,6 +59,7 @@ class Result:
     requests: tuple              # (session, turn, first, last, preemptions, cached at first admission)
     observations: tuple          # (name, value, time, session, turn)
     claims: dict                 # name -> claims.Outcome
+    client: tuple = ()           # (metric, value): the client's samples, as recorded (*What the client sees*)
 
 
 def moves(p: R.Program, wl: R.Workload, horizon=None, fuel: int = 10_000_000) -> int:
@@ -76,4 +77,5 @@ def evaluate(p: R.Program, wl: R.Workload, fuel: int = 10_000_000, horizon=None)
     run = X.run(p, wl, fuel, horizon)
     m = run.machine
     reqs = tuple((sid, turn, r.first, r.last, r.preemptions, r.cached) for sid, turn, r in m.requests)
-    return Result(run.done, sum(s.alive for s in m.sess), m.now, m.eng.iterations, reqs, m.obs, C.outcomes(p, run))
+    return Result(run.done, sum(s.alive for s in m.sess), m.now, m.eng.iterations, reqs, m.obs, C.outcomes(p, run),
+                  m.client)

@@ -112,6 +112,7 @@ class TurnRec:
     last: Optional[int] = None
     preemptions: int = 0
     cached: Optional[int] = None
+    ntok: int = 0                  # its output tokens: each prefill's sampled one and each decode token
 
 
 # frames of a session's continuation (the top is the last)
@@ -228,6 +229,7 @@ class Machine:
     path: tuple = ()           # per iteration: (t, the machine its claims read: claim_value)
     given: tuple = ()          # (sid, attrs after init)
     requests: tuple = ()       # (sid, turn, TurnRec)
+    client: tuple = ()         # (metric, value): the client's samples in the order recorded (*What the client sees*)
     ps: tuple = ()             # PsSt, one per Program.stages
     streams: tuple = ()        # (stream, (parent, at)): each stream named so far, at 0 for its own tokens
 
@@ -520,8 +522,25 @@ def budget_of(p: R.Program, m: Machine, fuel: int = EXPR_FUEL) -> int:
     return amount(eval_expr(p, m, Env(), p.engine.budget, fuel), "the tokens cap", "R110")
 
 
+def answered(m: Machine, rec: TurnRec) -> tuple:
+    """The client's samples a turn answered now records: its response; its ttft when its first token
+    is its last prefill's (no decode token); its tpot when it has an output token after the first
+    (*What the client sees*)."""
+    out = (("response", q(m.now - rec.start)),)
+    first = rec.first
+    if first is None and rec.pf is not None:
+        first = rec.pf
+        out += (("ttft", q(first - rec.start)),)
+    if rec.ntok > 1 and first is not None:
+        out += (("tpot", qdiv(m.now - first, rec.ntok - 1)),)
+    return out
+
+
 def eval_agg(m: Machine, e: R.Agg):
-    vs = [v for n, v, _, _, _ in m.obs if n == e.name]
+    if e.name in R.CLIENT_METRICS:
+        vs = [v for n, v in m.client if n == e.name]
+    else:
+        vs = [v for n, v, _, _, _ in m.obs if n == e.name]
     if e.fn == "total":
         return q(sum(vs))
     if e.fn == "count":
@@ -939,7 +958,7 @@ def exec_frame(p: R.Program, m: Machine, sid: int) -> tuple:
     if isinstance(top, Given):
         return replace(set_sess(m, s), given=m.given + ((sid, s.attrs),)), False
     if isinstance(top, TurnEnd):
-        m = replace(m, requests=m.requests + ((sid, s.turn_idx, s.rec),))
+        m = replace(m, requests=m.requests + ((sid, s.turn_idx, s.rec),), client=m.client + answered(m, s.rec))
         return set_sess(m, replace(s, turn_idx=s.turn_idx + 1, rec=None)), False
     if isinstance(top, TurnGo):
         attrs = s.attrs
@@ -1552,15 +1571,19 @@ def advance_hold(m: Machine, r: Req, n: int) -> Machine:
     return m if a is None else set_alloc(m, r.growing, replace(a, pos=a.pos + n, advanced=True))
 
 
-def decode_token(m: Machine, r: Req) -> Machine:
-    """A decode token: the request's first when it has none (the last prefill's, else this one),
-    and its last (*What the client sees*)."""
+def decode_token(m: Machine, r: Req, n: int) -> Machine:
+    """n decode tokens: the request's first when it has none (the last prefill's, else this one),
+    recorded as its ttft then, and its last (*What the client sees*)."""
     s = m.sess[r.sid]
     if r.mode != "decode" or s.rec is None:
         return m
     rec = s.rec
-    first = rec.first if rec.first is not None else (rec.pf if rec.pf is not None else m.now)
-    return set_sess(m, replace(s, rec=replace(rec, first=first, last=m.now)))
+    if rec.first is None:
+        first = rec.pf if rec.pf is not None else m.now
+        m = replace(m, client=m.client + (("ttft", q(first - rec.start)),))
+    else:
+        first = rec.first
+    return set_sess(m, replace(s, rec=replace(rec, first=first, last=m.now, ntok=rec.ntok + n)))
 
 
 def apply_tokens(acc: tuple, b: tuple) -> tuple:
@@ -1572,7 +1595,7 @@ def apply_tokens(acc: tuple, b: tuple) -> tuple:
         return m, done
     r = replace(r, left=r.left - n)
     m = set_eng(m, reqs=tuple(r if x.rid == rid else x for x in m.eng.reqs))
-    m = decode_token(advance_hold(m, r, n), r)
+    m = decode_token(advance_hold(m, r, n), r, n)
     return m, done + ((r,) if r.left <= 0 else ())
 
 
@@ -1586,8 +1609,9 @@ def end_iteration(p: R.Program, m: Machine) -> Machine:
     for r in done:
         m = set_eng(m, reqs=tuple(x for x in m.eng.reqs if x.rid != r.rid))
         s = m.sess[r.sid]
-        if r.mode == "prefill" and s.rec is not None:
-            s = replace(s, rec=replace(s.rec, pf=m.now if s.rec.first is None else s.rec.pf, last=m.now))
+        if r.mode == "prefill" and s.rec is not None:   # it samples an output token
+            s = replace(s, rec=replace(s.rec, pf=m.now if s.rec.first is None else s.rec.pf, last=m.now,
+                                       ntok=s.rec.ntok + 1))
         if s.at_run == r.rid:
             m = wake(set_sess(m, replace(s, at_run=None)), r.sid)
         else:

@@ -11,8 +11,6 @@ from serq.ir import model as I
 from serq.ref import ir as R
 from serq.ref.num import of_decimal
 
-CLIENT_METRICS = ("ttft", "tpot", "response")  # the client's samples: no observation of the program's
-
 
 class Outside(SerqError):
     """A construct outside the Lean fragment."""
@@ -88,9 +86,7 @@ class _Conv:
             if e.of.name in self.stage_ix:
                 self.fail("F013", f"`{e.fn}({e.of.name})`, an observable of a ps or delay stage,", e.at)
             return R.Obs(e.fn, self.target(e.of))
-        if k == "agg":
-            if e.name in CLIENT_METRICS:
-                self.fail("F005", f"the client's `{e.fn}({e.name})`", e.at)
+        if k == "agg":  # an observation's, or the client's samples (ttft, tpot, response: R.CLIENT_METRICS)
             return R.Agg(e.fn, e.name)
         if k == "un":
             if e.op == "-":  # -e is 0 - e: the values are rationals, of either sign

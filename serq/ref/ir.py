@@ -53,10 +53,15 @@ class Obs:
     of: str            # a pool's or the engine's name
 
 
+# the client's samples of each answered turn (*What the client sees*): an aggregate of one of these
+# names reads them, as the interpreter's end_aggregate does, whatever the program observes
+CLIENT_METRICS = ("ttft", "tpot", "response")
+
+
 @dataclass(frozen=True)
 class Agg:
     fn: str            # one of AGGS
-    name: str          # an observation's name
+    name: str          # an observation's name, or one of CLIENT_METRICS (the client's, which win)
 
 
 @dataclass(frozen=True)
