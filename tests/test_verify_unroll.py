@@ -106,3 +106,35 @@ def test_an_unknown_claim_says_how_deep_every_workload_was_read():
     m = re.search(r"unrolled to (\d+): no iteration among the first \1 of any workload of the bound fails it",
                   v.reason)
     assert m and int(m.group(1)) >= 1, v.reason
+
+
+def test_a_claim_at_end_broken_on_a_prefix_is_found_by_unrolling():
+    """`largest(ttft) <= X` only grows false: a prefix whose turn's first token came later than X is
+    a counterexample whenever its path ends (search.stable). On vLLM under agents, a lone agent's
+    first prompt of 228 tokens or more (its system prompt and tool result, values near 16) is
+    prefilled past 0.0101 s: found at depth 2, replayed failing at the end."""
+    prog = _vllm("  claim first_fast: at end (largest(ttft) <= 0.0101);\n")
+    p = ref.convert(prog)
+    s = _Search(prog, p, None, 3, 16, 60)
+    s.unroll()
+    v = s.res.claims["first_fast"]
+    assert (v.verdict, v.by, v.unrolled, v.iteration) == ("counterexample", "unrolled", 2, None)
+    d = v.workload["sessions"][0]["draws"]
+    assert d[0] + d[1] >= 28
+    assert api.run(prog, None, None, v.workload)["claims"]["first_fast"]["status"] == "failed"
+
+
+def test_which_claims_at_end_a_prefix_decides():
+    """Bounds above on aggregates that only grow (largest, count, the client's totals), by a
+    constant their none meets, joined by `and` and `or`; not a total of a program's observation
+    (it may be negative), a bound below, or a bound below 0."""
+    def claim(text):
+        prog = _vllm(f"  claim probe: at end ({text});\n")
+        return S.stable(ref.convert(prog).claims[-1].e)
+    assert claim("largest(response) <= 3 && count(ttft) < 10")
+    assert claim("5 >= largest(tpot) || total(response) <= 100")
+    assert not claim("total(response) >= 1")
+    assert not claim("smallest(response) >= 0")
+    assert not claim("largest(response) <= -1")
+    assert not claim("largest(response) < 0")
+    assert not claim("total(response) <= 1000000 * count(response)")

@@ -122,6 +122,7 @@ class _Search:
         self.finding = "search"     # how a deciding workload is being found: "sample", "unrolled" or "search"
         self.depth: Optional[int] = None   # the depth being unrolled
         self.unrolled_to = 0        # every prefix of this many iterations of every workload was read
+        self.ends: tuple = ()       # the claims at end unrolling reads (search.stable)
 
     def open(self) -> list:
         return [cs for cs in self.cs if cs.open]
@@ -237,52 +238,69 @@ class _Search:
         cost grows with the prefixes, not with the workloads: a lone session's prompt of 16 tokens is
         as near as three sessions of 1. It proves nothing; the depth every workload was read to is
         said of a claim left unknown."""
-        if not any(cs.c.form != "end" for cs in self.open()):
+        self.ends = tuple(cs.j for cs in self.cs if cs.c.form == "end" and S.stable(cs.c.e))
+        if not self.unrollable():
             return
         self.finding = "unrolled"
         limit = self.budget.kernel() + self.timeout * UNROLL_SHARE
-        left = self.kernel_left(limit)
-        d = 1
+        reached = {}   # n -> the deepest d every prefix of which was run and read
         try:
-            while d <= UNROLL_MAX and any(cs.c.form != "end" for cs in self.open()):
-                self.depth = d
-                deeper = False
-                for n in range(1, self.sessions + 1):
-                    fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace, depth=d)
-                    reached: list = []
-
-                    short: list = []
-
-                    def visit(path: S.Path, reached=reached, short=short) -> bool:
-                        if path.cut:
-                            reached.append(True)
-                        elif path.error is not None or not path.done:
-                            short.append(True)  # an error or the fuel: its iterations were not all read
-                        return False
-                    try:
-                        count, _, _, _, undecided = S.explore(fam, left, visit, self.within_prefix(fam))
-                    except S.Deadline as e:
-                        self.res.paths += e.args[0] if e.args else 0
-                        return
-                    self.res.paths += count
-                    if not any(cs.c.form != "end" for cs in self.open()):
-                        return
-                    deeper = deeper or bool(reached)
-                    if undecided or short:   # prefixes not run, or not read to their end
-                        return
-                self.unrolled_to = d
-                if not deeper:    # every path ended before its d-th iteration: deeper reads no more
-                    return
-                d *= 2
+            # each number of sessions deepened on its own share of what is left, one session first:
+            # its prefixes are the fewest, and a lone long session is as near as several short ones
+            for n in range(1, self.sessions + 1):
+                if not self.unrollable():
+                    break
+                share = self.budget.kernel() + (limit - self.budget.kernel()) / (self.sessions - n + 1)
+                reached[n] = self._deepen(n, self.kernel_left(share))
         finally:
             self.finding, self.depth = "search", None
+        if len(reached) == self.sessions:
+            self.unrolled_to = min(reached.values())
+
+    def _deepen(self, n: int, left) -> int:
+        """Every prefix of d iterations of the workloads of n sessions, d = 1, 2, 4, ...: the deepest
+        d all of whose prefixes, and those of every d before it, were run and read (0: not even the
+        first). A prefix the kernel stops with a run error is not read, and deepening goes on: the
+        other workloads' prefixes may still break a claim."""
+        done, d, clean = 0, 1, True
+        while d <= UNROLL_MAX and self.unrollable():
+            self.depth = d
+            fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace, depth=d, ends=self.ends)
+            deeper, short = [], []
+
+            def visit(path: S.Path) -> bool:
+                if path.cut:
+                    deeper.append(True)
+                elif path.error is not None or not path.done:
+                    short.append(True)  # an error or the fuel: its iterations were not all read
+                return False
+            try:
+                count, _, _, stopped, undecided = S.explore(fam, left, visit, self.within_prefix(fam))
+            except S.Deadline as e:
+                self.res.paths += e.args[0] if e.args else 0
+                return done
+            self.res.paths += count
+            if stopped:   # every claim it reads is decided: the prefixes not run say nothing
+                return done
+            clean = clean and not undecided and not short   # else prefixes not run, or not read
+            if clean:
+                done = d if deeper else UNROLL_MAX   # every path ended before its d-th iteration: all read
+            if not deeper:
+                return done
+            d *= 2
+        return done
+
+    def unrollable(self) -> bool:
+        """Whether an open claim is one unrolling reads: over iterations, or at end and `stable`."""
+        return any(cs.c.form != "end" or cs.j in self.ends for cs in self.open())
 
     def within_prefix(self, fam: S.Family):
         """On each prefix: every open claim over iterations' readings; one that fails (or is
         witnessed) there is decided on the whole path of the same inputs."""
         def within(path: S.Path, under) -> bool:
             for cs in self.open():
-                if cs.c.form == "end" or path.error is not None or self.budget.left(cs.v.name) <= 0:
+                if (cs.c.form == "end" and cs.j not in self.ends) or path.error is not None \
+                        or self.budget.left(cs.v.name) <= 0:
                     continue
                 name = cs.v.name
 
@@ -305,7 +323,7 @@ class _Search:
                         undecided = 1
                 if (undecided or name in path.errors) and cs.unroll_short is None:
                     cs.unroll_short = fam.depth   # its readings at this depth are not all known
-            return not any(cs.c.form != "end" for cs in self.open())
+            return not self.unrollable()
         return within
 
     # ------------------------------------------------------------ every state
@@ -489,6 +507,9 @@ class _Search:
                 if k and v.form != "end":
                     unrolled = (f"unrolled to {k}: no iteration among the first {k} of any workload of the bound "
                                 + ("fails it" if v.form == "every" else "witnesses it"))
+                elif k and cs.j in self.ends:
+                    unrolled = (f"unrolled to {k}: no workload of the bound breaks it within its first {k} "
+                                "iteration(s), which would break it at the end")
                 v.reason = "; and ".join(x for x in (cs.ran_out, self.trouble[0] if self.trouble else cs.trouble,
                                                       why_undecided, unrolled, cs.not_induction,
                                                       cs.not_every_state) if x)

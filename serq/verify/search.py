@@ -154,6 +154,7 @@ class Family:
     gap: int
     trace: Optional[list] = None
     depth: Optional[int] = None   # unrolled: each run stops as its depth-th iteration starts
+    ends: tuple = ()              # unrolled: the claims at end read on the prefix (`stable`)
 
 
 def number(v):
@@ -233,10 +234,31 @@ def run_path(f: Family, inp: Inputs, left, claims=None) -> Path:
             with Trace() as ct:
                 try:  # a claim whose reading fails on the path (F016, say) fails alone
                     out[c.name] = C.outcome(f.prog, run, j)
+                    if cut and j in f.ends and out[c.name].status == "not_evaluated":
+                        # false on the prefix, false at its end (`stable`): failed, if the path ends
+                        if X.eval_expr(f.prog, run.machine, X.Env(), c.e) == 0:
+                            out[c.name] = C.Outcome("failed", at=run.machine.now)
                 except X.KernelError as e:
                     errs[c.name] = str(e)
             cf[c.name] = ct.facts
     return Path(tr.facts, inp, out, cf, err, done, errs, cut)
+
+
+_GROWS = {"largest", "count"}   # an aggregate that only grows as values are observed (of none: 0)
+
+
+def stable(e) -> bool:
+    """Whether a claim at end that reads false on a path's prefix reads false at its end: `and` and
+    `or` of bounds above on aggregates that only grow, `largest(o)` and `count(o)` (0 of none) and
+    `total` of the client's samples (times, never negative), by a constant the none case meets (a
+    bound of 0 or more). So a prefix that breaks it is a counterexample whenever its path ends."""
+    if isinstance(e, R.Bin) and e.op in ("&&", "||"):
+        return stable(e.l) and stable(e.r)
+    if isinstance(e, R.Bin) and e.op in ("<=", "<", ">=", ">"):
+        agg, bound = (e.l, e.r) if e.op in ("<=", "<") else (e.r, e.l)
+        grows = isinstance(agg, R.Agg) and (agg.fn in _GROWS or agg.fn == "total" and agg.name in R.CLIENT_METRICS)
+        return grows and isinstance(bound, R.Num) and (bound.v >= 0 if e.op in ("<=", ">=") else bound.v > 0)
+    return False
 
 
 def _prefix(f: Family, m: X.Machine, left) -> tuple:
