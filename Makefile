@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.serq-installed
 
 .PHONY: demo test check golden install clean schema fuzz
 
-# a fuzz campaign (tools/fuzz.py): FUZZ_CASES cases, FUZZ_JOBS workers, FUZZ_TIMEOUT seconds a case;
+# a fuzz campaign (tools/fuzz.py): FUZZ_CASES cases, FUZZ_JOBS workers, FUZZ_TIMEOUT seconds of CPU a case (a case over it runs again alone with 3 times that before it is a hang);
 # each failure's cause and smallest reproducer go to FUZZ_OUT; FUZZ_ARGS more options of tools/fuzz.py
 # (e.g. FUZZ_ARGS="--profile suite --on nan_arith": is that family fixed?)
 FUZZ_CASES   ?= 2000

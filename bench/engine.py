@@ -4,15 +4,22 @@ iterations per CPU second with its min and max.
 
     .venv/bin/python bench/engine.py       # ENGINE_ROUNDS=5 ENGINE_STEPS=1000
 
-vLLM: the shared oracle's driver (../shared/oracle/vllm/drive.py, its `bench_one`) runs vLLM
-0.33.0's real v1 Scheduler, `schedule()` + `update_from_output()` for 1000 steps after 50 warm-up
-steps (ENGINE_STEPS; the fake model runner's output is built outside the timed region), in a child process in
-that folder's venv (made by `bash ../shared/oracle/vllm/setup.sh`; where that folder is read-only,
-`VENV=DIR bash ../shared/oracle/vllm/setup.sh` and SERQ_VLLM_PYTHON=DIR/bin/python; for a clone that
-is not beside ../shared, SERQ_VLLM_ORACLE=FOLDER names the oracle's folder). The child times those two
-calls with time.process_time (drive.py's own clock, perf_counter, is swapped for it: CPU, not wall
-time). When that venv is missing the bench says so and falls back to the figures recorded in
-that folder's README (wall time, median of 3 runs, this machine kind).
+serQ alone needs nothing but this repository: its iterations per CPU second are printed on any
+clone. vLLM's side needs two things this repository does not hold, named by environment variables:
+
+  SERQ_VLLM_ORACLE=FOLDER   the vLLM oracle's folder, the one tools/oracle/ was recorded with
+                            (tools/oracle/README.md: its drive.py, setup.sh, requirements.txt)
+  SERQ_VLLM_PYTHON=PYTHON   a Python with vLLM 0.33.0 installed as that folder's setup.sh makes it
+                            (default FOLDER/.venv/bin/python; `VENV=DIR bash FOLDER/setup.sh` makes
+                            one elsewhere where FOLDER is read-only)
+
+With both, the oracle's driver (FOLDER/drive.py, its `bench_one`) runs vLLM 0.33.0's real v1
+Scheduler, `schedule()` + `update_from_output()` for 1000 steps after 50 warm-up steps
+(ENGINE_STEPS; the fake model runner's output is built outside the timed region), in a child
+process. The child times those two calls with time.process_time (drive.py's own clock,
+perf_counter, is swapped for it: CPU, not wall time). Without them the bench says what to set and
+divides by the figures recorded in tools/oracle/README.md (*Speed of the scheduler*: wall time,
+median of 3 runs, a quiet 2-core machine) instead, marked RECORDED.
 
 serQ: the same workload as a program (PROGRAM below: the sizes of drive.bench_one), run for
 50 + ENGINE_STEPS iterations. Its time is the whole run (the prefill and warm-up iterations, the
@@ -31,19 +38,33 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _rounds import ROOT, cpu, spread, verdict  # noqa: E402
+from _rounds import cpu, spread, verdict  # noqa: E402  (it puts the repository on sys.path)
 
 ROUNDS = int(os.environ.get("ENGINE_ROUNDS", 5))
 STEPS = int(os.environ.get("ENGINE_STEPS", 1000))
 SIZES = (64, 256)
 TARGET_ONE, TARGET_FF = 10.0, 40.0
 
-# the shared oracle beside the checkout; SERQ_VLLM_ORACLE names it for a clone elsewhere
-ORACLE = os.environ.get("SERQ_VLLM_ORACLE") or os.path.normpath(os.path.join(ROOT, "..", "shared", "oracle", "vllm"))
-# the oracle's venv, or one made elsewhere by its setup.sh (VENV=DIR) where the folder is read-only
-VENV_PY = os.environ.get("SERQ_VLLM_PYTHON") or os.path.join(ORACLE, ".venv", "bin", "python")
-# ../shared/oracle/vllm/README.md, "Speed of the scheduler": prefix caching off, log_stats on
+# the vLLM oracle's folder (drive.py), not part of this repository: only where it is named
+ORACLE = os.environ.get("SERQ_VLLM_ORACLE") or None
+# a Python with vLLM 0.33.0: named, or the oracle's own venv (its setup.sh makes FOLDER/.venv)
+VENV_PY = os.environ.get("SERQ_VLLM_PYTHON") or (os.path.join(ORACLE, ".venv", "bin", "python") if ORACLE else None)
+# tools/oracle/README.md, "Speed of the scheduler": prefix caching off, log_stats on
 RECORDED = {64: 1940.0, 256: 488.0}
+SETUP = ("set SERQ_VLLM_ORACLE to the vLLM oracle's folder (drive.py, setup.sh: the one tools/oracle/ was "
+         "recorded with, tools/oracle/README.md) and SERQ_VLLM_PYTHON to a Python with vLLM 0.33.0 (its "
+         "setup.sh makes FOLDER/.venv)")
+
+
+def missing_oracle() -> list:
+    """What the measured vLLM side lacks, in words ([] when it can run)."""
+    if ORACLE is None:
+        return ["SERQ_VLLM_ORACLE is not set"]
+    out = [f"{p} not found" for p in (os.path.join(ORACLE, "drive.py"),) if not os.path.isfile(p)]
+    if not os.path.exists(VENV_PY):
+        out.append(f"{VENV_PY} not found" + ("" if os.environ.get("SERQ_VLLM_PYTHON") else
+                                              " (SERQ_VLLM_PYTHON unset: the oracle's own venv)"))
+    return out
 
 # drive.bench_one's workload: 32-token prompts, 50 warm-up + 1000 timed steps (+10 spare), each
 # request's max_tokens = those steps + 5 so none ends, block 16, KV blocks for all of them + 16,
@@ -124,7 +145,7 @@ def vllm_rates():
 
 
 def main():
-    missing = [p for p in (VENV_PY, os.path.join(ORACLE, "drive.py")) if not os.path.exists(p)]
+    missing = missing_oracle()
     measured = not missing
     for n in SIZES:
         s = shape(n)
@@ -136,9 +157,9 @@ def main():
         print(f"vLLM: measured in this run, in {VENV_PY} (a child per round; CPU time of schedule() + "
               "update_from_output())")
     else:
-        print(f"vLLM: NOT measured: {' and '.join(missing)} not found (the venv: `bash {ORACLE}/setup.sh`, "
-              "or SERQ_VLLM_PYTHON; the oracle's folder: SERQ_VLLM_ORACLE); "
-              f"falling back to the RECORDED figures of {ORACLE}/README.md: "
+        print(f"vLLM: NOT measured: {'; '.join(missing)}. To measure it, {SETUP}. "
+              "Meanwhile serQ's own figures are measured, and the ratios divide by the RECORDED figures of "
+              "tools/oracle/README.md (*Speed of the scheduler*): "
               + ", ".join(f"{RECORDED[n]:,.0f} steps/s at {n}" for n in SIZES) + " (wall time)")
     progs = serq_programs()
     for n in SIZES:  # untimed warm-up: imports and first-call costs
@@ -146,6 +167,7 @@ def main():
     one = {n: [] for n in SIZES}
     ff = {n: [] for n in SIZES}
     vs = {n: [] for n in SIZES}  # vLLM's steps/s per round
+    own = {n: ([], []) for n in SIZES}  # serQ's own iterations per CPU second: one event each, fast-forwarded
     version = None
     for k in range(ROUNDS):
         row = {}
@@ -164,6 +186,8 @@ def main():
         parts = []
         for n in SIZES:
             o, f = row[n]
+            own[n][0].append(o)
+            own[n][1].append(f)
             one[n].append(o / v[n])
             ff[n].append(f / v[n])
             vs[n].append(v[n])
@@ -171,17 +195,23 @@ def main():
                          f"vLLM {v[n]:,.0f} steps/s -> {o / v[n]:.1f}x, {f / v[n]:.1f}x")
         print(f"round {k + 1}: " + " | ".join(parts), flush=True)
     if version:
-        # the same serQ figures against the README's recorded vLLM ones (a quiet machine, wall time):
+        # the same serQ figures against tools/oracle/README.md's recorded vLLM ones (a quiet machine, wall time):
         # a measured vLLM under today's load is slower, so say what the ratio would be without it
         rec = []
         for n in SIZES:
-            o = statistics.median(x * y for x, y in zip(one[n], vs[n]))
-            f = statistics.median(x * y for x, y in zip(ff[n], vs[n]))
+            o, f = statistics.median(own[n][0]), statistics.median(own[n][1])
             rec.append(f"{n}: vLLM measured median {statistics.median(vs[n]):,.0f} steps/s (recorded "
                        f"{RECORDED[n]:,.0f}); against the recorded figure {o / RECORDED[n]:.1f}x one event "
                        f"each, {f / RECORDED[n]:.1f}x fast-forwarded")
         print("for reference: " + " | ".join(rec))
     src = f"vLLM {version}, measured in this run" if version else "vLLM 0.33.0, RECORDED figures (not measured)"
+    print()
+    print("serQ alone, iterations per CPU second, median of rounds (min, max):")
+    for i, label in enumerate(("one event per iteration", "fast-forward on")):
+        for n in SIZES:
+            its = own[n][i]
+            print(f"  engine, {label}, {n} decoding: {statistics.median(its):,.0f} it/s "
+                  f"(min {min(its):,.0f}, max {max(its):,.0f})")
     print()
     print(f"command: .venv/bin/python bench/engine.py   (ENGINE_ROUNDS={ROUNDS} ENGINE_STEPS={STEPS}); {src}")
     print("| what | serQ / vLLM, median of rounds (min, max) | target |")

@@ -4,9 +4,15 @@ The oracle: each `serq` command of a case ends with a report (exit 0; with --jso
 a diagnostic (exit 1, `file:line:col: error[CODE]: ...` on stderr) or a usage error (exit 2,
 `serq: error: ...`) — never a traceback, never a hang. The case runs in-process in a worker
 (`python tests/fuzzrun.py`, one JSON line in, one out) so a case costs no interpreter start; the
-parent waits at most `timeout` seconds, then asks the worker for its stacks (faulthandler on
-SIGUSR1), kills it and starts another: a case over its budget is a failure named "hang", with
-the innermost serQ frame it was in, never a hung test.
+parent lets it use at most `timeout` seconds of the worker's CPU time (read from /proc, so a case
+on a loaded machine is not charged for waiting for a core; where /proc is not, wall time), and at
+most WALL_FACTOR times that in wall time (a case blocked without computing), then asks the worker
+for its stacks (faulthandler on SIGUSR1), kills it and starts another: a case over its budget is a
+failure named "hang", with the innermost serQ frame it was in, never a hung test.
+
+A suspected hang is not called one at once: `run_retrying` runs the case again, once, alone (no
+other case of the campaign running: `Gate`) with RETRY_FACTOR times the budget, and it is a hang
+only if that run is over its budget too; a retry that ends says so in the verdict ("retried").
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -28,6 +35,9 @@ ROOT = os.path.dirname(HERE)
 SERQ = os.path.join(ROOT, "serq") + os.sep
 
 STARTUP = 120.0  # seconds a worker may take to import serQ and build its parser (not a case's budget)
+WALL_FACTOR = 6.0   # a case may take this many times its CPU budget in wall time (waiting for a core, blocked)
+RETRY_FACTOR = 3.0  # a suspected hang's second run, alone, has this many times the budget
+TICK = 0.25         # seconds between looks at a running case's CPU time
 DIAG = re.compile(r"^\S.*:\d+:\d+: error\[[A-Z]+\d+\]: ", re.M)
 USAGE = re.compile(r"^serq: error: ", re.M)
 
@@ -260,17 +270,38 @@ def _hang_cause(dump: str) -> tuple[str, str]:
     return "hang", dump
 
 
-class Worker:
-    """One worker process; `run(case)` returns the verdict within `timeout` seconds, whatever happens."""
+def cpu_seconds(pid: int):
+    """The CPU time (user + system, all its threads) the process has used, from /proc; None where
+    it cannot be read (not Linux, or the process is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _HZ  # utime, stime: fields 14 and 15 of stat(5)
+    except (OSError, IndexError, ValueError):
+        return None
 
-    def __init__(self, timeout: float):
+
+try:
+    _HZ = os.sysconf("SC_CLK_TCK")
+except (AttributeError, ValueError, OSError):
+    _HZ = 100
+
+
+class Worker:
+    """One worker process; `run(case)` returns the verdict once the case has used `timeout` seconds
+    of CPU time (or `wall_factor` times that in wall time), whatever happens. `argv`: the worker's
+    command, `--worker STACKS` appended (a test's stand-in; by default this file)."""
+
+    def __init__(self, timeout: float, wall_factor: float = WALL_FACTOR, argv: list | None = None):
         self.timeout = timeout
+        self.wall_factor = wall_factor
+        self.argv = argv or [sys.executable, os.path.abspath(__file__)]
         self.proc = None
         self.stacks = tempfile.NamedTemporaryFile(prefix="serq-fuzz-stacks-", delete=False).name
 
     def _start(self):
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", self.stacks],
+        self.proc = subprocess.Popen(self.argv + ["--worker", self.stacks],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                      cwd=ROOT)
         ready, _, _ = select.select([self.proc.stdout], [], [], STARTUP)
@@ -278,21 +309,46 @@ class Worker:
             self.kill()
             raise RuntimeError(f"the fuzz worker did not start within {STARTUP:g} s")
 
-    def run(self, case: dict) -> dict:
+    def run(self, case: dict, timeout: float | None = None) -> dict:
+        """The case's verdict, within `timeout` (default the worker's) seconds of the worker's CPU
+        time and wall_factor times that of wall time; with "seconds" (wall) and "cpu" (the worker's
+        CPU seconds, None where /proc is not) it took."""
+        budget = self.timeout if timeout is None else timeout
         if self.proc is None or self.proc.poll() is not None:
             self._start()
+        pid = self.proc.pid
+        c0 = cpu_seconds(pid)
         t0 = time.monotonic()
         try:
             self.proc.stdin.write(json.dumps(case) + "\n")
             self.proc.stdin.flush()
         except BrokenPipeError:
             return self._died(t0)
-        ready, _, _ = select.select([self.proc.stdout], [], [], self.timeout)
-        if ready:
-            line = self.proc.stdout.readline()
-            if line:
-                return json.loads(line)
-            return self._died(t0)
+        wall_limit = budget * self.wall_factor if c0 is not None else budget
+        used = None
+        while True:
+            waited = time.monotonic() - t0
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, min(TICK, wall_limit - waited)))
+            if ready:
+                line = self.proc.stdout.readline()
+                if line:
+                    v = json.loads(line)
+                    c = cpu_seconds(pid)
+                    v["cpu"] = c - c0 if c is not None and c0 is not None else None
+                    return v
+                return self._died(t0)
+            c = cpu_seconds(pid) if c0 is not None else None
+            used = c - c0 if c is not None else None
+            if (used is not None and used > budget) or time.monotonic() - t0 >= wall_limit:
+                break
+        wall = time.monotonic() - t0
+        if c0 is None:
+            over = f"over the budget of {budget:g} s (wall time: no CPU time to read here)"
+        elif used is not None and used > budget:
+            over = f"over the budget of {budget:g} s (CPU time: {used:.1f} s of CPU in {wall:.1f} s)"
+        else:
+            over = (f"over the budget of {budget:g} s (wall time: {wall:.1f} s, {self.wall_factor:g} times the "
+                    f"CPU budget, with {used if used is not None else 0:.1f} s of CPU: blocked, or starved of a core)")
         # over budget: the stacks, then the worker goes
         self.proc.send_signal(signal.SIGUSR1)
         # the stacks are written, thread by thread, when the worker is next scheduled: wait until the
@@ -307,8 +363,8 @@ class Worker:
         self.kill()
         with open(self.stacks, errors="replace") as fh:
             cause, dump = _hang_cause(fh.read())
-        return {"ok": False, "cause": cause, "detail": f"over the budget of {self.timeout:g} s\n{dump}",
-                "artifacts": {}, "seconds": time.monotonic() - t0}
+        return {"ok": False, "cause": cause, "detail": f"{over}\n{dump}", "artifacts": {},
+                "seconds": time.monotonic() - t0, "cpu": used, "budget": budget}
 
     def _died(self, t0):
         code = self.proc.wait()
@@ -332,6 +388,66 @@ class Worker:
             self.proc = None
         with contextlib.suppress(OSError):
             os.unlink(self.stacks)
+
+
+class Gate:
+    """Cases run side by side (`shared`), but a retried one runs `alone`: it waits until the cases
+    running end, and no new one starts until it is done."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._running = 0
+        self._alone = 0    # retries waiting or running: new shared cases wait behind them
+
+    @contextlib.contextmanager
+    def shared(self):
+        with self._cond:
+            self._cond.wait_for(lambda: self._alone == 0)
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._running -= 1
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def alone(self):
+        with self._cond:
+            self._alone += 1
+            self._cond.wait_for(lambda: self._running == 0)
+            self._running += 1  # one retry at a time: another waits for this one
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._running -= 1
+                self._alone -= 1
+                self._cond.notify_all()
+
+
+def run_retrying(worker: Worker, case: dict, factor: float = RETRY_FACTOR, gate: Gate | None = None) -> dict:
+    """`worker.run(case)`, side by side with other cases (`gate.shared()`); a suspected hang is run
+    again, once, alone (`gate.alone()`), with `factor` times the budget, and is a hang only if that
+    run is over its budget too. The verdict of a retried case has "retried": what the first run took
+    and how the second ended; a hang's detail says it was retried."""
+    gate = gate or Gate()
+    with gate.shared():
+        v = worker.run(case)
+    if v["ok"] or not v["cause"].startswith("hang"):
+        return v
+    budget = worker.timeout * factor
+    with gate.alone():
+        v2 = worker.run(case, timeout=budget)
+    first = (f"over its budget of {worker.timeout:g} s side by side with other cases "
+             f"({v.get('cpu') or 0:.1f} s of CPU, {v.get('seconds', 0):.1f} s wall)")
+    if v2["ok"] or not v2["cause"].startswith("hang"):
+        took = f"{v2['cpu']:.1f} s of CPU" if v2.get("cpu") is not None else f"{v2.get('seconds', 0):.1f} s"
+        v2["retried"] = f"{first}; run again alone with {budget:g} s, it ended in {took}: not a hang"
+        return v2
+    v2["retried"] = f"{first}; run again alone with {budget:g} s, over that too: a hang"
+    v2["detail"] = f"{v2['retried']}\n{v2['detail']}"
+    return v2
 
 
 def command(case: dict, verdict: dict | None = None) -> str:

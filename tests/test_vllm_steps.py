@@ -42,7 +42,7 @@ def differences(paths, ref, shared):
         if sdiff is not None:
             out[result["name"]] = ("step",) + vllm_oracle.step_diff_key(sdiff)
         elif vllm_oracle.compare(result, got) is not None:
-            out[result["name"]] = ("request",) + vllm_oracle.compare(result, got)[:2]
+            out[result["name"]] = ("request",) + vllm_oracle.compare(result, got)
     return out
 
 
@@ -130,13 +130,13 @@ def test_check_steps_prints_the_first_differing_step_with_both_sides(tmp_path):
     assert lines[1:4] == ["10_preempt_only_step_stall: step 50:",
                           "  vLLM scheduled {}, preempted [], finished [], free blocks 9",
                           "  serQ scheduled {B: 10}, preempted [], finished [], free blocks 8"]
-    assert lines[4].startswith("  known (docs/vllm.md): the reference refuses A")
+    assert lines[4].startswith("  expected (docs/vllm.md, *Known divergences*): the language reference rejects")
     assert lines[5:8] == ["01_tampered: step 10:",
                           "  vLLM scheduled {A: 1, B: 1}, preempted [C], finished [], free blocks 4",
                           "  serQ scheduled {A: 1, B: 1}, preempted [C], finished [], free blocks 3"]
-    assert lines[-1] == "1/3 scenarios agree step for step; 1 known (docs/vllm.md)" and r.returncode == 1
+    assert lines[-1] == "1/3 scenarios agree step for step; 1 expected (docs/vllm.md)" and r.returncode == 1
     r = subprocess.run([sys.executable, TOOL, "check", "--steps", "--ref", *picks], capture_output=True, text=True)
-    assert r.stdout.strip().splitlines()[-1] == "1/2 scenarios agree step for step; 1 known (docs/vllm.md)"
+    assert r.stdout.strip().splitlines()[-1] == "1/2 scenarios agree step for step; 1 expected (docs/vllm.md)"
     assert r.returncode == 0
 
 

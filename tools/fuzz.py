@@ -4,7 +4,12 @@
                          [--profile full|suite] [--on SWITCH]... [--target check|run|ir]
 
 Each case ends with a report, a diagnostic or a usage error, or is a failure: a traceback, JSON
-that a strict parser refuses, or a hang (over --timeout seconds). Failures are grouped by cause
+that a strict parser refuses, or a hang. A case's budget is --timeout seconds of its worker's CPU
+time (wall time only where /proc is not, and at most 6 times the budget of wall time either way),
+so a case that is merely slow on a loaded machine is not charged for waiting for a core; and a
+case over its budget is run again, alone (no other case running) with --retry-factor times the
+budget, and is a hang only if it is over that too. A retry that clears a case is printed, and
+counted in the figures. Failures are grouped by cause
 (the exception's type and the innermost serQ function, or "hang@" the function it was stuck in);
 each cause's smallest case, shrunk further by deleting lines while the cause stays, is written to
 OUT/NN-CAUSE/ (case.sq and the trace beside it, mutated.json for an IR case, command.txt,
@@ -102,7 +107,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cases", type=int, default=2000)
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds a case may take")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds of CPU time a case may take (wall time where /proc is not)")
     p.add_argument("--seed", default="1", help="the campaign's seed: case i is random_case(f'{seed}:{i}')")
     p.add_argument("--out", default="fuzz-out")
     p.add_argument("--profile", choices=["full", "suite"], default="full")
@@ -112,6 +118,9 @@ def main(argv=None) -> int:
                         "is a family fixed?)")
     p.add_argument("--target", choices=["check", "run", "ir"], help="only this target")
     p.add_argument("--shrink", type=int, default=60, help="runs spent shrinking each cause's case")
+    p.add_argument("--retry-factor", type=float, default=fuzzrun.RETRY_FACTOR,
+                   help="a case over its budget is run again alone with this many times the budget "
+                        f"(default {fuzzrun.RETRY_FACTOR:g}); a hang only if over that too")
     args = p.parse_args(argv)
     gen = fuzzgen.FULL if args.profile == "full" else fuzzgen.SUITE
     gen = dataclasses.replace(gen, **{s: True for s in args.on})
@@ -121,17 +130,24 @@ def main(argv=None) -> int:
         workers.put(fuzzrun.Worker(args.timeout))
     causes: dict[str, list] = {}  # cause -> [count, smallest case, its verdict]
     lock = threading.Lock()
-    figures = {"tried": 0, "ok": 0, "seconds": 0.0, "by_target": {}, "ended": {}}
+    figures = {"tried": 0, "ok": 0, "seconds": 0.0, "by_target": {}, "ended": {}, "retried": 0, "cleared": 0}
+    gate = fuzzrun.Gate()  # cases run side by side; a suspected hang's retry runs alone
     t0 = time.monotonic()
 
     def one(i):
         case = fuzzgen.random_case(f"{args.seed}:{i}", gen, args.target)
         w = workers.get()
         try:
-            v = w.run(case)
+            v = fuzzrun.run_retrying(w, case, args.retry_factor, gate)
         finally:
             workers.put(w)
         with lock:
+            if "retried" in v:
+                figures["retried"] += 1
+                cleared = v["ok"] or not v["cause"].startswith("hang")
+                figures["cleared"] += cleared
+                print(f"[{time.monotonic() - t0:7.0f} s] case {args.seed}:{i} ({case['target']}, {case['seed']}): "
+                      f"{v['retried']}", flush=True)
             figures["tried"] += 1
             figures["seconds"] += v.get("seconds", 0.0)
             figures["by_target"][case["target"]] = figures["by_target"].get(case["target"], 0) + 1
@@ -161,10 +177,13 @@ def main(argv=None) -> int:
     fails = sum(e[0] for e in causes.values())
     lines.append(f"programs tried: {figures['tried']} ({', '.join(f'{k} {v}' for k, v in sorted(figures['by_target'].items()))}),"
                  f" {time.monotonic() - t0:.0f} s, profile {args.profile}{''.join(' +' + s for s in args.on)},"
-                 f" seed {args.seed}, timeout {args.timeout:g} s")
+                 f" seed {args.seed}, timeout {args.timeout:g} s of CPU a case")
     lines.append(f"passed: {figures['ok']}; failures: {fails} "
                  f"(tracebacks and broken output {fails - hangs}, hangs {hangs}); distinct causes: {len(causes)}")
     lines.append("  " + "; ".join(f"{k}: {v}" for k, v in sorted(figures["ended"].items())))
+    if figures["retried"]:
+        lines.append(f"  suspected hangs retried alone with {args.retry_factor:g} times the budget: "
+                     f"{figures['retried']}; cleared by the retry (slow, not hung): {figures['cleared']}")
     for n, (cause, (count, case, verdict)) in enumerate(sorted(causes.items(), key=lambda kv: -kv[1][0]), 1):
         small, v2 = shrink(w, case, cause, args.shrink)
         d = write(args.out, n, cause, small, v2 or verdict, count)
