@@ -18,6 +18,8 @@ from serq import api
 from serq.cli import main
 from serq.diagnostics import SerqError
 from serq.draw import svg
+from serq.draw.svg import STYLE, text_width
+from serq.draw.text import Source, reading, src
 from serq.ir import model as I
 from serq.link.rules import walk
 
@@ -26,7 +28,6 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 EXAMPLES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"),
                                                            recursive=True))
 NS = "{http://www.w3.org/2000/svg}"
-ADVANCE = 0.61  # the monospace advance the drawer measures with (serq/draw/svg.py), for text extents
 
 
 class Result:
@@ -73,7 +74,7 @@ def text_boxes(root):
     for t in root.iter(NS + "text"):
         size = float(t.get("font-size"))
         x, base = float(t.get("x")), float(t.get("y"))
-        w = len(t.text or "") * size * ADVANCE
+        w = text_width(t.text or "", size)  # the drawer's own per-character estimate
         x0 = x - w if t.get("text-anchor") == "end" else x - w / 2 if t.get("text-anchor") == "middle" else x
         yield t.text, (x0, base - 0.8 * size, x0 + w, base + 0.2 * size)
 
@@ -123,13 +124,125 @@ def assert_laid_out(root, what: str):
             assert not crosses(t, b), f"{what}: the text {s!r} crosses the box {b}"
 
 
+def holder(t, boxes):
+    """The innermost box around a text's start, or None (a band's title, a link's label)."""
+    x0, y0, _, y1 = t
+    around = [b for b in boxes if b[0] <= x0 + 0.5 and b[1] <= y0 + 0.5 and y1 - 0.5 <= b[3] and x0 + 0.5 <= b[2]]
+    return min(around, key=lambda b: (b[2] - b[0]) * (b[3] - b[1]), default=None)
+
+
+@pytest.mark.parametrize("path", EXAMPLES)
+def test_every_label_fits_its_box_unclipped(path):
+    """Each text's width as the drawer estimates it, character by character, ends inside the box
+    that holds it, and no text is cut short with an ellipsis (a long line wraps instead)."""
+    root = ET.fromstring(svg(api.load(os.path.join(ROOT, path)), os.path.basename(path)))
+    boxes = rects(root)
+    width = float(root.get("width"))
+    for s, t in text_boxes(root):
+        assert "…" not in s, f"{path}: {s!r} is clipped"
+        assert t[2] <= width, f"{path}: {s!r} passes the picture's edge"
+        box = holder(t, boxes)
+        if box is not None and box != (0.0, 0.0, width, float(root.get("height"))):
+            assert t[2] <= box[2] - 2, f"{path}: {s!r} ({t[2] - t[0]:.0f} wide) passes its box {box}"
+
+
+def all_text(root) -> str:
+    """The picture's words in order, one space between texts: a wrapped line reads whole again."""
+    return " ".join(texts(root))
+
+
+def test_expressions_print_as_the_source_wrote_them():
+    prog = api.load(os.path.join(ROOT, "examples/multi-turn/vllm.sq"))
+    words = all_text(ET.fromstring(svg(prog)))
+    for want in ("a prefill's chunk ≤ running.count + waiting.count > 1 ? chunk_cap : inf",
+                 "where chunk_cap = 512, c0 = 0.001",     # the constants the engine reads, with their numbers
+                 "cap blocks * bs = 65536", "cap max_seqs = 256", "poisson, Lambda = 0.2 /s",
+                 "kv: min(known, reused + budget_left(vllm))",   # the engine's `at admission` names
+                 "at admission: known = max(kept, computed + 1)", "run tool ~exp(Z)"):
+        assert want in words, want
+    for ir in ("? 512 : 0", "Nres", "Queued", "0.001 + max(0.003"):  # the IR's folded and inner forms
+        assert ir not in words, ir
+    # a queue's member, and the choice among members, as the program names them
+    words = all_text(ET.fromstring(svg(api.load(os.path.join(ROOT, "examples/multi-turn/routing.sq")))))
+    assert "hold R[r].reqs, R[r].kv" in words and "R.reqs[r]" not in words
+    chunk = prog.stages[0].kind.chunk
+    with reading(Source(prog)):
+        assert src(chunk) == "running.count + waiting.count > 1 ? chunk_cap : inf"
+    # without the source (an IR file, text that cannot be read): the IR, in the language's names
+    assert src(chunk) == "running.count + waiting.count > 1 ? 512 : 0"
+    bare = all_text(ET.fromstring(svg(prog, sources=[None])))
+    assert "cap 65536" in bare and "running.count + waiting.count > 1 ? 512 : 0" in bare
+
+
+def test_a_def_inlined_prints_its_argument_not_its_parameter(tmp_path):
+    """A def's body keeps its own location where it is inlined: its text names the parameter, so
+    the picture writes the expression from its parts (the argument, the let's name) instead."""
+    f = tmp_path / "d.sq"
+    f.write_text("""fn main() {
+  let k = 3;
+  def f(x) { x * 2 + k }
+  stage s : fifo;
+  workload { arrive poisson(1); turn { Size u = 1 + floor(~uniform(0, 3)); } }
+  server { run s (cost(s, f(u + 1) + 1)); run s (cost(s, f(u))); }
+}
+""")
+    prog = api.load(str(f))
+    with reading(Source(prog)):
+        assert [src(r.work) for r in prog.server] == ["(u + 1) * 2 + k + 1", "u * 2 + k"]
+        assert src(prog.workload.turn[0].e) == "1 + floor(~uniform(0, 3))"
+    words = texts(ET.fromstring(svg(prog)))
+    assert "u * 2 + k" in words and "x * 2 + k" not in words
+
+
+def test_routing_draws_its_gateway_its_replicas_and_its_policies(serq, tmp_path):
+    """routing.sq's gateway `gw` picks one of four replicas by a policy the input `policy` selects:
+    the gateway is a node of the path and of the deployment, each replica is drawn behind it, and
+    the policy the inputs choose is named, with the others the program can take."""
+    path = os.path.join(ROOT, "examples/multi-turn/routing.sq")
+    root = ET.fromstring(svg(api.load(path)))
+    words = texts(root)
+    assert words.count("gateway gw") == 2  # on the path and in the deployment
+    fill = STYLE["gateway"][0]
+    gateways = [r for r in root.iter(NS + "rect") if r.get("fill") == fill and r.get("class") != "card"]
+    assert len(gateways) == 2 + 1  # the two nodes and the legend's swatch
+    for n in range(4):
+        assert f"R[{n}]" in words  # each replica behind the gateway
+    assert "sends each request to one R[r]: prefix affinity (policy = 4)" in all_text(root)
+    assert "policy = 4 (chosen): prefix affinity" in words and "key -cachedin(R[r].kv)" in words
+    for other in ("policy = 0: random", "policy = 1: round robin", "policy = 2: least outstanding",
+                  "policy = 3: least KV used"):
+        assert other in words, other
+    assert "ties: least outstanding (holders(R[r].reqs) + queued(R[r].reqs)), then r" in all_text(root)
+    # the inputs choose another
+    r = serq("draw", "examples/multi-turn/routing.sq", "-o", "-", "--set", "policy=1")
+    words = texts(ET.fromstring(r.stdout))
+    assert "policy = 1 (chosen): round robin" in words and "any other policy: prefix affinity" in words
+    # the disaggregated program's gateway routes to two families
+    root = ET.fromstring(svg(api.load(os.path.join(ROOT, "examples/pd-disaggregation/llmd_nixl_pull.sq"))))
+    words = texts(root)
+    assert words.count("gateway gw") == 2 and {"P[0]", "P[1]", "D[0]", "D[1]"} <= set(words)
+    assert "key shortest queue (queued(P[p].reqs))" in words and "key fewest running (holders(D[d].reqs))" in words
+
+
+def test_a_choose_without_its_source_still_routes():
+    """Without the source there is no gateway's name: the choose that picks a member is the node."""
+    prog = api.load(os.path.join(ROOT, "examples/multi-turn/routing.sq"))
+    root = ET.fromstring(svg(prog, sources=[None]))
+    words = texts(root)
+    assert "gateway gw" not in words and words.count("route: choose r") == 2
+    assert "choose r in 4: the R[r] with the least key" in words
+    assert "policy = 4" not in all_text(root)  # the condition is `4 == 0` by then: no input's name
+    assert_laid_out(root, "routing without source")
+
+
 def test_the_disaggregation_picture_names_its_link_and_its_families():
     prog = api.load(os.path.join(ROOT, "examples/pd-disaggregation/llmd_nixl_pull.sq"))
     words = texts(ET.fromstring(svg(prog)))
     assert "link: a transfer crosses P.nic and D.nic at once, concurrent transfers share by maxmin" in words
     assert "queue P" in words and "queue D" in words and words.count("×2") == 2
-    assert "cap 32000" in words and "block 16 (2000 blocks)" in words  # blocksP * bs, folded
-    assert "then lease P.kv[p] for inf" in words and "choose p in 2" in words
+    # the source's names, with the numbers they fold to
+    assert "cap blocksP * bs = 32000" in words and "block bs = 16 (2000 blocks)" in words
+    assert "then lease P[p].kv for inf" in words and "choose p in NP: the P[p] with the least key" in words
 
 
 def test_the_path_reads_left_to_right():
@@ -230,13 +343,13 @@ def test_draw_to_a_file_and_to_stdout_with_inputs(serq, tmp_path):
     out = tmp_path / "m.svg"
     r = serq("draw", mg1, "-o", str(out), "--set", "lambda=0.5")
     assert r.returncode == 0
-    assert "poisson, 0.5 /s" in texts(ET.fromstring(out.read_text()))
+    assert "poisson, lambda = 0.5 /s" in texts(ET.fromstring(out.read_text()))
     inst = tmp_path / "i.json"
     inst.write_text('{"inputs": {"lambda": 0.25}}')
     r = serq("draw", mg1, "-o", "-", "--instance", str(inst), "--", "mean=2")
     assert r.returncode == 0 and r.stderr == ""
     words = texts(ET.fromstring(r.stdout))
-    assert "poisson, 0.25 /s" in words and "mg1.sq" in words
+    assert "poisson, lambda = 0.25 /s" in words and "mg1.sq" in words
 
 
 def test_a_program_error_is_the_diagnostic_serq_check_gives(serq, tmp_path):

@@ -5,21 +5,16 @@ transfer crosses. The IR keeps no device names (a device is sugar: its capacitie
 from __future__ import annotations
 
 from serq.draw.path import stage_kind
-from serq.draw.svg import Box, Canvas, Column, Frame, Item, Row, Space, Text, text_width
-from serq.draw.text import expr, number, short, target
+from serq.draw.route import Route, name_of, policies
+from serq.draw.svg import Box, Canvas, Column, Fan, Frame, Item, Row, Space, Text, text_width
+from serq.draw.text import constants_in, expr, number, src, target, valued
 from serq.ir import model as I
 from serq.link.exprs import const_value
 from serq.link.rules import walk
 
 
-def value(e, limit: int = 26) -> str:
-    """A constant expression as its number (caps are usually products of lets), else the expression."""
-    v = const_value(e)
-    return number(v) if v is not None else short(e, limit)
-
-
 def keys(xs: list) -> str:
-    return "(" + ", ".join(short(k, 16) for k in xs) + ")"
+    return "(" + ", ".join(src(k) for k in xs) + ")"
 
 
 def members(name: str, count: int | None) -> str:
@@ -27,27 +22,43 @@ def members(name: str, count: int | None) -> str:
     return f"×{count}: {name}[0..{count - 1}]" if count is not None else ""
 
 
-def schedule(body: list) -> str:
+def schedule(body: list) -> list[str]:
     """An engine's own iteration, one clause a statement (*Engines on devices*)."""
     out = []
     for st in body:
         if isinstance(st, I.IServe):
-            out.append("advance running" + (" by " + keys(st.order.keys) if st.order and st.order.keys else ""))
+            out.append("advance running" + (" by " + keys(st.order.keys) if st.order and st.order.keys else "")
+                       + clauses(st))
         elif isinstance(st, I.IAdmit):
-            out.append("admit waiting" + (f" while {short(st.gate, 24)}" if st.gate is not None else ""))
+            out.append("admit waiting" + clauses(st))
         elif isinstance(st, I.IBranch):
-            out.append(f"branch ({short(st.cond, 20)}) {{{schedule(st.then)}}} else {{{schedule(st.else_)}}}")
-    return "; ".join(out)
+            out.append(f"branch ({src(st.cond)}) {{{'; '.join(schedule(st.then))}}} "
+                       f"else {{{'; '.join(schedule(st.else_))}}}")
+        elif isinstance(st, I.ISet):
+            out.append(f"set {st.name} = {src(st.e)}")
+    return out
+
+
+def clauses(st) -> str:
+    """A serve's or an admission's `only`, `while` and `each at most`, as the program writes them."""
+    out = ""
+    if st.only is not None:
+        out += f" only ({src(st.only)})"
+    if getattr(st, "gate", None) is not None:
+        out += f" while ({src(st.gate)})"
+    if st.chunk is not None:
+        out += f" each at most ({src(st.chunk)})"
+    return out
 
 
 def pool_lines(p: I.Pool, cached: set[str]) -> list[str]:
     """A pool's cap and rules; `cached` names the pools a hold caches in (eviction matters there)."""
-    lines = [p.name, f"cap {value(p.cap)}"]
+    lines = [p.name, f"cap {valued(p.cap)}"]
     lines.append(members(p.name, p.count))
     if p.block is not None:
         b, cap = const_value(p.block), const_value(p.cap)
         blocks = f" ({number(cap // b)} blocks)" if b and cap is not None and b > 0 and cap < 1e15 else ""
-        lines.append(f"block {value(p.block, 20)}{blocks}")
+        lines.append(f"block {valued(p.block)}{blocks}")
     # a request-slot queue a hold's cache clause also names keeps a unit or so: not what a reader
     # would take "prefix cache" to mean, so only the other pools say it
     if p.name in cached and p.admit_via is None:
@@ -73,12 +84,14 @@ def pool_lines(p: I.Pool, cached: set[str]) -> list[str]:
 
 def engine_lines(s: I.Stage) -> list[str]:
     k = s.kind
-    lines = [s.name, "engine: runs iterations", f"≤ {value(k.budget, 40)} tokens an iteration"]
+    lines = [s.name, "engine: runs iterations", f"≤ {valued(k.budget)} tokens an iteration"]
     chunk = const_value(k.chunk)
     if chunk is None:
-        lines.append(f"a prefill's chunk ≤ {short(k.chunk, 90)} (0: no cap)")
+        text = src(k.chunk)  # the IR's 0 is no cap, which the source writes inf
+        lines.append(f"a prefill's chunk ≤ {text}" + ("" if text != expr(k.chunk) or "0" not in text else
+                                                       " (0: no cap)"))
     elif chunk != 0:
-        lines.append(f"a prefill's chunk ≤ {number(chunk)}")
+        lines.append(f"a prefill's chunk ≤ {valued(k.chunk)}")
     if isinstance(k.serve, I.ExclusivePrefill):
         lines.append("serves: exclusive prefill")
     elif [expr(x) for x in k.serve.keys] == ["decoding ? 0 : 1"]:  # `decode first`, as the parser writes it
@@ -87,9 +100,16 @@ def engine_lines(s: I.Stage) -> list[str]:
         lines.append("serves by " + keys(k.serve.keys))
     else:
         lines.append("serves in admission order")
+    if k.granule is not None:
+        lines.append(f"a prefill's chunk a multiple of {valued(k.granule)}")
     if k.iteration is not None:
-        lines.append("schedule: " + schedule(k.iteration))
-    lines.append(f"iteration time {short(k.cost, 120)}")
+        lines += ["schedule:"] + ["  " + x for x in schedule(k.iteration)]
+    for r in k.registers:
+        lines.append(f"state {r.name} = {valued(r.init)}")
+    lines.append(f"iteration time {src(k.cost)}")
+    read = constants_in(k.chunk if chunk is None else None, k.cost, *(k.iteration or []))
+    if read:
+        lines.append("where " + ", ".join(read))
     lines.append(members(s.name, s.count))
     return lines
 
@@ -97,10 +117,10 @@ def engine_lines(s: I.Stage) -> list[str]:
 def stage_lines(s: I.Stage) -> list[str]:
     k = s.kind
     if isinstance(k, I.Fifo):
-        what = f"fifo, {short(k.servers, 12)} server" + ("" if expr(k.servers) == "1" else "s")
+        what = f"fifo, {valued(k.servers)} server" + ("" if expr(k.servers) == "1" else "s")
     elif isinstance(k, I.Ps):
         what = ("ps, each job at rate 1 (no wait)" if isinstance(k.phi, I.Ctx) and k.phi.name == "present"
-                else f"ps, rate {short(k.phi, 20)} shared")
+                else f"ps, rate {valued(k.phi)} shared")
     elif isinstance(k, I.Delay):
         what = "delay (no wait)"
     else:
@@ -167,9 +187,13 @@ def modes(prog: I.Program, stage: str) -> list[str]:
     return out
 
 
+FAN = 8  # members a gateway's fan draws; more are elided in the middle
+
+
 class Deployment:
-    def __init__(self, prog: I.Program):
+    def __init__(self, prog: I.Program, routes: list[Route] = ()):
         self.prog = prog
+        self.routes = list(routes)
         self.pools = {p.name: p for p in prog.pools}
         self.stages = {s.name: s for s in prog.stages}
         self.done: set[str] = set()
@@ -217,15 +241,53 @@ class Deployment:
             notes.append("its role in the path: " + " and ".join(modes(self.prog, name)))
         return Frame(f"queue {name}", body, "group", notes, copies=count or 1, badge=f"×{count}" if count else "")
 
+    def count(self, family: str) -> int | None:
+        """How many members a family has: its stage's count, or its parts'."""
+        for x in list(self.stages.values()) + list(self.pools.values()):
+            if x.name == family or x.name.startswith(family + "."):
+                return x.count
+        return None
+
+    def gateway(self, route: Route) -> Item:
+        """A gateway and, behind it, each member of each family it routes to."""
+        lines = [route.title]
+        groups = []
+        for c in route.chooses:
+            fam = route.families.get(c.name)
+            if fam is None:
+                continue
+            keys = list(c.keys)
+            how = ""
+            sel = policies(keys[0]) if keys else None
+            if sel is not None:
+                x, arms = sel
+                label, a, _ = next(arm for arm in arms if arm[2])
+                how = (name_of(a, c.name, self.prog) or src(a)) + (f" ({x} = {label})" if x else "")
+            elif keys:
+                how = name_of(keys[0], c.name, self.prog) or src(keys[0])
+            lines.append(f"sends each request to one {fam}[{c.name}]" + (f": {how}" if how else ""))
+            n = self.count(fam)
+            idx = list(range(n)) if n is not None and n <= FAN else [0, 1, 2, None, n - 1] if n else [None]
+            kind = stage_kind(self.stages[fam]) if fam in self.stages else "pool"
+            groups.append((f"{fam}[{c.name}], {c.name} in 0..{n - 1}" if n else f"{fam}[{c.name}]",
+                           [Box([f"{fam}[{i}]" if i is not None else "…"], kind if i is not None else "note")
+                            for i in idx]))
+        return Fan(Box(lines, "gateway"), groups)
+
     def build(self) -> Item:
         names = order(self.prog)
         all_names = set(self.pools) | set(self.stages)
         roots = [n for n in names if n in self.stages and any(m.startswith(n + ".") for m in all_names)]
         clusters: list[Item] = []
+        routed = [r for r in self.routes if r.families]
         for n in names:
             if n in self.done:
                 continue
             root = next((r for r in roots if n == r or n.startswith(r + ".")), None)
+            family = root or n.split(".", 1)[0]
+            for r in [r for r in routed if family in r.families.values()]:  # the gateway before what it routes to
+                clusters.append(self.gateway(r))
+                routed.remove(r)
             if root is not None:
                 members = [m for m in names if m.startswith(root + ".")]
                 clusters.append(self.cluster(root, members))
@@ -276,8 +338,8 @@ class Links(Item):
                 c.text(lx, ly + 2, label, 10.5, color="#6d28d9")
 
 
-def deployment(prog: I.Program) -> Item:
-    d = Deployment(prog)
+def deployment(prog: I.Program, routes: list[Route] = ()) -> Item:
+    d = Deployment(prog, routes)
     body = d.build()
     return Column([Text("The deployment: where each step of the path runs and what it holds", 13, bold=True),
                    Frame("deployment", Column([body, Space(0, 2)]), "group",

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 
+from serq.draw.route import Route, choose_lines, route_of
 from serq.draw.svg import Box, Column, Frame, Item, Loop, Parallel, Row, Space, Text
-from serq.draw.text import short, target
+from serq.draw.text import bindings_read, src, target, valued
 from serq.ir import model as I
 
 
@@ -20,14 +21,25 @@ def stage_kind(stage: I.Stage) -> str:
 
 
 class Path:
-    def __init__(self, prog: I.Program):
+    def __init__(self, prog: I.Program, routes: list[Route] = ()):
+        self.prog = prog
         self.stages = {s.name: s for s in prog.stages}
+        self.routes = list(routes)
 
     def items(self, stmts: list) -> list[Item]:
         out: list[Item] = []
         i = 0
         while i < len(stmts):
             s = stmts[i]
+            route = route_of(self.routes, s) if isinstance(s, I.Choose) else None
+            if route is not None:  # a gateway's chooses, with the sets between them, are one box
+                j = i
+                while j < len(stmts) and (isinstance(stmts[j], (I.Set, I.Observe)) or route_of(self.routes, stmts[j])
+                                          is route):
+                    j += 1
+                out.append(self.gateway(route, [c for c in stmts[i:j] if isinstance(c, I.Choose)]))
+                i = j
+                continue
             if isinstance(s, I.Fork):  # consecutive forks are legs side by side
                 j = i
                 while j < len(stmts) and isinstance(stmts[j], I.Fork):
@@ -43,6 +55,12 @@ class Path:
 
     def row(self, stmts: list) -> Row:
         return Row(self.items(stmts))
+
+    def gateway(self, route: Route, chooses: list[I.Choose]) -> Item:
+        lines = [route.title]
+        for c in chooses:
+            lines += choose_lines(c, route.families.get(c.name), self.prog)
+        return Box(lines, "gateway")
 
     def fork(self, forks: list[I.Fork], joined: bool) -> Item:
         lanes = [Row(a) if a else None for a in (self.items(f.body) for f in forks)]
@@ -61,9 +79,9 @@ class Path:
         if isinstance(s, I.Run):
             return self.run(s)
         if isinstance(s, I.Grow):
-            return Box([f"grow {target(s.pool)}", short(s.e, 24)], "memory")
+            return Box([f"grow {target(s.pool)}", src(s.e)], "memory")
         if isinstance(s, I.Load):
-            return Box([f"load {target(s.pool)}", short(s.e, 24)], "memory")
+            return Box([f"load {target(s.pool)}", src(s.e)], "memory")
         if isinstance(s, I.Release):
             return Box([f"release {target(s.pool)}"], "memory")
         if isinstance(s, I.Drop):
@@ -74,14 +92,13 @@ class Path:
                 return None
             return Parallel([Row(a) if a else None for a in arms], [guard(s.cond), "else"], split_label="branch")
         if isinstance(s, I.While):
-            return Loop(Frame(f"while {short(s.cond, 28)}", self.row(s.body), "control"))
+            return Loop(Frame(f"while {src(s.cond)}", self.row(s.body), "control"))
         if isinstance(s, I.Loop):
             return Loop(Frame("loop (forever)", self.row(s.body), "control"))
         if isinstance(s, I.Join):
             return Box(["join", "waits for its legs"], "control")
         if isinstance(s, I.Choose):
-            keys = ", ".join(short(k, 24) for k in s.keys)
-            return Box([f"choose {s.name} in {short(s.n, 12)}", f"by ({short_text(keys, 34)})"], "control")
+            return Box(choose_lines(s, None, self.prog), "control")
         if isinstance(s, I.End):
             return Box(["end"], "client")
         if isinstance(s, I.Turn):
@@ -91,49 +108,48 @@ class Path:
     def hold(self, h: I.Hold) -> Item:
         names = ", ".join(target(p.pool) for p in h.pools)
         notes = []
-        for p in h.pools:
-            notes.append(f"{target(p.pool)}: {short(p.units, 40)}")
-            if p.reserve is not None:
-                notes.append(f"{target(p.pool)} reserved: {short(p.reserve, 30)}")
-        if h.reuse is not None:
-            notes.append(f"reuse {short(h.reuse, 28)}")
+        with bindings_read() as bound:
+            for p in h.pools:
+                notes.append(f"{target(p.pool)}: {src(p.units)}")
+                if p.reserve is not None:
+                    notes.append(f"{target(p.pool)} reserved: {src(p.reserve)}")
+            if h.reuse is not None:
+                notes.append(f"reuse {src(h.reuse)}")
+        # the names the units read, as the program binds them
+        notes += [("at admission: " if n == 0 else "  ") + b for n, b in enumerate(bound)]
         if h.cache is not None:
-            notes.append(f"then cache {short(h.cache, 24)}")
+            notes.append(f"then cache {src(h.cache)}")
         if h.lease is not None:
-            notes.append(f"then lease {target(h.lease.pool)} for {short(h.lease.duration, 12)}")
+            notes.append(f"then lease {target(h.lease.pool)} for {valued(h.lease.duration)}")
         return Frame(f"hold {names}", self.row(h.body), "hold", notes)
 
     def run(self, r: I.Run) -> Item:
         where = [target(t) for t in r.stages]
         if len(r.stages) > 1:  # a flow: one transfer over every stage it names at once
-            return Box(["transfer", " + ".join(where), f"size {short(r.work, 24)}"], "nic")
+            return Box(["transfer", " + ".join(where), f"size {src(r.work)}"], "nic")
         st = self.stages.get(r.stages[0].name)
         kind = stage_kind(st) if st is not None else "stage"
-        lines = [f"{r.mode} on {where[0]}" if r.mode else f"run {where[0]}", short(r.work, 28)]
+        lines = [f"{r.mode} on {where[0]}" if r.mode else f"run {where[0]}", src(r.work)]
         if st is not None and r.stages[0].name.endswith(".latency"):
-            lines = [f"wait on {where[0]}", f"{short(r.work, 20)} s (link latency)"]
+            lines = [f"wait on {where[0]}", f"{valued(r.work)} s (link latency)"]
         if r.growing is not None:
             lines.append(f"growing {target(r.growing)}")
         return Box(lines, kind)
 
 
-def short_text(s: str, limit: int) -> str:
-    return s if len(s) <= limit else s[:limit - 1].rstrip() + "…"
-
-
 def guard(cond) -> str:
     """A branch's condition; `branch with (p)` is a bernoulli draw by the time it is IR."""
     if isinstance(cond, I.Draw) and cond.dist == "bernoulli":
-        return f"w.p. {short(cond.args[0], 16)}"
-    return f"if {short(cond, 22)}"
+        return f"w.p. {src(cond.args[0])}"
+    return f"if {src(cond)}"
 
 
 def arrivals(w: I.Workload) -> list[str]:
     a = w.arrive
     if isinstance(a, I.Poisson):
-        lines = ["arrivals", f"poisson, {short(a.rate, 16)} /s"]
+        lines = ["arrivals", f"poisson, {valued(a.rate)} /s"]
     elif isinstance(a, I.Renewal):
-        lines = ["arrivals", f"renewal, gap {short(a.gap, 16)}"]
+        lines = ["arrivals", f"renewal, gap {valued(a.gap)}"]
     elif isinstance(a, I.Closed):
         lines = ["arrivals", f"closed: {a.n} sessions"]
     elif isinstance(a, I.Batch):
@@ -150,11 +166,11 @@ def drawn(stmts: list) -> str:
     for s in stmts:
         if isinstance(s, I.Set) and s.name not in names:
             names.append(s.name)
-    return short_text(", ".join(names), 30)
+    return ", ".join(names)
 
 
-def path_band(prog: I.Program) -> Item:
-    p = Path(prog)
+def path_band(prog: I.Program, routes: list[Route] = ()) -> Item:
+    p = Path(prog, routes)
     w = prog.workload
     start = [Box(arrivals(w), "client")]
     if w.init:
@@ -164,7 +180,7 @@ def path_band(prog: I.Program) -> Item:
     if w.session is None:
         lane = Row(start + [server.items[0]] + server.items[1:])
         return Column([Text("The path of a request (one turn a session), left to right", 13, bold=True),
-                       Frame("session", lane, "group", [f"every arrival submits one request"])], gap=6)
+                       Frame("session", lane, "group", ["every arrival submits one request"])], gap=6)
     forever = bool(w.session) and isinstance(w.session[-1], I.Loop)  # ends only by an `end` inside
     session = Row(start + p.items(w.session) + ([] if forever else [Box(["session ends"], "client")]))
     return Column([Text("The path of a session, left to right", 13, bold=True),

@@ -1,11 +1,14 @@
 """A small box layout that writes SVG: items measure themselves, then place their shapes on a canvas.
 
-Text is set in a monospace font, so a line's width is its length times one advance: measuring needs
-no font files and the layout is the same on every machine (the same bytes for the same program).
+Text is set in a monospace font, so a line's width is its characters' advances, one each (two for a
+wide East Asian character, none for a combining mark): measuring needs no font files and the layout
+is the same on every machine (the same bytes for the same program). No text is ever clipped: a box
+wraps a long line and grows to its longest.
 Each item has a width, a height and a port: the height at which the path's line enters and leaves it.
 """
 from __future__ import annotations
 
+import unicodedata
 from xml.sax.saxutils import escape, quoteattr
 
 FONT = "DejaVu Sans Mono, Menlo, Consolas, monospace"
@@ -27,6 +30,7 @@ STYLE = {
     "control": ("#f1f5f9", "#475569", ""),
     "client": ("#ffffff", "#334155", ""),
     "note": ("#ffffff", "#cbd5e1", ""),
+    "gateway": ("#ccfbf1", "#0f766e", ""),
 }
 INK = "#0f172a"
 MUTED = "#475569"
@@ -38,8 +42,18 @@ def fmt(v: float) -> str:
     return str(int(r)) if r == int(r) else f"{r:.1f}"
 
 
+def advances(s: str) -> int:
+    """A line's width in the font's advances: its characters', a wide one two, a mark none."""
+    n = 0
+    for ch in s:
+        if unicodedata.combining(ch) or unicodedata.category(ch) in ("Mn", "Me", "Cf"):
+            continue
+        n += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return n
+
+
 def text_width(s: str, size: float) -> float:
-    return len(s) * size * ADVANCE
+    return advances(s) * size * ADVANCE
 
 
 class Canvas:
@@ -64,8 +78,12 @@ class Canvas:
         self.grow(x + w, y + h)
 
     def text(self, x, y, s: str, size: float = 12, bold: bool = False, color: str = INK, anchor: str = "start"):
-        """`y` is the top of the line; the baseline sits at 0.8 of the size below it, plus the leading."""
-        attrs = f' font-weight="bold"' if bold else ""
+        """`y` is the top of the line; the baseline sits at 0.8 of the size below it, plus the leading.
+        Leading spaces (a wrapped line's indent) move the text right: SVG collapses them."""
+        if anchor == "start" and s.startswith(" "):
+            x += text_width(s[:len(s) - len(s.lstrip(" "))], size)
+            s = s.lstrip(" ")
+        attrs = ' font-weight="bold"' if bold else ""
         if anchor != "start":
             attrs += f' text-anchor="{anchor}"'
         if color != INK:
@@ -124,15 +142,26 @@ class Text(Item):
         c.text(x, y, self.s, self.size, self.bold, self.color)
 
 
-def wrap(s: str, width: int = 46) -> list[str]:
-    """A long line broken at spaces into lines of at most `width` characters, the rest indented."""
+WRAP = 52  # advances a box's line takes before it wraps
+
+
+def wrap(s: str, width: int = WRAP) -> list[str]:
+    """A long line broken at spaces into lines of at most `width` advances, the rest indented; a
+    word longer than a line is broken where the line ends (nothing is dropped)."""
     out: list[str] = []
-    while len(s) > width:
-        cut = s.rfind(" ", 0, width)
+    indent = " " * (len(s) - len(s.lstrip(" ")) + 2)  # a wrapped line's rest, under its first word
+    while advances(s) > width:
+        n, fit = 0, 0
+        for i, ch in enumerate(s):  # the characters that fit in `width`
+            n += advances(ch)
+            if n > width:
+                break
+            fit = i + 1
+        cut = s.rfind(" ", 0, fit + 1)
         if cut <= 2:
-            cut = width
-        out.append(s[:cut])
-        s = "  " + s[cut:].lstrip()
+            cut = max(fit, 3)
+        out.append(s[:cut].rstrip())
+        s = indent + s[cut:].lstrip()
     return out + [s]
 
 
@@ -141,14 +170,17 @@ class Box(Item):
     > 1 draws a family as a stack of cards."""
 
     def __init__(self, lines: list[str], kind: str, copies: int = 1, min_w: float = 0):
-        lines = [s for s in lines if s]
-        self.lines = lines[:1] + [w for s in lines[1:] for w in wrap(s)]
+        lines = [s for s in lines if s] or [""]
+        name = wrap(lines[0], 40)  # the name's lines, bold
+        self.bold = len(name)
+        self.lines = name + [w for s in lines[1:] for w in wrap(s)]
         self.kind = kind
         self.copies = max(1, copies)
         self.off = 4 * min(self.copies - 1, 2)
-        tw = max([text_width(self.lines[0], 12)] + [text_width(s, 10.5) for s in self.lines[1:]])
+        tw = max([text_width(s, 12) for s in self.lines[:self.bold]]
+                 + [text_width(s, 10.5) for s in self.lines[self.bold:]])
         self.w = max(tw + 2 * PAD, min_w) + self.off
-        self.h = 12 * 1.3 + 10.5 * 1.3 * (len(self.lines) - 1) + 2 * PAD - 2 + self.off
+        self.h = 12 * 1.3 * self.bold + 10.5 * 1.3 * (len(self.lines) - self.bold) + 2 * PAD - 2 + self.off
         self.port = self.off + (self.h - self.off) / 2
 
     def place(self, c, x, y):
@@ -158,9 +190,10 @@ class Box(Item):
         top = y + self.off
         c.rect(x, top, bw, bh, self.kind)
         ty = top + PAD - 1
-        c.text(x + PAD, ty, self.lines[0], 12, bold=True)
-        ty += 12 * 1.3
-        for s in self.lines[1:]:
+        for s in self.lines[:self.bold]:
+            c.text(x + PAD, ty, s, 12, bold=True)
+            ty += 12 * 1.3
+        for s in self.lines[self.bold:]:
             c.text(x + PAD, ty, s, 10.5, color=MUTED)
             ty += 10.5 * 1.3
 
@@ -208,18 +241,20 @@ def stack(items: list[Item], gap: float = 8) -> Column:
 
 
 class Frame(Item):
-    """A box around an item, with a bold title and smaller notes at its top; a family is a stack."""
+    """A box around an item, with a bold title and smaller notes at its top; a family is a stack.
+    A long title or note wraps, to the inner item's width when that is wider."""
 
     def __init__(self, title: str, inner: Item, kind: str, notes: list[str] = (), copies: int = 1,
                  badge: str = ""):
-        self.title, self.inner, self.kind = title, inner, kind
-        self.notes = [s for s in notes if s]
+        self.inner, self.kind = inner, kind
         self.badge = badge
         self.copies = max(1, copies)
         self.off = 5 * min(self.copies - 1, 2)
-        head_w = max([text_width(title + ("  " + badge if badge else ""), 12)]
-                     + [text_width(s, 10.5) for s in self.notes])
-        self.head = 12 * 1.35 + 10.5 * 1.3 * len(self.notes) + 4
+        room = max(WRAP, int(inner.w / (10.5 * ADVANCE)))  # advances a note may take
+        self.titles = wrap(title + ("  " + badge if badge else ""), max(40, int(inner.w / (12 * ADVANCE))))
+        self.notes = [w for s in notes if s for w in wrap(s, room)]
+        head_w = max([text_width(t, 12) for t in self.titles] + [text_width(s, 10.5) for s in self.notes])
+        self.head = 12 * 1.35 * len(self.titles) + 10.5 * 1.3 * len(self.notes) + 4
         self.w = max(head_w, inner.w) + 2 * PAD + 4 + self.off
         self.h = self.head + inner.h + 2 * PAD + 2 + self.off
         self.port = self.off + PAD + self.head + inner.port
@@ -230,11 +265,14 @@ class Frame(Item):
             c.rect(x + k, y + self.off - k, bw, bh, self.kind, rx=8, card=True)
         top = y + self.off
         c.rect(x, top, bw, bh, self.kind, rx=8)
-        c.text(x + PAD + 2, top + PAD - 2, self.title, 12, bold=True)
-        if self.badge:
-            c.text(x + PAD + 2 + text_width(self.title + "  ", 12), top + PAD - 2, self.badge, 12,
-                   color=STYLE[self.kind][1])
-        ty = top + PAD - 2 + 12 * 1.35
+        ty = top + PAD - 2
+        for n, t in enumerate(self.titles):
+            last = n == len(self.titles) - 1
+            if last and self.badge and t.endswith("  " + self.badge):  # the badge in its own colour
+                t = t[:-len(self.badge) - 2]
+                c.text(x + PAD + 2 + text_width(t + "  ", 12), ty, self.badge, 12, color=STYLE[self.kind][1])
+            c.text(x + PAD + 2, ty, t, 12, bold=True)
+            ty += 12 * 1.35
         for s in self.notes:
             c.text(x + PAD + 2, ty, s, 10.5, color=MUTED)
             ty += 10.5 * 1.3
@@ -260,18 +298,20 @@ class Parallel(Item):
     that is None is an arm with nothing to draw: a straight line. `open` (legs joined further on):
     the first lane is the path going on, and the others end in a bar instead of a merge."""
 
-    LABEL = 10 * 1.3 + 3  # a lane's label sits above its line
+    LINE = 10 * 1.3  # a lane's label sits above its line, wrapped at LABEL advances
+    LABEL = 34
 
     def __init__(self, lanes: list[Item | None], labels: list[str], split_label: str = "", open: bool = False):
-        self.labels, self.split_label, self.open = labels, split_label, open
+        self.labels = [wrap(s, self.LABEL) if s else [] for s in labels]
+        self.split_label, self.open = split_label, open
         self.lanes = [lane if lane is not None else Space(0, 6) for lane in lanes]
         self.empty = [lane is None for lane in lanes]
-        self.lead = max([text_width(s, 10) for s in labels] + [0]) + 22
+        self.lead = max([text_width(s, 10) for ls in self.labels for s in ls] + [0]) + 22
         self.tail = 22
         self.gap = 8
         ys, yy = [], (10 * 1.3 + 2 if split_label else 0)
-        for lane in self.lanes:
-            yy += max(0, self.LABEL - lane.port)  # room for the label above the lane's line
+        for lane, ls in zip(self.lanes, self.labels):
+            yy += max(0, self.LINE * max(1, len(ls)) + 3 - lane.port)  # room for the label above its line
             ys.append(yy)
             yy += lane.h + self.gap
         self.ys = ys
@@ -294,8 +334,8 @@ class Parallel(Item):
             c.text(sx + 4, y, self.split_label, 10, bold=True, color=MUTED)
         for yy, lane, p, label, empty in zip(self.ys, self.lanes, ports, self.labels, self.empty):
             lx = x + self.lead
-            if label:
-                c.text(sx + 5, p - self.LABEL + 1, label, 10, color=MUTED)
+            for n, s in enumerate(label):
+                c.text(sx + 5, p - self.LINE * (len(label) - n) - 2, s, 10, color=MUTED)
             if empty:
                 c.line([(sx, p), (mx, p)])
                 continue
@@ -314,18 +354,56 @@ class Parallel(Item):
         c.line([(mx, y + self.port), (x + self.w, y + self.port)])
 
 
+class Fan(Item):
+    """A node and, at its right, what it sends to, one under another in groups (each with a label
+    above it), a line from the node to each."""
+
+    def __init__(self, node: Item, groups: list[tuple[str, list[Item]]], gap: float = 44):
+        self.node, self.gap = node, gap
+        self.rows: list[tuple[str, Item]] = []  # ("label", Text) or ("item", target)
+        for label, items in groups:
+            if label:
+                self.rows.append(("label", Text(label, 10, color=MUTED)))
+            self.rows += [("item", i) for i in items]
+        self.col_h = sum(i.h for _, i in self.rows) + 6 * max(0, len(self.rows) - 1)
+        self.col_w = max((i.w for _, i in self.rows), default=0)
+        self.h = max(node.h, self.col_h)
+        self.w = node.w + gap + self.col_w
+        self.port = (self.h - node.h) / 2 + node.port
+
+    def place(self, c, x, y):
+        ny = y + (self.h - self.node.h) / 2
+        self.node.place(c, x, ny)
+        sx, sy = x + self.node.w, ny + self.node.port
+        mx = sx + self.gap / 2
+        cx, cy = sx + self.gap, y + (self.h - self.col_h) / 2
+        ports = []
+        for kind, i in self.rows:
+            i.place(c, cx, cy)
+            if kind == "item":
+                ports.append(cy + i.port)
+            cy += i.h + 6
+        if ports:
+            c.line([(sx, sy), (mx, sy)])
+            c.line([(mx, min(ports + [sy])), (mx, max(ports + [sy]))])
+            for p in ports:
+                c.line([(mx, p), (cx - 1.5, p)], arrow=True)
+
+
 class Legend(Item):
     """What each colour and line means."""
 
     ENTRIES = [("engine", "engine (step stage)"), ("queue", "queue an engine admits"),
                ("memory", "device memory (KV)"), ("pool", "other pool"), ("stage", "fifo / ps / delay stage"),
                ("nic", "NIC, link, transfer"), ("hold", "hold: pools held"), ("device", "device: engine + memory"),
-               ("control", "fork, join, branch, loop")]
+               ("control", "fork, join, branch, loop"), ("gateway", "gateway: routes requests")]
 
-    def __init__(self):
+    def __init__(self, kinds: set[str] | None = None):
+        """`kinds`: what the picture holds; an entry for another kind is left out (the gateway)."""
+        self.entries = [(k, s) for k, s in self.ENTRIES if k != "gateway" or kinds is None or k in kinds]
         self.cols = 3
-        self.cell = max(text_width(s, 10.5) for _, s in self.ENTRIES) + 34
-        rows = -(-len(self.ENTRIES) // self.cols)
+        self.cell = max(text_width(s, 10.5) for _, s in self.entries) + 34
+        rows = -(-len(self.entries) // self.cols)
         self.w = max(self.cell * self.cols, text_width("Legend", 12)) + 2 * PAD
         self.h = 12 * 1.5 + rows * 18 + 2 * PAD
         self.port = self.h / 2
@@ -333,7 +411,7 @@ class Legend(Item):
     def place(self, c, x, y):
         c.rect(x, y, self.w, self.h, "note")
         c.text(x + PAD, y + PAD - 2, "Legend", 12, bold=True)
-        for n, (kind, label) in enumerate(self.ENTRIES):
+        for n, (kind, label) in enumerate(self.entries):
             cx = x + PAD + (n % self.cols) * self.cell
             cy = y + PAD + 12 * 1.5 + (n // self.cols) * 18
             c.rect(cx, cy, 20, 12, kind, rx=3)

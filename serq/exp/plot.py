@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import textwrap
 
 from serq.lang.lower.inputs import UsageError
 
@@ -113,8 +114,21 @@ def _pyplot():
     return plt
 
 
+def _settle(fig):
+    """Lay the figure out once and fix the panels where the layout put them, rounded: a text's
+    measured extent can differ in its last bits from one drawing in a process to the next, and a
+    layout made again at each save then moves every line by as much, which turns the simplifier's
+    choice of points (and so the file's bytes) on a series' sharp steps."""
+    fig.canvas.draw()
+    for ax in fig.axes:
+        b = ax.get_position()
+        ax.set_position([round(v, 4) for v in (b.x0, b.y0, b.width, b.height)])
+    fig.set_layout_engine("none")
+
+
 def _save(plt, fig, out: str, fmt: str):
     # no date and no matplotlib version: the same input gives the same bytes
+    _settle(fig)
     if fmt == "png":
         fig.savefig(out, format="png", metadata={"Software": None})
         return
@@ -213,6 +227,130 @@ def _footnote(fig, text: str):
     h = (0.16 * len(lines) + 0.08) / fig.get_figheight()
     fig.get_layout_engine().set(rect=(0, h, 1, 1 - h))
     fig.text(0.006, 0.006, "\n".join(lines), fontsize=8, color="0.35", ha="left", va="bottom")
+
+
+# ------------------------------------------------------------------ names and units
+
+
+CLIENT_WORDS = {"ttft": "time to first token", "tpot": "time per output token", "itl": "inter-token latency",
+                "response": "response time"}
+STAT_WORDS = {"mean": "mean", "ci95": "95% interval (half-width)", "p50": "p50", "p90": "p90", "p99": "p99",
+              "min": "least", "max": "greatest", "count": "samples"}
+POOL_WORDS = {"mean_used": ("mean used (time average)", None), "max_used": ("greatest used", None),
+              "cap": ("cap", None), "admitted": ("holds admitted", "holds"), "rejected": ("holds rejected", "holds"),
+              "evicted": ("entries evicted", "cache entries"), "preempted": ("holds preempted", "holds"),
+              "over_cap": ("head over the cap at the end", "0 or 1")}
+GAUGE_WORDS = {"mean": "time average", "ci95": "time average's 95% interval (half-width)", "min": "least",
+               "max": "greatest"}
+BOOLEAN = ("==", "!=", "<", "<=", ">", ">=", "&&", "||")
+
+
+class Units:
+    """What the program says about its series' units: each pool's (a device's memory counts KV
+    tokens, an engine's queue requests), each gauge's and observation's from its expression, and
+    the gauge's expression as the program writes it. Read from the program the dump or sweep names,
+    with its inputs; when that cannot be loaded (moved, changed), from the names alone."""
+
+    def __init__(self, program: str | None = None, inputs: dict | None = None):
+        self.pools: dict[str, str] = {}
+        self.gauges: dict[str, tuple[str | None, str]] = {}
+        self.observes: dict[str, str | None] = {}
+        prog = None
+        if program:
+            try:
+                from serq import api
+                prog = api.load(program, {k: float(v) for k, v in (inputs or {}).items()})
+            except Exception:  # noqa: BLE001 -- only labels depend on it: any failure falls back to names
+                prog = None
+        if prog is None:
+            return
+        from serq.draw.text import Source, reading, src
+        from serq.ir import model as I
+        from serq.link.rules import walk
+        for p in prog.pools:
+            self.pools[p.name] = "KV tokens" if p.memory is not None else "requests" if p.admit_via else \
+                f"units of pool {p.name}"
+        with reading(Source(prog)):
+            for g in prog.gauges:
+                self.gauges[g.name] = (self._unit(g.e, I), src(g.e))
+        w = prog.workload
+        for st in walk(prog.server + w.init + w.turn + (w.session or [])):
+            if isinstance(st, I.Observe):
+                # an attribute's unit is the program's secret: a name that says tokens is taken at its word
+                unit = self._unit(st.e, I) or ("tokens" if "tokens" in st.name else None)
+                self.observes.setdefault(st.name, unit)
+
+    def pool(self, name: str) -> str:
+        base = _member(name)[0]
+        if base in self.pools:
+            return self.pools[base]
+        last = base.rsplit(".", 1)[-1]
+        return "KV tokens" if "kv" in last.lower() else "requests" if last in ("reqs", "slots") else "units"
+
+    def _unit(self, e, I) -> str | None:
+        """The unit an expression's value has, where its form says it; None where it does not."""
+        if isinstance(e, I.Obs):
+            if e.fn in ("used", "free", "cachedin"):
+                return self.pool(e.of.name)
+            return {"holders": "requests", "queued": "requests", "queue": "jobs", "busy": "jobs"}.get(e.fn)
+        if isinstance(e, I.Bin) and e.op in BOOLEAN or isinstance(e, I.Un) and e.op == "!":
+            return "0 or 1"
+        if isinstance(e, I.Ctx) and e.name == "now":
+            return "seconds"
+        if isinstance(e, I.Bin) and e.op == "-" and isinstance(e.l, I.Ctx) and e.l.name == "now":
+            return "seconds"  # now - a time the session set: a duration
+        if isinstance(e, I.Cost):
+            return self._unit(e.e, I)
+        parts = [e.l, e.r] if isinstance(e, I.Bin) and e.op in "+-" else \
+            e.args if isinstance(e, I.Fn) and e.name in ("min", "max", "sum") else \
+            [e.a, e.b] if isinstance(e, I.If) else [e.e] if isinstance(e, I.Un) else None
+        if parts is None:
+            return None
+        units = {self._unit(x, I) for x in parts if not isinstance(x, (I.Num, I.Inf))}
+        return units.pop() if len(units) == 1 else None
+
+
+def _axis_unit(unit: str | None) -> str:
+    if unit == "0 or 1":
+        return "0 or 1 (its mean: a fraction)"
+    return unit or "the value (no unit known)"
+
+
+def _describe(stat: str, units: Units) -> tuple[str, str]:
+    """A summary column in words, and the unit of its values: client.ttft.p99 -> ("time to first
+    token, p99", "seconds")."""
+    parts = stat.split(".")
+    head, last = parts[0], parts[-1]
+    mid = ".".join(parts[1:-1])
+    if head == "client" and len(parts) == 3:
+        what = CLIENT_WORDS.get(mid, mid)
+        if last == "count":
+            return f"{what}: samples", "samples"
+        return f"{what}, {STAT_WORDS.get(last, last)}", "seconds"
+    if head == "pools" and len(parts) >= 3:
+        words, unit = POOL_WORDS.get(last, (last.replace("_", " "), None))
+        return f"pool {mid}: {words}", unit or units.pool(mid)
+    if head == "stages" and len(parts) >= 3:
+        if last == "utilisation":
+            return f"stage {mid}: utilisation", "fraction of the time busy"
+        return f"stage {mid}: {'jobs completed' if last == 'completed' else last.replace('_', ' ')}", "jobs"
+    if head == "sessions" and len(parts) == 2:
+        return "sessions " + last.replace("_", " ").replace("at end", "at the end"), "sessions"
+    if head == "gauges" and len(parts) >= 3:
+        unit, _ = units.gauges.get(mid, (None, ""))
+        return f"gauge {mid}, {GAUGE_WORDS.get(last, last)}", _axis_unit(unit)
+    if head == "observe" and len(parts) >= 3:
+        if last == "count":
+            return f"observed {mid}: samples", "samples"
+        return f"observed {mid}, {STAT_WORDS.get(last, last)}", _axis_unit(units.observes.get(mid))
+    if head == "throughput" and len(parts) == 2 and last.endswith("_per_s"):
+        what = last[:-len("_per_s")].replace("_", " ")
+        return f"throughput: {what} per second", ("tokens" if what.endswith("tokens") else what) + " per second"
+    if stat == "end":
+        return "the run's end", "seconds"
+    if stat == "growing_at_end":
+        return "runs still growing at the end", "runs"
+    return stat.replace(".", " ").replace("_", " "), "the value (no unit known)"
 
 
 # ------------------------------------------------------------------ a report
@@ -331,7 +469,7 @@ def _dump_figure(plt, src: str):
             (vals,) = _columns(path, ["value"])
             if vals:
                 client.append((k, title, vals))
-    panels = _time_panels(src, meta)
+    panels, repeats = _time_panels(src, meta, Units(meta.get("program"), meta.get("inputs")))
     shown, hidden = panels[:MAX_PANELS], panels[MAX_PANELS:]
     ncol = 3
     trows = (len(shown) + 1) // 2
@@ -353,6 +491,8 @@ def _dump_figure(plt, src: str):
             "Time series: every change, the warm-up shaded" if warm > 0 else
             "CDFs: every sample (no warm-up). Time series: every change")
     note += f"; past {MAX_SERIES:,} changes, a line per 1/{BINS} of the run (its time average) and a band (its range)."
+    if repeats:
+        note += " A series is drawn once, named with the others that repeat it (=)."
     if hidden:
         note += " Not shown: " + ", ".join(p["title"] for p in hidden) + "."
     _footnote(fig, note)
@@ -384,60 +524,131 @@ def _cdf(ax, k, title, vals, which: str):
     ax.set_title(f"{title} ({k}): CDF\n{n:,} samples ({which}), mean {_secs(float(np.mean(xs)))}")
 
 
-def _time_panels(src: str, meta: dict) -> list[dict]:
-    """What the dump holds over time, in the order an engineer reads it: the pools' use, the
-    engines' running and waiting requests, the other stages', then the program's gauges (one
-    that repeats a pool's series is not drawn again). A family's members share a panel."""
+def _steps(t, v) -> tuple:
+    """A piecewise-constant series as the function it is: the value at the end of each instant, only
+    where it changes, 0 before the first change (two files of one signal written at different
+    moments are then the same)."""
+    last: dict = {}
+    for a, b in zip(t, v):
+        last[a] = b
+    out, prev = [], 0.0
+    for a in sorted(last):
+        if last[a] != prev:
+            out.append((a, last[a]))
+            prev = last[a]
+    return tuple(out)
+
+
+class _Once:
+    """The series drawn so far: one that repeats one of them (a gauge of a pool's used, a pool of
+    request slots and its engine's running count) is not drawn again, but named in its legend,
+    each as the program reads it (used(reqs), a gauge's name)."""
+
+    def __init__(self):
+        self.seen: dict[tuple, tuple] = {}   # the function -> (the drawn line's name, the others')
+        self.repeats: list[str] = []
+
+    def line(self, lines: list, name: str, label: str, t, v, color, ls) -> None:
+        key = _steps(t, v)
+        if key in self.seen:
+            self.seen[key][1].append(name)
+            self.repeats.append(f"{name} = {self.seen[key][0]}")
+            return
+        also: list[str] = []
+        self.seen[key] = (name, also)
+        lines.append([label, t, v, color, ls, also])
+
+
+def _time_panels(src: str, meta: dict, units: Units | None = None) -> tuple[list[dict], list[str]]:
+    """What the dump holds over time, in the order an engineer reads it: the engines' running and
+    waiting requests, the pools' use, the other stages' jobs, then the program's gauges. A series
+    drawn already is not drawn again (the repeats, named); a panel left empty goes. A family's
+    members share a panel. Each panel's y-axis is its series' unit."""
+    units = units or Units()
+    once = _Once()
     panels = []
     caps = meta.get("pools") or {}
     engines = list(meta.get("engines") or [])
-    pool_series = {}
-    pdir = os.path.join(src, "pool")
-    for base, names in _families(_names(pdir, list(caps))):
-        lines = []
-        for i, name in enumerate(names[:FAMILY]):
-            t, used, queued = _columns(os.path.join(pdir, name + ".csv"), ["time", "used", "queued"])
-            pool_series[name] = (t, used)
-            tag = name[len(base):] + " " if len(names) > 1 else ""
-            lines.append((f"{tag}used", t, used, f"C{i}", "-"))
-            if any(queued):
-                lines.append((f"{tag}queued" if tag else "queued (requests)", t, queued, f"C{i}" if tag else "C1",
-                              "--" if tag else "-"))
-        cap = {caps.get(n) for n in names}
-        cap = cap.pop() if len(cap) == 1 else None
-        each = " each" if len(names) > 1 else ""
-        panels.append({"title": f"pool {_span(base, names)}: used" + (f" (cap {_num(cap)}{each})" if cap else ""),
-                       "lines": lines, "ylabel": "units", "cap": cap})
     sdir = os.path.join(src, "stage")
     others = []
     for base, names in _families(_names(sdir, engines)):
         if names[0] not in engines:
             others += names
             continue
-        lines = []
+        lines: list = []
         for i, name in enumerate(names[:FAMILY]):
             t, run, wait = _columns(os.path.join(sdir, name + ".csv"), ["time", "running", "waiting"])
             tag = name[len(base):] + " " if len(names) > 1 else ""
-            lines += [(f"{tag}running" + ("" if tag else " (running.count)"), t, run, f"C{2 + 2 * i}", "-"),
-                      (f"{tag}waiting" + ("" if tag else " (waiting.count)"), t, wait,
-                       f"C{2 + 2 * i}" if tag else "C3", "--" if tag else "-")]
-        panels.append({"title": f"engine {_span(base, names)}: requests", "ylabel": "requests", "lines": lines})
+            once.line(lines, f"{name}: running.count", f"{tag}running" + ("" if tag else " (running.count)"),
+                      t, run, f"C{2 + 2 * i}", "-")
+            once.line(lines, f"{name}: waiting.count", f"{tag}waiting" + ("" if tag else " (waiting.count)"),
+                      t, wait, f"C{2 + 2 * i}" if tag else "C3", "--" if tag else "-")
+        panels.append({"title": f"engine {_span(base, names)}: requests running and waiting", "ylabel": "requests",
+                       "lines": lines})
+    pdir = os.path.join(src, "pool")
+    for base, names in _families(_names(pdir, list(caps))):
+        lines = []
+        for i, name in enumerate(names[:FAMILY]):
+            t, used, queued = _columns(os.path.join(pdir, name + ".csv"), ["time", "used", "queued"])
+            tag = name[len(base):] + " " if len(names) > 1 else ""
+            once.line(lines, f"used({_surface(name)})", f"{tag}used", t, used, f"C{i}", "-")
+            if any(queued):
+                once.line(lines, f"queued({_surface(name)})", f"{tag}queued" if tag else "queued (holds waiting)",
+                          t, queued, f"C{i}" if tag else "C1", "--" if tag else "-")
+        cap = {caps.get(n) for n in names}
+        cap = cap.pop() if len(cap) == 1 else None
+        each = " each" if len(names) > 1 else ""
+        unit = units.pool(names[0])
+        used_only = all(ln[0].endswith("used") for ln in lines)
+        panels.append({"title": f"pool {_span(base, names)}: " + ("used" if used_only else "used and queued")
+                       + (f" (cap {_num(cap)}{each})" if cap else ""),
+                       "lines": lines, "ylabel": unit if used_only else f"{unit}; queued: holds", "cap": cap})
     if others:
         lines = []
         for i, name in enumerate(others[:FAMILY]):
             t, run, wait = _columns(os.path.join(sdir, name + ".csv"), ["time", "running", "waiting"])
-            lines.append((f"{name} in service", t, run, f"C{(i + 4) % 10}", "-"))
+            once.line(lines, f"{name} in service", f"{name} in service", t, run, f"C{(i + 4) % 10}", "-")
             if any(wait):
-                lines.append((f"{name} queued", t, wait, f"C{(i + 4) % 10}", "--"))
+                once.line(lines, f"{name} queued", f"{name} queued", t, wait, f"C{(i + 4) % 10}", "--")
         more = f" ({FAMILY} of {len(others)})" if len(others) > FAMILY else ""
-        panels.append({"title": f"stages: jobs{more}", "ylabel": "jobs", "lines": lines})
+        queued = " and queued" if any(ln[0].endswith("queued") for ln in lines) else ""
+        panels.append({"title": f"stages: jobs in service{queued}{more}", "ylabel": "jobs", "lines": lines})
     gdir = os.path.join(src, "gauge")
-    for name in _names(gdir, []):
+    for name in _names(gdir, list(units.gauges)):
         t, v = _columns(os.path.join(gdir, name + ".csv"), ["time", "value"])
-        if any(s == (t, v) for s in pool_series.values()):
-            continue  # the pool's own panel shows it
-        panels.append({"title": f"gauge {name}", "ylabel": "value", "lines": [(name, t, v, "C5", "-")]})
-    return panels
+        unit, text = units.gauges.get(name, (None, ""))
+        lines = []
+        once.line(lines, f"gauge {name}", name, t, v, "C5", "-")
+        panels.append({"title": f"gauge {name}" + (f" = {text}" if text else ""), "ylabel": _axis_unit(unit),
+                       "lines": lines})
+    for p in panels:  # a repeated series' names beside the line that shows it
+        if len(p["lines"]) <= 2:
+            for ln in p["lines"]:
+                if ln[5]:
+                    ln[0] = f"{ln[0]} = {' = '.join(ln[5])}"
+        else:  # a family's: once for every member, under the title ([i] each member's index)
+            said: dict = {}
+            for ln in p["lines"]:
+                label = re.sub(r"^\[\d+\] ", "", ln[0])
+                for a in ln[5]:
+                    said.setdefault(label, [])
+                    a = re.sub(r"\[\d+\]", "[i]", a)
+                    if a not in said[label]:
+                        said[label].append(a)
+            if said:
+                p["title"] += "\n" + "; ".join(f"{k} = {' = '.join(v)}" for k, v in said.items())
+        p["lines"] = [tuple(ln[:5]) for ln in p["lines"]]
+        p["title"] = "\n".join(textwrap.fill(line, 72) for line in p["title"].split("\n"))
+    return [p for p in panels if p["lines"]], once.repeats
+
+
+def _surface(name: str) -> str:
+    """A member as the program names it: the dump's R.reqs[0] is R[0].reqs."""
+    base, i = _member(name)
+    if i < 0 or "." not in base:
+        return name
+    head, rest = base.split(".", 1)
+    return f"{head}[{i}].{rest}"
 
 
 def _names(d: str, order: list) -> list[str]:
@@ -540,11 +751,14 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
     # one line per value of the other grid inputs (--by's first): never averaged over one of them
     rest = ([by] if by else []) + [n for n in names if n not in (x, by)]
     head, rows = _read_csv(os.path.join(src, "summary.csv"))
-    need = ["point", "stat", "n", "mean", "ci95", "lo", "hi"] + names
-    missing = [c for c in need if c not in head]
-    if missing:
-        raise UsageError(f"{src}/summary.csv: no column {', '.join(missing)}")
-    col = {c: head.index(c) for c in head}
+    # by position, as sweep.json's grid places the inputs: an input may share a statistic's column
+    # name (mg1.sq's `mean`), which a lookup by name would read in the statistic's stead
+    layout = ["point"] + names + ["stat", "n", "mean", "ci95", "lo", "hi"]
+    if head[:len(layout)] != layout:
+        raise UsageError(f"{src}/summary.csv: its columns are not {', '.join(layout)} "
+                         "(as sweep.json's grid has the inputs)")
+    col = {c: len(names) + 1 + i for i, c in enumerate(layout[len(names) + 1:])}  # the statistic's
+    at = {n: 1 + i for i, n in enumerate(names)}                                    # the inputs'
     stats = list(dict.fromkeys(r[col["stat"]] for r in rows))
     if ys:
         for y in ys:
@@ -565,12 +779,13 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
         stat = r[col["stat"]]
         if stat not in ys:
             continue
-        key = tuple(_grid_value(r[col[n]]) for n in rest)
+        key = tuple(_grid_value(r[at[n]]) for n in rest)
         mean = _float(r[col["mean"]])
         if mean is None:
             continue
         lo, hi = _float(r[col["lo"]]), _float(r[col["hi"]])
-        data.setdefault(stat, {}).setdefault(key, []).append((_grid_value(r[col[x]]), mean, lo, hi))
+        data.setdefault(stat, {}).setdefault(key, []).append((_grid_value(r[at[x]]), mean, lo, hi))
+    units = Units(meta.get("program"), meta.get("inputs"))
     ncol = min(3, len(ys))
     nrow = -(-len(ys) // ncol)
     fig = plt.figure(figsize=(max(9.6, 4.6 * ncol + 0.4), 3.7 * nrow + 1.0))  # room for the title
@@ -580,6 +795,7 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
     clipped = []
     for i, y in enumerate(ys):
         ax = axes[i // ncol][i % ncol]
+        title, unit = _describe(y, units)
         series = data.get(y, {})
         ordered = sorted(series.items(), key=lambda kv: tuple(_sortable(k) for k in kv[0]))
         means = [p[1] for _, pts in ordered for p in pts]
@@ -592,7 +808,8 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
             pts.sort()
             px = [p[0] for p in pts]
             color = f"C{j % 10}"
-            label = ", ".join(f"{n} = {v:g}" if isinstance(v, float) else f"{n} = {v}" for n, v in zip(rest, key)) or y
+            label = ", ".join(f"{n} = {v:g}" if isinstance(v, float) else f"{n} = {v}" for n, v in zip(rest, key)) \
+                or title
             (h,) = ax.plot(px, [p[1] for p in pts], "o-", color=color, ms=4, lw=1.5, label=label)
             band = [(p[0], p[2], p[3]) for p in pts if p[2] is not None and p[3] is not None]
             if band:
@@ -613,9 +830,9 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
         if numeric and len(xs_all) <= 8:  # a few grid values: the ticks are the points swept
             ax.set_xticks(xs_all, [f"{v:g}" for v in xs_all])
             ax.xaxis.set_minor_locator(plt.NullLocator())
-        ax.set_xlabel(x)
-        ax.set_ylabel(_unit_label(y))
-        ax.set_title(y)
+        ax.set_xlabel(f"{x} (input)")
+        ax.set_ylabel(unit)
+        ax.set_title(title)
         if not series:
             ax.text(0.5, 0.5, "no run has this statistic", transform=ax.transAxes, ha="center", color="0.4")
     for k in range(len(ys), nrow * ncol):
@@ -640,27 +857,10 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
     fig.suptitle(f"{prog}: sweep over {x} ({'; '.join(bits)})\n"
                  "lines: mean across seeds; bands: its 95% interval across seeds (Student t)", fontsize=11)
     if clipped:
-        _footnote(fig, f"The bands of {', '.join(dict.fromkeys(clipped))} are cut at zero, or on a log axis at a "
+        clipped = [f"“{_describe(y, units)[0]}”" for y in clipped]
+        _footnote(fig, f"The bands of {' and '.join(dict.fromkeys(clipped))} are cut at zero, or on a log axis at a "
                   "third of the least mean: an interval over few seeds can reach below zero, which the statistic cannot.")
     return fig
-
-
-def _unit_label(stat: str) -> str:
-    parts = stat.split(".")
-    last = parts[-1]
-    if parts[0] == "client" and len(parts) == 3:
-        if last == "count":
-            return "samples"
-        return f"{parts[1]} {last} (s)"
-    if parts[0] == "pools" and len(parts) == 3:
-        return f"pool {parts[1]}: {last.replace('_', ' ')}" + (" (units)" if "used" in last or last == "cap" else "")
-    if parts[0] == "stages" and last == "utilisation":
-        return f"{parts[1]}: fraction of time busy"
-    if parts[0] == "sessions":
-        return f"sessions {last.replace('_', ' ')}"
-    if parts[0] == "end":
-        return "end (s)"
-    return stat
 
 
 def _float(text: str):
