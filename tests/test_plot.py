@@ -183,13 +183,15 @@ def test_plot_a_dump(capsys, dumped, tmp_path):
     _png_ok(tmp_path / "d.png")
     _twice(capsys, dumped / "run", tmp_path / "d.svg")
     root = _svg_ok(tmp_path / "d.svg")
-    # 3 CDFs; pools kv and reqs, engine vllm, stage tool; gauge seqs (kv_used is pool kv's own series)
-    assert len(_axes(root)) == 3 + 5
+    # 3 CDFs; engine vllm, pool kv, stage tool: pool reqs is the engine's running and waiting, gauge
+    # seqs its running, gauge kv_used pool kv's used, each drawn once and named in its legend
+    assert len(_axes(root)) == 3 + 3
     texts = _texts(root)
-    for want in ("warm-up", "running (running.count)", "waiting (waiting.count)", "pool kv: used (cap 65,536)",
-                 "time (s)", "gauge seqs"):
+    for want in ("warm-up", "running (running.count) = used(reqs) = gauge seqs",
+                 "waiting (waiting.count) = queued(reqs)", "pool kv: used (cap 65,536)", "used = gauge kv_used",
+                 "time (s)", "KV tokens", "requests", "jobs"):
         assert any(want in t for t in texts), want
-    assert not any("gauge kv_used" in t for t in texts)
+    assert not any(t.startswith(("gauge ", "pool reqs")) for t in texts)
     rc, _, err = cli(capsys, "plot", str(dumped / "run") + "/", "--format", "svg")
     assert rc == 0 and (dumped / "run.svg").is_file(), err
 
@@ -243,7 +245,8 @@ def test_plot_a_sweep(capsys, tmp_path):
     axes = _axes(root)
     assert len(axes) == 3  # the default statistics: ttft p99, tpot p99, response mean
     texts = _texts(root)
-    for want in ("chunk_cap = 256", "chunk_cap = 2048", "ttft p99 (s)", "vllm.sq: sweep over rate", "95% interval"):
+    for want in ("chunk_cap = 256", "chunk_cap = 2048", "time to first token, p99", "seconds",
+                 "vllm.sq: sweep over rate", "95% interval"):
         assert any(want in t for t in texts), want
     # each axes: two lines (one per chunk cap), each with its band
     for ax in axes:
@@ -257,7 +260,8 @@ def test_plot_a_sweep(capsys, tmp_path):
     root = _svg_ok(tmp_path / "t.svg")
     assert len(_axes(root)) == 1
     texts = _texts(root)
-    assert sum(t.startswith("rate = ") for t in texts) == 4 and any("pool kv: mean used (units)" in t for t in texts)
+    assert sum(t.startswith("rate = ") for t in texts) == 4
+    assert "pool kv: mean used (time average)" in texts and "KV tokens" in texts
     rc, _, err = cli(capsys, "plot", str(sw))
     assert rc == 0 and (tmp_path / "sweep-vllm.png").is_file(), err
 
@@ -273,9 +277,141 @@ def test_a_sweep_without_tokens_plots_its_response(capsys, tmp_path):
     root = _svg_ok(tmp_path / "m.svg")
     assert len(_axes(root)) == 2
     texts = _texts(root)
-    assert "client.response.mean" in texts and "client.response.p99" in texts
-    assert not any("no run has this statistic" in t or "ttft" in t for t in texts)
-    assert texts.count("client.response.mean") == 1  # its panel's title, and no legend entry
+    assert "response time, mean" in texts and "response time, p99" in texts
+    assert not any("no run has this statistic" in t or "first token" in t for t in texts)
+    assert texts.count("response time, mean") == 1  # its panel's title, and no legend entry
+
+
+# ------------------------------------------------------------------ series once, units, words
+
+UNITS = {"seconds", "samples", "requests", "KV tokens", "jobs", "sessions", "holds", "cache entries",
+         "fraction of the time busy", "0 or 1", "0 or 1 (its mean: a fraction)", "fraction of samples ≤ x", "runs",
+         "requests per second", "tokens per second", "tokens"}
+COLUMN = re.compile(r"\b(client|pools|stages|sessions|gauges|observe)\.[\w\[\]]+\.\w+")
+
+
+def _figure(kind, *args):
+    from serq.exp import plot
+    plt = plot._pyplot()
+    fig = plot._dump_figure(plt, *args) if kind == "dump" else plot._sweep_figure(plt, *args)
+    return plt, fig
+
+
+def _check_axes(fig, what):
+    """Every panel's y-axis says a unit, and its title reads as words, no summary column."""
+    for ax in fig.axes:
+        if not ax.get_visible():
+            continue
+        title, unit = ax.get_title(), ax.get_ylabel()
+        assert unit in UNITS or unit.endswith("; queued: holds"), f"{what}: {title!r} has the y-axis {unit!r}"
+        assert title and not COLUMN.search(title), f"{what}: the title {title!r} names a column"
+
+
+def test_a_dump_draws_each_series_once_each_axis_with_its_unit(dumped):
+    from serq.exp import plot
+    d = dumped / "run"
+    meta = json.loads((d / "dump.json").read_text())
+    units = plot.Units(meta["program"], meta["inputs"])
+    assert units.pools == {"kv": "KV tokens", "reqs": "requests"}
+    assert units.gauges == {"kv_used": ("KV tokens", "used(kv)"), "seqs": ("requests", "holders(reqs)")}
+    panels, repeats = plot._time_panels(str(d), meta, units)
+    series = [plot._steps(t, v) for p in panels for _, t, v, _, _ in p["lines"]]
+    assert len(series) == len(set(series)) == 4  # running, waiting, kv used, tool in service
+    assert [p["title"] for p in panels] == ["engine vllm: requests running and waiting",
+                                            "pool kv: used (cap 65,536)", "stages: jobs in service"]
+    assert [p["ylabel"] for p in panels] == ["requests", "KV tokens", "jobs"]
+    assert sorted(repeats) == ["gauge kv_used = used(kv)", "gauge seqs = vllm: running.count",
+                               "queued(reqs) = vllm: waiting.count", "used(reqs) = vllm: running.count"]
+    plt, fig = _figure("dump", str(d))
+    try:
+        _check_axes(fig, "dump")
+    finally:
+        plt.close(fig)
+
+
+def test_a_gauge_that_repeats_nothing_is_drawn_with_its_expression_and_unit(capsys, tmp_path):
+    prog = tmp_path / "g.sq"
+    prog.write_text(TINY.replace("server {", "gauge two = used(p) == 2;\n  gauge twice = used(p) + used(p);\n"
+                                                 "  server {"))
+    rc, _, err = cli(capsys, "run", str(prog), "--dump", str(tmp_path / "d"), "--json")
+    assert rc == 0, err
+    from serq.exp import plot
+    meta = json.loads((tmp_path / "d" / "dump.json").read_text())
+    panels, _ = plot._time_panels(str(tmp_path / "d"), meta, plot.Units(meta["program"], meta["inputs"]))
+    gauges = {p["title"]: p["ylabel"] for p in panels if p["title"].startswith("gauge")}
+    assert gauges == {"gauge two = used(p) == 2": "0 or 1 (its mean: a fraction)",
+                      "gauge twice = used(p) + used(p)": "units of pool p"}
+
+
+def test_names_and_units_of_every_statistic_of_a_report(dumped):
+    """Every number a report has, as a sweep's summary names it, in words and with a unit."""
+    from serq.exp import plot
+    rep = json.loads((dumped / "r.json").read_text())
+    meta = json.loads((dumped / "run" / "dump.json").read_text())
+    units = plot.Units(meta["program"], meta["inputs"])
+    stats = []
+
+    def walk(x, path):
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, f"{path}.{k}" if path else k)
+        elif isinstance(x, (int, float)) and not isinstance(x, bool) and not path.startswith("claims."):
+            stats.append(path)
+    walk({k: v for k, v in rep.items() if k not in ("seed", "horizon", "warmup")}, "")
+    assert "client.ttft.p99" in stats and "pools.kv.mean_used" in stats and "gauges.seqs.mean" in stats
+    for stat in stats:
+        title, unit = plot._describe(stat, units)
+        assert not COLUMN.search(title) and "." not in title.replace("p50", ""), (stat, title)
+        assert unit in UNITS or unit in ("units of pool kv",) or unit.startswith("0 or 1"), (stat, unit)
+    assert plot._describe("client.ttft.p99", units) == ("time to first token, p99", "seconds")
+    assert plot._describe("pools.kv.mean_used", units) == ("pool kv: mean used (time average)", "KV tokens")
+    assert plot._describe("stages.vllm.utilisation", units) == ("stage vllm: utilisation", "fraction of the time busy")
+    assert plot._describe("observe.hit.mean", units) == ("observed hit, mean", "0 or 1 (its mean: a fraction)")
+    assert plot._describe("observe.prefill_tokens.p99", units) == ("observed prefill_tokens, p99", "tokens")
+
+
+def test_a_sweep_reads_an_input_named_like_a_statistic_by_its_position(tmp_path):
+    """summary.csv names an input `mean` (mg1.sq's) and the statistic's mean alike: the input is the
+    column sweep.json's grid places, after `point`; the statistic's mean the one after `n`."""
+    d = tmp_path / "sw"
+    d.mkdir()
+    rows = [["point", "mean", "stat", "n", "mean", "ci95", "lo", "hi"]]
+    for p, m in enumerate([0.5, 0.8]):
+        for stat, v in [("client.response.mean", 10.0 * (p + 1)), ("client.response.p99", 50.0 * (p + 1)),
+                        ("client.ttft.p99", "")]:  # no token: an empty mean
+            rows.append([p, m, stat, 2, v, 1.0 if v != "" else "", v and v - 1, v and v + 1])
+    with open(d / "summary.csv", "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    (d / "sweep.json").write_text(json.dumps({"program": "examples/single-turn/mg1.sq", "grid": {"mean": [0.5, 0.8]},
+                                              "seeds": [1, 2], "settings": {}, "inputs": {}}))
+    plt, fig = _figure("sweep", str(d), None, None, None)
+    try:
+        got = {ax.get_title(): [tuple(ln.get_xdata()), tuple(ln.get_ydata())] for ax in fig.axes for ln in ax.lines}
+        _check_axes(fig, "sweep over mean")
+    finally:
+        plt.close(fig)
+    assert got == {"response time, mean": [(0.5, 0.8), (10.0, 20.0)],
+                   "response time, p99": [(0.5, 0.8), (50.0, 100.0)]}
+    # a summary whose columns are not where the grid says is refused, not misread
+    rows[0][1:3] = ["stat", "mean"]
+    with open(d / "summary.csv", "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    from serq.exp import plot
+    with pytest.raises(plot.UsageError, match="its columns are not point, mean, stat, n, mean"):
+        _figure("sweep", str(d), None, None, None)
+
+
+def test_the_sweep_figure_names_its_panels_in_words(tmp_path):
+    sw = make_sweep(tmp_path / "sw")
+    plt, fig = _figure("sweep", str(sw), None, ["client.ttft.p99", "pools.kv.mean_used", "client.response.mean"],
+                       None)
+    try:
+        _check_axes(fig, "sweep")
+        assert [ax.get_title() for ax in fig.axes[:3]] == ["time to first token, p99",
+                                                           "pool kv: mean used (time average)", "response time, mean"]
+        assert [ax.get_ylabel() for ax in fig.axes[:3]] == ["seconds", "KV tokens", "seconds"]
+    finally:
+        plt.close(fig)
 
 
 def test_plot_usage_errors(capsys, dumped, tmp_path):
