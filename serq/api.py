@@ -18,20 +18,25 @@ __all__ = ["load", "load_text", "load_ir", "inputs", "parse_instance", "run", "c
 
 
 def run(program: I.Program, settings: I.Settings | None = None, progress=None, workload: dict | None = None,
-        record: bool = False) -> dict:
+        record: bool = False, slo: dict | None = None) -> dict:
     """Simulate the program; the report as the catalogue's JSON object (a dict). `workload` (a
     workload file's object, `serq run --workload`) replaces the program's arrivals and draws;
-    `record` keeps the engines' and stages' queues over time for `--dump` (serq/interp/dump.py)."""
+    `record` keeps the engines' and stages' queues over time, and each answered turn, for `--dump`
+    (serq/interp/dump.py); `slo` ({"ttft"|"tpot"|"itl"|"response": limit}, `serq run --slo`) adds
+    the goodput (docs/reference/report.md)."""
     return _deep(program.files[0] if program.files else "<ir>",
-                 lambda: _run(program, settings, progress, workload, record))
+                 lambda: _run(program, settings, progress, workload, record, slo))
 
 
-def _run(program, settings, progress, workload=None, record=False):
+def _run(program, settings, progress, workload=None, record=False, slo=None):
     from serq.interp.sim import Sim
     sim = Sim(program, settings, workload)
     if record:
-        from serq.interp.dump import Recorder
+        from serq.interp.dump import Recorder, Requests
         sim.recorder = Recorder(sim)
+        sim.requests = Requests()
+    if slo:
+        sim.set_slo(slo)
     rep = sim.run(progress)
     rep["_sim"] = sim
     return rep

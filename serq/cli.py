@@ -7,6 +7,7 @@ import importlib
 import json
 import math
 import os
+import re
 import sys
 
 # The IR's models are serQ's own: pydantic plugins installed beside it are not loaded (finding them
@@ -182,7 +183,11 @@ def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("file", help=program)
     settings(r)
     r.add_argument("--json", action="store_true", help="the report as one JSON object")
-    r.add_argument("--dump", metavar="DIR", help="write the samples and series behind the report (serq plot DIR)")
+    r.add_argument("--dump", metavar="DIR", help="write the samples and series behind the report, and a row per "
+                   "answered request (requests.csv) (serq plot DIR)")
+    r.add_argument("--slo", action="append", default=[], metavar="METRIC<=X",
+                   help="an objective every answered request is held to, METRIC one of ttft, tpot, itl, response, X "
+                   "in seconds (repeatable): the report adds the goodput, the requests per second that met them all")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--workload", metavar="W.json", help="replace the arrivals and draws with a workload's "
                    "(one `serq verify` wrote)")
@@ -273,20 +278,21 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
     return supplied, I.Settings(**s)
 
 
-def _run(args, prog, settings) -> int:
+def _run(args, prog, settings, supplied: dict | None = None) -> int:
     from serq.interp.dump import Staged
     from serq.interp.report import finite, text
     workload = None
     if args.workload is not None:
         from serq.verify.output import read_workload
         workload = read_workload(args.workload)
+    slo = _slo(args.slo)
     staged = Staged(args.dump) if args.dump is not None else None  # a bad destination: refused before the run
     progress = None
     try:
-        if not args.quiet and sys.stderr.isatty():
-            progress = _Progress(settings)
+        # the bar on a terminal; on stderr, whatever it is, a note if the run goes too slowly to finish
+        progress = _Watch(_Progress(settings) if not args.quiet and sys.stderr.isatty() else None, supplied)
         try:
-            rep = api.run(prog, settings, progress, workload, record=staged is not None)
+            rep = api.run(prog, settings, progress, workload, record=staged is not None, slo=slo)
         except OSError as exc:
             # a run touches the disk only to keep its samples past 2^20 a statistic
             # (docs/reference/report.md): a full or unwritable temporary directory
@@ -316,6 +322,28 @@ def _run(args, prog, settings) -> int:
             head = replay_head(prog, workload, args.workload) + "\n"
         _out(head + text(rep, args.file))
     return 0
+
+
+_SLO = re.compile(r"\s*([A-Za-z_]\w*)\s*<=\s*(\S+)\s*")
+SLO_METRICS = ("ttft", "tpot", "itl", "response")
+
+
+def _slo(texts: list) -> dict:
+    """`serq run --slo METRIC<=X`, each: {metric: the least X given for it} (report.md,
+    *Throughput, ITL and goodput*)."""
+    out: dict = {}
+    for text in texts:
+        m = _SLO.fullmatch(text)
+        if m is None:
+            raise UsageError(f"--slo is METRIC<=X, METRIC one of {', '.join(SLO_METRICS)}, not {text!r}")
+        metric = m.group(1)
+        if metric not in SLO_METRICS:
+            raise UsageError(f"--slo {metric}: not a per-request metric: one of {', '.join(SLO_METRICS)}")
+        x = _number(m.group(2), f"--slo {metric}")
+        if x < 0:
+            raise UsageError(f"--slo {metric}: a limit is a time >= 0, not {m.group(2)}")
+        out[metric] = min(x, out.get(metric, x))
+    return out
 
 
 def _count(text: str, what: str) -> int:
@@ -465,11 +493,13 @@ class _Progress:
     """A progress bar on stderr for runs longer than a couple of seconds."""
 
     def __init__(self, settings):
+        import threading
         import time
         self.t0 = time.monotonic()
         self.last = 0.0
         self.settings = settings
         self.shown = False
+        self.lock = threading.Lock()  # the bar and a note (_Watch's thread) take turns on stderr
 
     def __call__(self, sim):
         import time
@@ -484,14 +514,165 @@ class _Progress:
         else:
             frac = 0.0
         bar = "#" * int(frac * 30)
-        sys.stderr.write(f"\r[{bar:<30}] {frac * 100:5.1f}%  t={sim.now:.6g}  sessions={sim.sessions_arrived}")
-        sys.stderr.flush()
-        self.shown = True
+        with self.lock:
+            sys.stderr.write(f"\r[{bar:<30}] {frac * 100:5.1f}%  t={sim.now:.6g}  sessions={sim.sessions_arrived}")
+            sys.stderr.flush()
+            self.shown = True
+
+    def note(self, text: str):
+        """A line above the bar (which the next instant draws again)."""
+        with self.lock:
+            if self.shown:
+                sys.stderr.write("\r" + " " * 79 + "\r")
+            _say(text)
 
     def close(self):
         if self.shown:
             sys.stderr.write("\r" + " " * 79 + "\r")
             sys.stderr.flush()
+
+
+# A run too slow to finish says so (_Watch). Once it has used SLOW_AFTER seconds of CPU, looking
+# every SLOW_EVERY seconds, at the pace of the last SLOW_AFTER seconds: a run that ends when its
+# sessions have ended (--arrivals N, a batch, a workload file) is too slow when they would take more
+# than SLOW_LIMIT seconds of CPU to end (none ending: forever); a run that ends at its horizon, when
+# its clock would take more than CLOCK_MARGIN times that to reach it, or SLOW_LIMIT where an engine
+# is seen serving a vanishing number of tokens. The clock's pace is the weaker sign: early in a run
+# it can be far below its average (a million closed sessions' first simulated seconds: a thousandth)
+SLOW_AFTER = 10.0
+SLOW_EVERY = 0.5
+SLOW_LIMIT = 3600.0
+CLOCK_MARGIN = 24.0
+VANISHING = 1e-6  # tokens an iteration, on average over the window: an engine that serves nothing
+
+
+class _Watch:
+    """`serq run`'s watch over the run (Sim.run gives it the run with `start`): the progress bar,
+    if any, is called at each instant; and a thread of its own looks at the run every `every`
+    seconds, costing the run's loop nothing. Once the run has used `after` seconds of CPU, if at
+    the pace of the last `after` seconds it would need more than `limit` seconds of CPU to finish
+    (the rules above), one note on stderr says so: how far the run is, its events and clock per CPU
+    second, and the likely cause when it is cheap to see (an engine whose iterations serve a
+    vanishing number of tokens; inputs set near 0). The run goes on."""
+
+    def __init__(self, bar=None, supplied: dict | None = None, after: float | None = None,
+                 every: float | None = None, limit: float | None = None, say=None):
+        self.bar = bar
+        self.supplied = supplied or {}
+        self.after = SLOW_AFTER if after is None else after
+        self.every = SLOW_EVERY if every is None else every
+        self.limit = SLOW_LIMIT if limit is None else limit
+        self.say = say or (bar.note if bar is not None else _say)
+        self.noted = None  # the note, once said
+        self.thread = None
+        self.stop = None
+
+    def start(self, sim):
+        import threading
+        self.sim = sim
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._watch, name="serq-watch", daemon=True)
+        self.thread.start()
+        return self.bar
+
+    def close(self):
+        if self.thread is not None:
+            self.stop.set()
+            self.thread.join()
+            self.thread = None
+        if self.bar is not None:
+            self.bar.close()
+
+    # -- the watch
+    def _total(self):
+        """The sessions the run ends after, or None (it ends at the horizon, or when nothing is left)."""
+        sim = self.sim
+        if sim.arrivals_n:
+            return sim.arrivals_n
+        if sim.workload is not None:
+            return len(sim.workload.get("sessions", ())) or None
+        arr = sim.prog.workload.arrive
+        return arr.n if arr.k == "batch" and arr.n else None
+
+    def _sample(self, cpu):
+        """(CPU seconds, sessions ended, sessions arrived, the clock, events scheduled, each engine's
+        (iterations, tokens served))."""
+        sim = self.sim
+        return (cpu, sim.sessions_completed + sim.sessions_rejected, sim.sessions_arrived, sim.now, sim.seq,
+                [(e.iterations, e.served_total) for e in sim.engines])
+
+    def _watch(self):
+        import time
+        c0 = time.process_time()
+        samples = [self._sample(0.0)]
+        total = self._total()
+        hz = self.sim.horizon if self.sim.horizon is not None and 0 < self.sim.horizon < math.inf else None
+        if total is None and hz is None:
+            return  # nothing to measure the pace against
+        while not self.stop.wait(self.every):
+            s = self._sample(time.process_time() - c0)
+            samples.append(s)
+            if s[0] < self.after:
+                continue
+            while len(samples) > 2 and samples[1][0] <= s[0] - self.after:
+                samples.pop(0)  # the window: from the last look at least `after` seconds of CPU ago
+            base = samples[0]
+            span = s[0] - base[0]
+            causes = self._causes(base, s, span)
+            # the CPU seconds each way of ending would take at this pace (inf: it does not move)
+            by_count = _left(s[1] / total, base[1] / total, span) if total else math.inf
+            by_clock = _left(s[3] / hz, base[3] / hz, span) if hz else math.inf
+            slow_count = total is None or by_count > self.limit
+            slow_clock = hz is None or by_clock > self.limit * (1 if causes else CLOCK_MARGIN)
+            if slow_count and slow_clock:
+                self.noted = self._note(base, s, span, total, min(by_count, by_clock), causes)
+                self.say(self.noted)
+                return
+
+    def _causes(self, base, s, span):
+        causes = []
+        for e, (i0, v0), (i1, v1) in zip(self.sim.engines, base[5], s[5]):
+            n = i1 - i0
+            if n >= 100 and (v1 - v0) / n < VANISHING:
+                causes.append(f"engine `{e.label}` ran {n:,} iterations in the last {span:.0f} s of CPU and they "
+                              f"served {v1 - v0:.3g} tokens in all: an iteration that schedules a vanishing number "
+                              "of tokens (a token budget or chunk cap near 0) advances a prefill by nothing")
+        return causes
+
+    def _note(self, base, s, span, total, left, causes):
+        sim = self.sim
+        span = max(span, 1e-9)
+        where = []
+        if total:
+            where.append(f"{s[1]:,} of its {total:,} sessions have ended, {s[1] - base[1]:,} in the last {span:.0f} s")
+        hz = sim.horizon
+        if hz is not None and 0 < hz < math.inf:
+            where.append(f"the clock is at {s[3]:.6g} of the horizon {hz:.6g}")
+        pace = (f"at this pace the rest takes about {_duration(left)} of CPU" if left < math.inf
+                else "at this pace it may never finish")
+        text = (f"serq: note: the run is progressing too slowly to finish: after {s[0]:.0f} s of CPU, "
+                f"{'; '.join(where)}; {pace} ({(s[4] - base[4]) / span:,.0f} events a CPU second, the clock at "
+                f"{s[3]:.6g} and advancing {(s[3] - base[3]) / span:.3g} a CPU second).")
+        tiny = [f"{k}={v:g}" for k, v in self.supplied.items() if v != 0 and abs(v) < VANISHING]
+        if tiny:
+            causes = causes + [f"inputs set near 0: {', '.join(tiny)}"]
+        if causes:
+            text += " Likely cause: " + "; ".join(causes) + "."
+        return text + " The run goes on (Ctrl-C stops it)."
+
+
+def _left(f1: float, f0: float, span: float) -> float:
+    """The CPU seconds the rest of a run takes at the pace of the last `span` seconds, in which the
+    fraction done went from f0 to f1 (inf: it did not move)."""
+    return (1 - f1) * span / (f1 - f0) if f1 > f0 else math.inf
+
+
+def _duration(sec: float) -> str:
+    if sec >= 7200:
+        return f"{sec / 3600:.3g} h"
+    if sec >= 120:
+        return f"{sec / 60:.3g} min"
+    return f"{sec:.3g} s"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -564,7 +745,7 @@ def _main(argv: list[str]) -> int:
             return _inputs(args)
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "run":
-            return _run(args, prog, settings)
+            return _run(args, prog, settings, supplied)
         if args.cmd == "target":
             from serq.target.vllm import target
             _out(json.dumps(target(prog), indent=1))

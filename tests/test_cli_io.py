@@ -176,7 +176,7 @@ def test_dump_replaces_a_previous_dump_and_makes_parents(capsys, tmp_path, progk
     rc, out, err = _dump_run(capsys, progk, d)
     assert rc == 0, err
     first = sorted(os.listdir(d))
-    assert first == ["client_response.csv", "dump.json", "gauge", "stage"]
+    assert first == ["client_response.csv", "dump.json", "gauge", "requests.csv", "stage"]
     (d / "observe_stale.csv").write_text("time,session,turn,value\n")  # as if an older program's
     rc, out, err = _dump_run(capsys, progk, d, "--horizon", "500", "--seed", "2")
     assert rc == 0, err

@@ -50,7 +50,7 @@ def test_dump_writes_the_series_a_run_worked_out_by_hand(capsys, tmp_path):
     rc, out, err = cli(capsys, "run", str(prog), "--json", "--dump", str(d))
     assert rc == 0, err
     rep = json.loads(out)
-    assert sorted(os.listdir(d)) == ["client_response.csv", "dump.json", "gauge", "pool", "stage"]
+    assert sorted(os.listdir(d)) == ["client_response.csv", "dump.json", "gauge", "pool", "requests.csv", "stage"]
     pool = _rows(d / "pool" / "p.csv")
     assert pool[0] == ["time", "used", "queued"]
     series = [tuple(map(float, r)) for r in pool[1:]]

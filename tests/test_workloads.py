@@ -8,6 +8,7 @@ import os
 import pytest
 
 from serq import api
+from serq.interp.dump import Requests
 from serq.interp.sim import Sim
 from serq.ir.model import Settings
 
@@ -138,15 +139,29 @@ def test_steady_decoding_fast_forward_changes_nothing(path):
     assert reports[0] == reports[1]
 
 
+# about the median of the turns' longest gap between two tokens: the goodput of `--slo itl<=X`
+# depends on every turn's, which the fast-forward keeps (engine.py, _itl_run)
+ITL_SLO = {"multi-turn/vllm.sq": 0.0044, "single-turn/vllm_single_turn.sq?blocks=300&rate=6": 0.05,
+           "subagent/vllm_subagents.sq": 0.0382, "multi-turn/vllm_chat.sq": 0.005, "replay/vllm_replay.sq": 0.0051}
+
+
 def _fast_and_slow(path):
-    """The run with the fast-forward and without: (report, the engine's iterations, observations)."""
+    """The run with the fast-forward and without: (report, the engine's iterations, observations,
+    the client's ITL samples in order and requests.csv's rows). The report has the goodput of
+    objectives on every per-request metric, the one on itl tight."""
     settings, _ = WORKLOADS[path]
     out = []
     for ff in (True, False):
         sim = Sim(load(path), Settings(**settings))
         sim.fast_forward = ff
+        sim.set_slo({"ttft": 10.0, "tpot": 1.0, "itl": ITL_SLO[path], "response": 100.0})
+        sim.requests = Requests()
         rep = sim.run()
-        out.append((rep, sim.engines[0].iterations, {k: list(v.v) for k, v in sim.obs.items()}))
+        tp = rep["throughput"]
+        assert 0.2 * tp["requests_per_s"] < tp["goodput_per_s"] < 0.8 * tp["requests_per_s"]
+        seen = {k: list(v.v) for k, v in sim.obs.items()}
+        seen.update(itl=list(sim.c_itl.v), requests=list(sim.requests.rows()))
+        out.append((rep, sim.engines[0].iterations, seen))
     return out
 
 

@@ -13,10 +13,12 @@ import math
 import os
 from array import array
 
+from serq.interp import stats
+from serq.interp.stats import Column, Spilled
 from serq.staged import StagedDir
 
 # the names a dump writes, in DIR and in its subdirectories: what makes a directory a previous dump
-TOP = ("observe_*.csv", "client_*.csv", "dump.json")
+TOP = ("observe_*.csv", "client_*.csv", "requests.csv", "dump.json")
 GAUGES, POOLS, STAGES = "gauge", "pool", "stage"
 SUBDIRS = (GAUGES, POOLS, STAGES)
 
@@ -82,6 +84,43 @@ class Recorder:
         return out
 
 
+class Requests:
+    """requests.csv's rows: one per answered turn the report counts (after the warm-up), in the
+    order they were answered, kept as columns that spill past SWITCH as a statistic's samples do.
+    A flag per row says which of its optional cells it has."""
+    HEADER = ["session", "turn", "start", "first_token", "end", "ttft", "tpot", "response",
+              "prompt_tokens", "output_tokens", "preemptions", "cached_tokens"]
+    FIRST, TPOT, ENGINE = 1, 2, 4
+
+    def __init__(self):
+        self.cols = [Column(c) for c in "qqddddddqq"]  # session, turn, the six times, preemptions, flags
+        self.toks = [Column("d") for _ in range(3)]     # prompt, output, cached tokens
+        self.cap = stats.SWITCH
+
+    def add(self, sess, rec, now, tpot):
+        flags = (self.FIRST if rec.first is not None else 0) | (self.TPOT if tpot is not None else 0) \
+            | (self.ENGINE if rec.prompt is not None else 0)
+        first = rec.first if rec.first is not None else 0.0
+        # the turn is answered: its session has moved to the next turn (Sim.turn_end)
+        row = (sess.serial, sess.turn_idx - 1, rec.start, first, now, first - rec.start,
+               tpot if tpot is not None else 0.0, now - rec.start, rec.preempted, flags)
+        for c, x in zip(self.cols, row):
+            c.buf.append(x)
+        for c, x in zip(self.toks, (rec.prompt or 0.0, float(rec.ntok), rec.cached)):
+            c.buf.append(x)
+        if len(self.cols[0].buf) >= self.cap:
+            for c in self.cols + self.toks:
+                c.flush()
+            self.cap = stats.CHUNK
+
+    def rows(self):
+        cols = zip(*(Spilled(c, 0) for c in self.cols + self.toks))
+        for sid, turn, start, first, end, ttft, tpot, resp, pre, flags, prompt, out, cached in cols:
+            has_first, eng = flags & self.FIRST, flags & self.ENGINE
+            yield (sid, turn, start, first if has_first else "", end, ttft if has_first else "",
+                   tpot if flags & self.TPOT else "", resp, prompt if eng else "", out if eng else "", pre, cached)
+
+
 def _reader(sim, st):
     """(running, waiting) of a stage now: an engine's running.count and waiting.count (the
     language's), a fifo's jobs in service and in its queue, a ps stage's jobs (all in service)."""
@@ -107,6 +146,8 @@ def write(sim, rep: dict, directory: str):
     for name, ser in sim.client.items():
         if ser.v:
             _csv(os.path.join(directory, f"client_{name}.csv"), ["value"], ([v] for v in ser.after()))
+    if sim.requests is not None:
+        _csv(os.path.join(directory, "requests.csv"), Requests.HEADER, sim.requests.rows())
     end = rep["end"]
     for name, _, avg in sim.gauges:
         _csv(os.path.join(directory, GAUGES, f"{name}.csv"), ["time", "value"],

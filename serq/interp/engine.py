@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import heapq
 import math
+from itertools import islice
+from operator import sub
 
 from serq.interp.compile import _DEPTH, _NoSource, _Source
 from serq.interp.pools import Pool, round_up
@@ -78,6 +80,7 @@ class Engine:
         self.grows: list = []          # a fast-forward's block growths: (iteration start, request)
         self.iter_no = 0
         self.first_end = None          # a fast-forward's first iteration's end, where it commits a first token
+        self.ends: list = []           # a fast-forward's iterations' ends, its first's first (_itl_run)
         self.tail_start = None         # a fast-forward's last iteration's start, where one that ends a run starts
 
     # -- observables
@@ -207,6 +210,7 @@ class Iterations:
         def stored(c, eng, bk, vk, at, n, end, nxt, lim):
             b, v = eng.batch, eng.vars
             b["Kvb"], v["Kvb"], v["Attn"] = bk, vk, at
+            app = eng.ends.append
             i = 0
             while i < lim:
                 b["Kvb"] += n
@@ -216,6 +220,7 @@ class Iterations:
                 if not (0 < nc < INF) or end + nc >= nxt:
                     return i, end, b["Kvb"], v["Kvb"], v["Attn"], True
                 end += nc
+                app(end)
                 i += 1
             return i, end, b["Kvb"], v["Kvb"], v["Attn"], False
         stored.named = ("_bk", "_vk", "_at")
@@ -235,12 +240,13 @@ class Iterations:
         pre = "".join(f"        {n} = {src}\n" for n, src in gen.hoisted) or "        pass\n"
         adds = "".join(f"        {x} += n\n" for x in ("_bk", "_vk", "_at") if x in named)
         # n is a float (the batch's size), lim a whole number: the loop's operations are on floats
-        # and on ints, each with its fast path
+        # and on ints, each with its fast path; each iteration's end is kept (the client's ITL)
         code = (f"def _run(c, eng, _bk, _vk, _at, n, end, nxt, lim):\n"
                 f"    try:\n"
                 f"{pre}"
                 f"    except KeyError:\n"
                 f"        raise _Miss from None\n"
+                f"    app = eng.ends.append\n"
                 f"    i = 0\n"
                 f"    while i < lim:\n"
                 f"{adds}"
@@ -251,6 +257,7 @@ class Iterations:
                 f"        if not (0.0 < nc < INF) or end + nc >= nxt:\n"
                 f"            return i, end, _bk, _vk, _at, True\n"
                 f"        end += nc\n"
+                f"        app(end)\n"
                 f"        i += 1\n"
                 f"    return i, end, _bk, _vk, _at, False\n")
         try:
@@ -374,6 +381,7 @@ class Iterations:
     def engine_run_op(self, s, tgt, f, grow_t):
         sim = self
         mode = s.mode
+        prefill = mode == "prefill"
         at = s.at
 
         def op(sess):
@@ -382,6 +390,16 @@ class Iterations:
             alloc = sim.innermost(sess, grow_t(sess), at, "growing") if grow_t is not None else None
             if work <= 0:
                 return
+            rec = sess.turn_rec
+            if rec is not None:  # a turn that runs on an engine has prompt tokens, 0 or more
+                if rec.prompt is None:
+                    rec.prompt = 0.0
+                if prefill:
+                    for fr in sess.frames:
+                        if fr.again:  # a hold executed again after a preemption: its prefill counted once
+                            break
+                    else:
+                        rec.prompt += work
             sim.seq += 1
             req = Req(sess, mode, work, alloc, sim.seq)
             sess.wait = req
@@ -568,9 +586,11 @@ class Iterations:
         run, stored = spec["steady_cost"]
         if run is None or self.cur_engine is not eng:  # the source reads the engine it was given as cur_engine
             run = stored
+        eng.ends = [end]
         try:
             out = self._steady_run(eng, run, list(crossings), k, n, end, nxt, tail, watch)
         except _Miss:  # a value the source cannot read: the iterations again, as compiled
+            eng.ends = [end]
             out = self._steady_run(eng, stored, crossings, k, n, end, nxt, tail, watch)
         extra, end1, grows, tail_start = out
         if extra:
@@ -945,6 +965,12 @@ class Iterations:
         now = self.now
         done = []
         rep = eng.repeat  # a fast-forwarded run of steady iterations
+        if rep > 1:
+            self._itl_run(eng)  # its gaps, read before its first tokens are set
+        itl = self.c_itl
+        gmax = self.itl_max
+        one = rep == 1
+        gv, gk = None, 0  # one at a time, a run of equal gaps not yet recorded (ITL), one a request
         for r in eng.batch_reqs:
             n = r.served * rep
             r.served = 0.0
@@ -960,12 +986,33 @@ class Iterations:
             if r.mode == "decode":
                 rec = r.sess.turn_rec
                 if rec is not None:
-                    if rec.first is None:
-                        self._decode_token(rec, n, fe)
-                    else:
+                    if rec.first is not None:
                         rec.ntok += n
+                        if one:
+                            g = now - rec.last
+                            rec.last = now
+                            if g == gv:
+                                gk += 1
+                            elif g:  # 0: a token of the turn (a leg's) came at this instant already
+                                if gk:
+                                    itl.add(now, gv, gk)
+                                gv, gk = g, 1
+                            if gmax and g > rec.gap:
+                                rec.gap = g
+                    else:
+                        self._decode_token(rec, n, fe)
+                        if one:
+                            rec.last = now
+                            if rec.pf is not None and now != rec.pf:  # the first token was the prefill's
+                                if gk:
+                                    itl.add(now, gv, gk)
+                                gv, gk = now - rec.pf, 1
+                                if gmax and gv > rec.gap:
+                                    rec.gap = gv
             if r.left <= 1e-9:
                 done.append(r)
+        if gk:
+            itl.add(now, gv, gk)
         eng.batch_reqs = []
         for r in done:
             r.alive = False
@@ -1014,10 +1061,63 @@ class Iterations:
 
     def _prefill_token(self, rec):
         """A prefill that ends samples a token (*What the client sees*): until a decode token is
-        committed, the latest is the turn's first; every one is an output token."""
+        committed, the latest is the turn's first; every one is an output token. One after the
+        first (a resumed prefill's) comes a gap after the turn's token before it (ITL)."""
         rec.ntok += 1
         if rec.first is None:
             rec.pf = self.now
+        else:
+            now = self.now
+            g = now - rec.last
+            rec.last = now
+            if g:  # 0: a token of the turn came at this instant already, in the same chunk
+                self.c_itl.add(now, g)
+                if self.itl_max and g > rec.gap:
+                    rec.gap = g
+
+    def _itl_run(self, eng):
+        """A fast-forwarded run's gaps (ITL), as its iterations one at a time record them: at the
+        first one's end, each turn's from its token before (the prefill's when this one is its first,
+        none without a prefill), in batch order; at each later one's end, that iteration's duration
+        for each turn, the same for all: one run of samples (Weighted). A turn whose legs decode in
+        the batch gets their tokens at one instant, one gap (report.md, *Throughput, ITL and goodput*)."""
+        ends = eng.ends
+        t0, t1 = ends[0], ends[-1]
+        gaps = list(map(sub, islice(ends, 1, None), ends))
+        itl = self.c_itl
+        gmax = self.itl_max
+        m = max(gaps) if gmax else None
+        turns = 0
+        gv, gk = None, 0  # a run of equal gaps at t0 not yet recorded
+        for r in eng.batch_reqs:
+            rec = r.sess.turn_rec
+            last = rec.last
+            if last == t1:  # a leg's request after another of its turn: its tokens came with that one's
+                continue
+            turns += 1
+            rec.last = t1
+            if rec.first is not None:
+                g = t0 - last
+            elif rec.pf is not None:
+                g = t0 - rec.pf
+            else:  # no prefill: this iteration's token is the turn's first
+                if gmax and m > rec.gap:
+                    rec.gap = m
+                continue
+            if g == gv:
+                gk += 1
+            elif g:
+                if gk:
+                    itl.add(t0, gv, gk)
+                gv, gk = g, 1
+            if gmax:
+                x = g if g > m else m
+                if x > rec.gap:
+                    rec.gap = x
+        if gk:
+            itl.add(t0, gv, gk)
+        itl.extend(ends, gaps, turns)
+        eng.ends = []
 
     def _decode_token(self, rec, n, t=None):
         """n tokens committed; the first of them at t (a fast-forward's first iteration's end), or

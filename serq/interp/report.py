@@ -58,14 +58,20 @@ def build(sim) -> dict:
     for st in sim.stages:
         stages[st.label] = {"utilisation": st.utilisation(end), "completed": st.completed_after_warmup}
     gauges = {name: avg.result(end) for name, _, avg in sim.gauges}
-    return {
+    client = {k: summary(v.after()) for k, v in sim.client.items()}
+    out = {
         "seed": sim.seed,
         "horizon": sim.horizon,
         "warmup": sim.warmup,
         "end": end,
         "sessions": {"arrived": sim.sessions_arrived, "completed": sim.sessions_completed,
                      "rejected": sim.sessions_rejected, "stuck": len(sim.stuck), "live_at_end": sim.live},
-        "client": {k: summary(v.after()) for k, v in sim.client.items()},
+        "client": client,
+        "throughput": _throughput(sim, client["response"]["count"], end - sim.warmup),
+    }
+    if sim.slo is not None:
+        out["slo"] = {m: x for m, x in zip(sim.SLO, sim.slo) if x is not None}
+    return out | {
         "observe": obs,
         "gauges": gauges,
         "pools": pools,
@@ -74,6 +80,24 @@ def build(sim) -> dict:
         "growing_at_end": growing_at_end,
         "notes": notes,
     }
+
+
+def _throughput(sim, answered: int, span: float) -> dict:
+    """Per second of [warmup, end], as vLLM's benchmark client reports them over its run: the
+    answered turns (the client's response samples), and their prompt and output tokens
+    (report.md, *Throughput, ITL and goodput*); with --slo, those that met every objective."""
+    def per_s(x):
+        return x / span if span > 0 else None
+    out = {"requests_per_s": per_s(answered), "input_tokens_per_s": per_s(sim.tokens_in),
+           "output_tokens_per_s": per_s(sim.tokens_out),
+           "total_tokens_per_s": per_s(sim.tokens_in + sim.tokens_out)}
+    if sim.slo is not None:
+        good = sim.good
+        if sim.queued:  # queueing.py keeps no turn's record: its turns have a response alone
+            limit = sim.slo[3]
+            good = sum(1 for v in sim.c_response.after() if limit is None or v <= limit)
+        out["goodput_per_s"] = per_s(good)
+    return out
 
 
 def finite(rep: dict) -> dict:
@@ -104,12 +128,25 @@ def _f(v, w=10):
     return f"{v:{w}.4f}" if isinstance(v, float) else f"{v:>{w}}"
 
 
+def _g(v):
+    return _f(v, 0).strip()
+
+
 def text(rep: dict, file: str) -> str:
     out = [f"serq run {file}: seed {rep['seed']}, warm-up {rep['warmup']:g}, end {rep['end']:g}"
            + (f" (horizon {rep['horizon']:g})" if rep["horizon"] is not None else "")]
     s = rep["sessions"]
     out.append(f"sessions: {s['arrived']} arrived, {s['completed']} completed, {s['rejected']} rejected, "
                f"{s['stuck']} stuck, {s['live_at_end']} live at the end")
+    tp = rep["throughput"]
+    line = f"throughput: {_g(tp['requests_per_s'])} requests/s"
+    if tp["total_tokens_per_s"]:  # a run without engine tokens has requests alone
+        line += (f"; tokens/s: {_g(tp['input_tokens_per_s'])} input, {_g(tp['output_tokens_per_s'])} output, "
+                 f"{_g(tp['total_tokens_per_s'])} total")
+    out.append(line)
+    if "slo" in rep:
+        slo = ", ".join(f"{m}<={fmt(x)}" for m, x in rep["slo"].items())
+        out.append(f"goodput: {_g(tp['goodput_per_s'])} requests/s meeting {slo}")
 
     def table(title, rows):
         if not rows:

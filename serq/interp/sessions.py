@@ -19,14 +19,21 @@ ONCE = (None,)
 
 
 class TurnRec:
-    """What the client sees of a turn: its start, its first token, its output tokens."""
-    __slots__ = ("start", "first", "ntok", "pf")
+    """What the client sees of a turn: its start, its first token, its output tokens, and the gaps
+    between them (ITL); the prompt tokens its engines were asked to prefill, the cached prefix its
+    holds were admitted with, its preemptions (report.md, *Throughput, ITL and goodput*)."""
+    __slots__ = ("start", "first", "ntok", "pf", "last", "gap", "prompt", "cached", "preempted")
 
     def __init__(self, start):
         self.start = start
         self.first = None
         self.ntok = 0
         self.pf = None  # the end of the last prefill before the first decode token
+        self.last = None     # the time of its latest output token from the first on
+        self.gap = 0.0       # the longest gap between two of them (read by --slo itl only)
+        self.prompt = None   # None until it runs on an engine
+        self.cached = 0.0
+        self.preempted = 0
 
 
 class SessionEnd(Exception):
@@ -115,7 +122,7 @@ class Session(Stream):
 class HoldFrame:
     """One execution of a hold statement."""
     __slots__ = ("sess", "spec", "members", "allocs", "units", "reserves", "admitted", "join_seq", "join_t", "head",
-                 "consumed", "rejected", "done", "pos_prev", "stream")
+                 "consumed", "rejected", "done", "pos_prev", "stream", "again")
 
     def __init__(self, sess, spec):
         self.sess = sess
@@ -133,6 +140,7 @@ class HoldFrame:
         self.done = False
         self.pos_prev = None
         self.stream = None
+        self.again = False  # executed again after a preemption: its prefills and cached prefix are counted once
 
     def cancel(self):
         """A waiting hold leaves its queue (its session was preempted or ended)."""

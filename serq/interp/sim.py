@@ -15,7 +15,7 @@ from serq.interp.rng import LongStream, base, state1, stream, stream1
 from serq.interp.sessions import (BLOCK, MAX_STEPS, Flat, HoldFrame, Ops, Preempted, Session, SessionEnd, TurnRec,
                                   run_block, run_sync, too_many)
 from serq.interp.stages import PS, Fifo, FlowNet, FlowStage, MachineJob, Stage
-from serq.interp.stats import Series, TimeAverage, sum_of
+from serq.interp.stats import Series, TimeAverage, Weighted, sum_of
 from serq.interp.trace import load_trace
 from serq.ir import model as I
 from serq.lang.lower.constants import fmt
@@ -62,7 +62,17 @@ class Sim(Iterations):
         self.joining: dict = {}      # session id -> a session waiting at a join (the end's R044)
         self.next_id = 0
         self.obs: dict[str, Series] = {}        # warm-up included (claims at end read all of it)
-        self.client = {k: Series(self.warmup) for k in ("ttft", "tpot", "response")}
+        self.client = {"ttft": Series(self.warmup), "tpot": Series(self.warmup), "itl": Weighted(self.warmup),
+                       "response": Series(self.warmup)}
+        self.c_itl = self.client["itl"]
+        # the answered turns' tokens after the warm-up (report.md, *Throughput, ITL and goodput*); `serq run --slo`:
+        # each metric's least limit, and the turns that met them all; `--dump`: requests.csv's rows
+        self.tokens_in = self.tokens_out = 0.0
+        self.slo = None
+        self.itl_max = False  # the turns keep their longest gap: --slo itl reads it
+        self.good = 0
+        self.queued = False   # it took queueing.py's path, where a turn keeps no record (report.py, goodput)
+        self.requests = None
         self.notes: list[str] = []
         self.fast_forward = True  # steady decoding as one event (engine.py, _steady)
         self.queueing = True      # a network of queues takes queueing.py's path (tests turn it off)
@@ -71,6 +81,13 @@ class Sim(Iterations):
         k = prog.workload.arrive.k
         self.closed = k == "closed"
         self.poisson = k == "poisson"
+
+    SLO = ("ttft", "tpot", "itl", "response")
+
+    def set_slo(self, slo: dict):
+        """`serq run --slo`: {metric: the least limit given for it} (report.md, *Throughput, ITL and goodput*)."""
+        self.slo = tuple(slo.get(m) for m in self.SLO)
+        self.itl_max = "itl" in slo
 
     # ------------------------------------------------------------ building
     def run_error(self, code, msg, at):
@@ -388,6 +405,12 @@ class Sim(Iterations):
 
     # ------------------------------------------------------------ the run
     def run(self, progress=None):
+        """The report. `progress`, if given, is called with the run at each instant the clock moves
+        to; one with a `start` method (serq run's watch, cli._Watch) is given the run first, and
+        what `start` returns is called so instead (None: nothing is, and the loop costs nothing)."""
+        start = getattr(progress, "start", None)
+        if start is not None:
+            progress = start(self)
         # a run allocates many short-lived objects and few cycles: collect the young generation
         # less often (restored after the run)
         old = gc.get_threshold()
@@ -415,6 +438,7 @@ class Sim(Iterations):
             q = plan(self) if self.queueing else None
             if q is not None:  # a network of queues: the shorter path (queueing.py)
                 q.install()
+                self.queued = True
             if arr.k == "poisson":
                 self.at(0.0, self._arrive_open)
             elif arr.k == "renewal":
@@ -715,8 +739,31 @@ class Sim(Iterations):
         if rec.first is None and rec.pf is not None:  # no decode token: the last prefill's is the first
             rec.first = rec.pf
             self.client["ttft"].add(now, rec.first - rec.start)
+        tpot = None
         if rec.ntok > 1 and rec.first is not None:
-            self.client["tpot"].add(now, (now - rec.first) / (rec.ntok - 1))
+            tpot = (now - rec.first) / (rec.ntok - 1)
+            self.client["tpot"].add(now, tpot)
+        if now >= self.warmup:  # a request the report counts, as its response is (Series.add)
+            if rec.prompt is not None:
+                self.tokens_in += rec.prompt
+                self.tokens_out += rec.ntok
+            if self.slo is not None and self._good(rec, now, tpot):
+                self.good += 1
+            if self.requests is not None:
+                self.requests.add(sess, rec, now, tpot)
+
+    def _good(self, rec, now, tpot) -> bool:
+        """Whether the turn met every objective of --slo; one it has no value for (no first token, a
+        single output token, no gap) it meets, as vLLM's benchmark client counts a tpot of 0 for a
+        request of one output token (report.md, *Throughput, ITL and goodput*)."""
+        ttft, tp, itl, resp = self.slo
+        if ttft is not None and rec.first is not None and not rec.first - rec.start <= ttft:
+            return False
+        if tp is not None and tpot is not None and not tpot <= tp:
+            return False
+        if itl is not None and not rec.gap <= itl:
+            return False
+        return resp is None or now - rec.start <= resp
 
     def _finish(self, sess, refused):
         """The session ends: every hold released (caches kept), leases ended."""
@@ -841,11 +888,13 @@ class Sim(Iterations):
     def hold(self, sess, spec):
         computed = 0.0
         head = False
+        again = False
         c = sess.c
         while True:
             self.cur_at = spec.at
             sess.a["computed"] = computed
             fr = HoldFrame(sess, spec)
+            fr.again = again
             fr.members = [t(c) for t, _, _, _ in spec.pools]
             if len({id(m) for m in fr.members}) != len(fr.members):
                 raise self.run_error("R041", "two indices of one hold name one member", spec.at)
@@ -870,6 +919,7 @@ class Sim(Iterations):
                     raise
                 computed = p.pos
                 head = self._requeue_head(fr)
+                again = True
                 continue
             if fr in sess.frames:
                 sess.frames.remove(fr)
@@ -1000,6 +1050,9 @@ class Sim(Iterations):
         # cached: the prefix the admission consumed, the most any of the hold's pools gave (a slot
         # pool beside the KV pool gives at most its unit)
         sess.a["cached"] = max(consumed) if consumed else 0.0
+        rec = sess.turn_rec
+        if rec is not None and not fr.again:
+            rec.cached += sess.a["cached"]
         for i, m in enumerate(fr.members):
             if content and m.content:
                 a = m.allocate_content(fr, units[i], reserves[i], fr.stream, hits[i])
@@ -1178,6 +1231,9 @@ class Sim(Iterations):
         if sess.wait is not None and hasattr(sess.wait, "cancel"):
             sess.wait.cancel()
         sess.wait = None
+        rec = sess.turn_rec
+        if rec is not None:
+            rec.preempted += 1
         if sess.stuck_pos is not None and pos <= sess.stuck_pos:
             self.stuck.add(sess.serial)
         sess.stuck_pos = pos

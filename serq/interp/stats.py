@@ -7,6 +7,8 @@ import tempfile
 import weakref
 from array import array
 from bisect import bisect_left, bisect_right
+from itertools import accumulate, chain, compress, repeat
+from operator import ne
 
 BATCHES = 20
 # Student's t, 0.975 quantile, 19 degrees of freedom (20 batches)
@@ -51,6 +53,17 @@ class _Exact:
             if math.isfinite(x):
                 m, d = x.as_integer_ratio()  # d a power of two, at most 2**1074
                 n += m * (_ULP // d)
+            else:
+                special += x
+        self.n, self.special = n, special
+
+    def add_times(self, xs, ks):
+        """add() of each x repeated k times (x * k exactly; a non-finite x as one)."""
+        n, special = self.n, self.special
+        for x, k in zip(xs, ks):
+            if math.isfinite(x):
+                m, d = x.as_integer_ratio()
+                n += m * k * (_ULP // d)
             else:
                 special += x
         self.n, self.special = n, special
@@ -145,6 +158,8 @@ def batch_ci(values) -> float | None:
 
 
 def summary(values) -> dict:
+    if isinstance(values, Runs):
+        return summary_runs(values)
     if isinstance(values, Spilled):
         return _summary_spilled(values)
     n = len(values)
@@ -486,6 +501,101 @@ class Series:
         return zip(*(Spilled(c, self.warm) for c in self.rcols), self.after())
 
 
+class Weighted:
+    """Samples kept as runs of equal ones in a row, (value, count), in the order they were recorded,
+    warm-up included; its statistic is that of the samples the runs stand for (summary_runs). The
+    client's ITL: a fast-forwarded run gives every request of its batch the same gap at each of its
+    iterations (engine.py, _itl_run), one run a gap. The runs spill to disk past SWITCH as a
+    Series's samples do."""
+    __slots__ = ("vcol", "kcol", "vb", "kb", "warm", "warmup", "cap")
+
+    def __init__(self, warmup: float):
+        self.vcol, self.kcol = Column("d"), Column("q")
+        self.vb, self.kb = self.vcol.buf, self.kcol.buf
+        self.warm = None                 # the index of the first run recorded after the warm-up
+        self.warmup = warmup
+        self.cap = SWITCH
+
+    def add(self, now: float, v: float, k: int = 1):
+        if self.warm is None and now >= self.warmup:
+            self.warm = len(self.vcol)   # a run of its own: the warm-up falls between two runs
+            self._new(v, k)
+            return
+        vb = self.vb
+        if vb and vb[-1] == v and (v != 0.0 or math.copysign(1.0, v) == math.copysign(1.0, vb[-1])):
+            self.kb[-1] += k
+            return
+        self._new(v, k)
+
+    def _new(self, v, k):
+        self.vb.append(v)
+        self.kb.append(k)
+        if len(self.vb) >= self.cap:
+            self._flush()
+
+    def extend(self, ends, vs: list, k: int):
+        """add(ends[i + 1], vs[i], k) for each i, in order (a fast-forwarded run's gaps, `ends` its
+        iterations' ends, ascending)."""
+        if self.warm is None:
+            i = bisect_left(ends, self.warmup, 1) - 1
+            if i < len(vs):
+                self._bulk(vs[:i], k)
+                self.warm = len(self.vcol)
+                self._new(vs[i], k)
+                vs = vs[i + 1:]
+        self._bulk(vs, k)
+
+    def _bulk(self, vs: list, k):
+        if not vs:
+            return
+        v = vs[0]
+        vb = self.vb
+        if v != 0.0 and vs.count(v) == len(vs):  # one value all along (a constant execute): one run
+            if vb and vb[-1] == v:
+                self.kb[-1] += k * len(vs)
+            else:
+                self._new(v, k * len(vs))
+            return
+        vb.fromlist(vs)  # a run each (equal ones in a row not merged: the same samples)
+        self.kb.extend(array("q", (k,)) * len(vs))
+        if len(vb) >= self.cap:
+            self._flush()
+
+    def _flush(self):
+        self.vcol.flush()
+        self.kcol.flush()
+        self.cap = CHUNK
+
+    @property
+    def v(self):
+        return Runs(self, 0)
+
+    def after(self):
+        return Runs(self, len(self.vcol) if self.warm is None else self.warm)
+
+
+class Runs:
+    """A Weighted's runs from index `start` on, read as the samples they stand for: true when there
+    is one, each sample in order (--dump writes one a row), chunks() (values, counts) arrays of at
+    most CHUNK runs, memory then disk."""
+    __slots__ = ("w", "start")
+
+    def __init__(self, w: Weighted, start: int):
+        self.w = w
+        self.start = start
+
+    def __bool__(self):
+        return len(self.w.vcol) > self.start
+
+    def __iter__(self):
+        for vs, ks in self.chunks():
+            for v, k in zip(vs, ks):
+                yield from repeat(v, k)
+
+    def chunks(self):
+        return zip(self.w.vcol.chunks(self.start), self.w.kcol.chunks(self.start))
+
+
 # ---------------------------------------------------------------- a spilled statistic's summary
 def _parts(xs) -> list:
     """Floats whose exact sum is the exact sum of xs (math.fsum of them is math.fsum of xs): the
@@ -648,3 +758,297 @@ def _summary_spilled(sp: Spilled) -> dict:
             "ci95": _half_width(means) if size >= 2 else None,
             "p50": _pct_at(at, n, 0.5), "p90": _pct_at(at, n, 0.9), "p99": _pct_at(at, n, 0.99),
             "min": lo, "max": hi}
+
+
+# ---------------------------------------------------------------- a statistic of runs
+_SPLIT = 134217729.0  # 2**27 + 1: Veltkamp's split of a double into two halves of 26 bits
+_TINY, _HUGE = 2.0 ** -900, 2.0 ** 900
+
+
+def _times(vs, ks):
+    """Floats whose exact sum is that of each v times its count k (math.fsum of them is math.fsum of
+    the samples), or None where they are not made so (then _Exact). Where the count changes seldom
+    (a fast-forward's runs, each its batch's turns), each stretch of one count is summed first,
+    exactly (_parts), and its few parts multiplied; else each v: _split."""
+    m = len(ks)
+    cuts = list(compress(range(1, m), map(ne, ks[1:], ks)))
+    if len(cuts) > m // 8:
+        return _split(vs, ks)
+    cuts.append(m)
+    out = []
+    a = 0
+    for b in cuts:
+        k = ks[a]
+        if k == 1:
+            out += vs[a:b]
+        else:
+            parts = _split(_parts(vs[a:b]), repeat(k))
+            if parts is None:
+                return None
+            out += parts
+        a = b
+    return out
+
+
+def _split(vs, ks):
+    """_times, each v split into two halves of 26 bits, each times its k < 2**26 exact (a v far
+    from 1 in magnitude, or not finite, is left to _Exact: None)."""
+    out = []
+    app = out.append
+    for v, k in zip(vs, ks):
+        if k == 1 or v == 0.0:  # v * k is v (a zero keeps its sign)
+            app(v)
+            continue
+        a = abs(v)
+        if not (_TINY <= a <= _HUGE) or k >= 67108864:
+            return None
+        c = _SPLIT * v
+        h = c - (c - v)
+        app(h * k)
+        app((v - h) * k)
+    return out
+
+
+class _WAcc(_Acc):
+    """_Acc of runs: the exact sum of each value times its count, the least and greatest value."""
+    __slots__ = ()
+
+    def feed_runs(self, vs, ks):
+        if not len(vs):
+            return
+        if self.exact is None:
+            try:
+                terms = _times(vs, ks)
+                if terms is not None:
+                    parts = self.parts + _parts(terms)
+                    if len(parts) > 64:
+                        parts = _parts(parts)
+                    self.parts = parts
+            except (OverflowError, ValueError):
+                terms = None
+            if terms is None:
+                self._go_exact()
+                self.exact.add_times(vs, ks)
+        else:
+            self.exact.add_times(vs, ks)
+        lo, hi = min(vs), max(vs)
+        if lo < self.lo:
+            self.lo = lo
+        if hi > self.hi:
+            self.hi = hi
+
+    def feed_one(self, v, k):
+        """feed_runs of one run, (v, k)."""
+        t = _split((v,), (k,)) if self.exact is None else None
+        if t is None:
+            if self.exact is None:
+                self._go_exact()
+            self.exact.add_times((v,), (k,))
+        else:
+            self.parts += t  # exact products: their sum is v * k
+            if len(self.parts) > 64:
+                try:
+                    self.parts = _parts(self.parts)
+                except (OverflowError, ValueError):
+                    self._go_exact()
+        if v < self.lo:
+            self.lo = v
+        if v > self.hi:
+            self.hi = v
+
+    def absorb(self, other):
+        """Add other's exact sum to this one's (its least and greatest value are not read)."""
+        if self.exact is None and other.exact is None:
+            parts = self.parts + other.parts
+            if len(parts) > 64:
+                try:
+                    parts = _parts(parts)
+                except (OverflowError, ValueError):
+                    self._go_exact()
+                    self.exact.add(other.parts)
+                    return
+            self.parts = parts
+            return
+        if self.exact is None:
+            self._go_exact()
+        if other.exact is None:
+            self.exact.add(other.parts)
+        else:
+            self.exact.n += other.exact.n
+            self.exact.special += other.exact.special
+
+
+def summary_runs(runs: Runs) -> dict:
+    """summary() of the samples the runs stand for, each value its count of times in a row, without
+    writing them out: the same figures to the last bit (tests/test_throughput.py compares). The
+    exact sums of value times count for the 20 batch means, and the mean from theirs and those of
+    the samples the batches leave out (_pieces); the order statistics read off the counts (in
+    memory, from the runs sorted; on disk, in passes over the runs CHUNK at a time, _select_runs)."""
+    w = runs.w
+    if w.vcol.file is None:
+        vs, ks = w.vb[runs.start:], w.kb[runs.start:]
+        if ks.count(1) == len(ks):  # each run one sample
+            return summary(vs)
+        v = vs[0]
+        if v != 0.0 and math.isfinite(v) and vs.count(v) == len(vs):
+            return _constant(v, sum(ks))  # one value all along (a constant execute's gaps)
+        n = sum(ks)
+        if n <= 4 * len(ks) and n <= SWITCH:  # short runs, written out: summary() of the samples
+            return summary(list(chain.from_iterable(map(repeat, vs.tolist(), ks.tolist()))))
+        return _summary_runs(vs, ks)
+    n = 0
+    for _, ks in runs.chunks():
+        n += sum(ks)
+    if n == 0:
+        return summary([])
+    size = n // BATCHES
+    start = n - size * BATCHES
+    accs = [_WAcc() for _ in range(BATCHES + 1)]
+    lo, hi = math.inf, -math.inf  # as sorted() of the samples gives them: the first least, the last greatest
+    samples = []
+    g = 0  # the index of the chunk's first sample
+    for vs, ks in runs.chunks():
+        order = sorted(range(len(vs)), key=vs.__getitem__)
+        if vs[order[0]] < lo:
+            lo = vs[order[0]]
+        if vs[order[-1]] >= hi:
+            hi = vs[order[-1]]
+        g = _pieces(accs, vs, ks, g, size, start)
+        samples.append(_run_sample(vs, ks, order))
+    at = _select_runs(runs, samples, _ranks(n, (0.5, 0.9, 0.99)))
+    return _figures(n, size, accs, at, lo, hi)
+
+
+def _constant(v, n) -> dict:
+    """summary() of n samples, each the finite v: every mean v, every batch's too (ci95 0)."""
+    return {"count": n, "mean": v, "ci95": 0.0 if n // BATCHES >= 2 else None, "p50": v, "p90": v, "p99": v,
+            "min": v, "max": v}
+
+
+def _summary_runs(vs, ks) -> dict:
+    """summary_runs of runs in memory: one sort, each order statistic the run its rank falls in."""
+    m = len(vs)
+    if m == 0:
+        return summary([])
+    n = sum(ks)
+    size = n // BATCHES
+    accs = [_WAcc() for _ in range(BATCHES + 1)]
+    _pieces(accs, vs, ks, 0, size, n - size * BATCHES)
+    vl = vs.tolist()
+    order = sorted(range(m), key=vl.__getitem__)  # stable: of equal values, the one recorded first first
+    sv = list(map(vl.__getitem__, order))
+    through = list(accumulate(map(ks.tolist().__getitem__, order)))
+    at = {r: sv[bisect_right(through, r)] for r in _ranks(n, (0.5, 0.9, 0.99))}
+    return _figures(n, size, accs, at, sv[0], sv[-1])
+
+
+def _figures(n, size, accs, at, lo, hi) -> dict:
+    """The statistic from the pieces' sums (accs[0] those left out of the batches, accs[1:] the 20
+    batches), the order statistics `at` and the least and greatest samples."""
+    whole = _WAcc()
+    for acc in accs:
+        whole.absorb(acc)
+    return {"count": n, "mean": _within(whole.raw_mean(n), lo, hi),
+            "ci95": _half_width([acc.mean(size) for acc in accs[1:]]) if size >= 2 else None,
+            "p50": _pct_at(at, n, 0.5), "p90": _pct_at(at, n, 0.9), "p99": _pct_at(at, n, 0.99),
+            "min": lo, "max": hi}
+
+
+def _pieces(accs, vs, ks, g, size, start) -> int:
+    """Each piece of the samples fed the part of these runs in it, a run cut where a piece ends:
+    accs[0] the first `start`, which the batches leave out, accs[1 + b] batch b, of `size`; g is
+    the index of these runs' first sample. Returns the index after them."""
+    ends = list(accumulate(ks))  # the samples through each run
+    total = ends[-1]
+    m = len(vs)
+    bounds = [0, start] + [start + (b + 1) * size for b in range(BATCHES)]
+    for p in range(BATCHES + 1):
+        x0 = max(bounds[p] - g, 0)
+        x1 = min(bounds[p + 1] - g, total)
+        if x0 >= x1:
+            continue
+        i0 = bisect_right(ends, x0)
+        i1 = min(bisect_left(ends, x1), m - 1)
+        if i0 == i1:  # within one run
+            accs[p].feed_one(vs[i0], x1 - x0)
+            continue
+        part = array("q", ks[i0:i1 + 1])
+        part[0] = ends[i0] - x0
+        part[-1] = x1 - ends[i1 - 1]
+        accs[p].feed_runs(vs[i0:i1 + 1], part)
+    return g + total
+
+
+def _run_sample(vs, ks, order):
+    """A chunk's runs sorted by value, every STEP-th and the last: their values, and the samples
+    of the chunk before each and through each in that order; and the chunk's samples."""
+    picked = list(range(0, len(order), STEP))
+    if picked[-1] != len(order) - 1:
+        picked.append(len(order) - 1)
+    through = list(accumulate(ks[i] for i in order))
+    return ([vs[order[i]] for i in picked], [through[i] - ks[order[i]] for i in picked],
+            [through[i] for i in picked], through[-1])
+
+
+def _select_runs(runs: Runs, samples, ranks) -> dict:
+    """The order statistics at `ranks` (rank -> value) of the samples the runs stand for, in one more
+    pass. Sorted, a chunk's sampled runs bound the samples it has below a value y: at least those
+    through the last sampled run below y, at most those before the first at or above it (and the
+    same for the samples at or below y). So a, the greatest sampled value with surely at most r
+    samples below it, and b, the least with surely more than r at or below it, bracket the r-th (a
+    chunk's first and last runs are sampled: both exist); the pass counts the samples below a and
+    keeps the runs in [a, b], in order, among which the r-th is."""
+    cands = sorted(v for s in samples for v in s[0])
+
+    def below_at_most(y):
+        t = 0
+        for vals, before, _, total in samples:
+            i = bisect_left(vals, y)
+            t += before[i] if i < len(vals) else total
+        return t
+
+    def through_at_least(y):
+        t = 0
+        for vals, _, through, _ in samples:
+            i = bisect_right(vals, y)
+            if i:
+                t += through[i - 1]
+        return t
+
+    brackets = []
+    for r in ranks:
+        lo, hi = 0, len(cands) - 1  # the greatest candidate with below_at_most <= r (the least has 0)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if below_at_most(cands[mid]) <= r:
+                lo = mid
+            else:
+                hi = mid - 1
+        a = cands[lo]
+        lo, hi = 0, len(cands) - 1  # the least with through_at_least > r (the greatest has them all)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if through_at_least(cands[mid]) > r:
+                hi = mid
+            else:
+                lo = mid + 1
+        brackets.append((r, a, cands[lo], [0], []))
+    for vs, ks in runs.chunks():
+        order = sorted(range(len(vs)), key=vs.__getitem__)
+        sv = [vs[i] for i in order]
+        sk = [ks[i] for i in order]
+        for _, a, b, below, kept in brackets:
+            i = bisect_left(sv, a)
+            below[0] += sum(sk[:i])
+            j = bisect_right(sv, b)
+            kept += zip(sv[i:j], sk[i:j])
+    out = {}
+    for r, _, _, below, kept in brackets:
+        kept.sort(key=lambda x: x[0])  # stable: equal values in the order recorded
+        c = below[0]
+        for v, k in kept:
+            c += k
+            if c > r:
+                out[r] = v
+                break
+    return out
