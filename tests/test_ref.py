@@ -198,7 +198,8 @@ def test_check_ref_prints_per_scenario_and_a_total():
     lines = r.stdout.strip().splitlines()
     assert lines[0] == "01_self_preemption: agree"
     assert lines[1].startswith("10_preempt_only_step_stall: request A: last_token_step vLLM 44, serQ None")
-    assert lines[-1] == "1/2 scenarios agree" and r.returncode == 1
+    # 10 is the reference's documented divergence (docs/vllm.md): expected, and the check passes
+    assert lines[-1] == "1/2 scenarios agree; 1 expected (docs/vllm.md)" and r.returncode == 0
 
 
 def test_a_guard_reads_the_batch_so_far(tmp_path):

@@ -56,7 +56,8 @@ def build(sim) -> dict:
         notes.append(f"growing_stalled: every holder of pool {label} waits to grow")
     stages = {}
     for st in sim.stages:
-        stages[st.label] = {"utilisation": st.utilisation(end), "completed": st.completed_after_warmup}
+        stages[st.label] = {"utilisation": st.utilisation(end), "completed": st.completed_after_warmup,
+                            "kind": _kind(st)}
     gauges = {name: avg.result(end) for name, _, avg in sim.gauges}
     client = {k: summary(v.after()) for k, v in sim.client.items()}
     out = {
@@ -170,11 +171,16 @@ def text(rep: dict, file: str) -> str:
         for name, p in rep["pools"].items():
             out.append(f"{name:<24} {_f(p['cap'])} {_f(p['mean_used'])} {_f(p['max_used'])}{p['admitted']:>10}"
                        f"{p['rejected']:>10}{p['evicted']:>10}{p['preempted']:>10}")
+        if any(p["evicted"] for p in rep["pools"].values()):
+            out.append("(used: units held; admitted, rejected, preempted: holds; evicted: cached entries dropped,")
+            out.append(" per block on a pool with blocks; a hold's cache (...) keeps one on each pool it takes, request "
+                       "slots included)")
     if rep["stages"]:
         out.append("")
-        out.append(f"{'stage':<24}{'utilisation':>12}{'completed':>11}")
+        out.append(f"{'stage':<24}{'utilisation':>12}{'completed':>11}  what they count")
         for name, st in rep["stages"].items():
-            out.append(f"{name:<24} {_f(st['utilisation'], 11)}{st['completed']:>11}")
+            what = COUNTS.get(st.get("kind"), "")
+            out.append(f"{name:<24} {_f(st['utilisation'], 11)}{st['completed']:>11}  {what}".rstrip())
     if rep["claims"]:
         out.append("")
         for name, c in rep["claims"].items():
@@ -198,3 +204,29 @@ def _unscheduled(eng) -> str:
     if waiting:
         parts.append(f"{waiting} waiting")
     return ": " + "; ".join(parts)
+
+
+# what a stage's utilisation and completed count, by its kind (report.md, `stages.S`)
+COUNTS = {
+    "engine": "engine: the time it runs an iteration; runs completed (a turn's prefill and its decode are one each)",
+    "fifo": "fifo(c): busy servers / c; jobs",
+    "fifo(inf)": "fifo(inf): the time a job is present; jobs",
+    "ps": "ps: the time a job is present; jobs",
+    "delay": "delay: the time a job is present (a think time: not a server's load); jobs",
+    "flow": "flows: their rates over the link's capacity; jobs",
+}
+
+
+def _kind(st) -> str:
+    """The stage's kind, as `stages.S.kind` names it."""
+    from serq.interp.engine import Engine
+    from serq.interp.stages import PS, FlowStage, Fifo
+    if isinstance(st, Engine):
+        return "engine"
+    if isinstance(st, FlowStage):
+        return "flow"
+    if isinstance(st, Fifo):
+        return "fifo" if st.c != math.inf else "fifo(inf)"
+    if isinstance(st, PS):
+        return "delay" if st.phi is None else "ps"
+    return "stage"
