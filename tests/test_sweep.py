@@ -65,7 +65,8 @@ def _flat(rep: dict) -> dict:
     def walk(v, path):
         if isinstance(v, dict):
             for k, x in v.items():
-                walk(x, f"{path}.{k}" if path else k)
+                if not (k == "kind" and path.startswith("stages.")):  # a stage's kind is no column
+                    walk(x, f"{path}.{k}" if path else k)
         else:
             out[path] = v
     walk({k: v for k, v in rep.items() if k not in ("seed", "horizon", "warmup", "notes")}, "")

@@ -250,6 +250,8 @@ def flatten(rep: dict) -> dict:
     def walk(v, path):
         if isinstance(v, dict):
             for k, x in v.items():
+                if k == "kind" and path.startswith("stages."):
+                    continue  # what the stage is, the program's: not a result of the run
                 walk(x, f"{path}.{k}")
         else:
             out[path] = v
