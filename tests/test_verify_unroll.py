@@ -29,14 +29,14 @@ def test_a_prefix_is_the_beginning_of_its_whole_path():
   claim pair: some iteration of vllm (residents == 2);"""), "v1.sq"))
     rng = random.Random(4)
     cut = 0
-    for _ in range(40):
+    for _ in range(12):
         n = rng.randint(1, 3)
         model = {f"d{k}_{i}": rng.randint(0, 8) for k in range(n) for i in range(2)}
         model.update({f"a{k}": rng.randint(0, 3) * (k + 1) for k in range(n)})
         fam = S.Family(prog, n, 8, 8)
         whole = S.run_path(fam, S.Inputs(dict(model)), lambda: 1e9)
         assert whole.done
-        for d in (1, 2, 3, 5, 8):
+        for d in (1, 2, 5):
             part = S.run_path(S.Family(prog, n, 8, 8, depth=d), S.Inputs(dict(model)), lambda: 1e9)
             assert part.whole and part.done != part.cut
             cut += part.cut
@@ -47,7 +47,7 @@ def test_a_prefix_is_the_beginning_of_its_whole_path():
                     assert (o.status, o.iteration, o.at) == (w.status, w.iteration, w.at) and o.iteration < d
                 elif part.cut:
                     assert w.iteration is None or w.iteration >= d
-    assert cut > 50
+    assert cut > 12
 
 
 def test_unrolling_decides_as_enumeration_does():
@@ -115,7 +115,8 @@ def test_a_claim_at_end_broken_on_a_prefix_is_found_by_unrolling():
     prefilled past 0.0101 s: found at depth 2, replayed failing at the end."""
     prog = _vllm("  claim first_fast: at end (largest(ttft) <= 0.0101);\n")
     p = ref.convert(prog)
-    s = _Search(prog, p, None, 3, 16, 60)
+    s = _Search(prog, p, None, 1, 16, 60)
+    s.induction()   # vllm.sq's caps, proved: unrolling reads the claim at end alone
     s.unroll()
     v = s.res.claims["first_fast"]
     assert (v.verdict, v.by, v.unrolled, v.iteration) == ("counterexample", "unrolled", 2, None)
