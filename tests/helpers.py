@@ -2,6 +2,28 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+
+
+def serq(*args, cwd=None):
+    """`serq ARGS` as a user runs it, in a process of its own (from the repository by default): its
+    stderr never holds a traceback."""
+    r = subprocess.run([sys.executable, "-m", "serq.cli", *args], capture_output=True, text=True, cwd=cwd or ROOT)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+def cli_main(capsys, *args):
+    """`serq ARGS` in this process: (exit status, stdout, stderr), stderr never a traceback."""
+    from serq import cli
+    code = cli.main(list(args))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err, err
+    return code, out, err
 
 
 def strip_at(prog) -> dict:

@@ -3,25 +3,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from serq import api
 from serq.ir import model as I
 
-from helpers import MINIMAL
+from helpers import MINIMAL, serq
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
 VLLM = os.path.join(ROOT, "examples", "multi-turn", "vllm.sq")
-
-
-def serq(*args, cwd=None):
-    r = subprocess.run([sys.executable, "-m", "serq.cli", *args], capture_output=True, text=True, cwd=cwd or ROOT)
-    assert "Traceback" not in r.stderr, r.stderr
-    return r
 
 
 def test_check_ok():

@@ -5,33 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tomllib
 
 import pytest
 
 from serq import api, cli
 
-from helpers import MINIMAL
+from helpers import MINIMAL, cli_main as main, serq
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
 VLLM = os.path.join(ROOT, "examples", "multi-turn", "vllm.sq")
 VERSION = tomllib.load(open(os.path.join(ROOT, "pyproject.toml"), "rb"))["project"]["version"]
-
-
-def serq(*args):
-    r = subprocess.run([sys.executable, "-m", "serq.cli", *args], capture_output=True, text=True, cwd=ROOT)
-    assert "Traceback" not in r.stderr, r.stderr
-    return r
-
-
-def main(capsys, *args):
-    code = cli.main(list(args))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err, err
-    return code, out, err
 
 
 def test_version_prints_the_packages_version():

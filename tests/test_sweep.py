@@ -18,6 +18,7 @@ import pytest
 
 from serq import cli
 from serq.exp import sweep
+from helpers import serq
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
@@ -29,12 +30,6 @@ SEEDS = (1, 2, 3)
 # (a run starts empty, which biases a heavy load's mean response low)
 GRID = ["--grid", "lambda=" + ",".join(map(str, LAMBDAS)), "--seeds", str(len(SEEDS)),
         "--arrivals", "2000", "--warmup", "200"]
-
-
-def serq(*args, cwd=None):
-    r = subprocess.run([sys.executable, "-m", "serq.cli", *args], capture_output=True, text=True, cwd=cwd or ROOT)
-    assert "Traceback" not in r.stderr, r.stderr
-    return r
 
 
 def tables(d) -> dict:

@@ -8,15 +8,14 @@ import json
 import math
 import os
 import resource
-import subprocess
-import sys
 
 import pytest
 
-from serq import api, cli
+from serq import api
 from serq.exp import find, sweep
 from serq.interp.report import finite
 from serq.ir.model import Settings
+from helpers import cli_main as main, serq
 
 HERE = os.path.dirname(__file__)
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
@@ -24,19 +23,6 @@ MG1 = os.path.join(ROOT, "examples", "single-turn", "mg1.sq")
 FILES = ("runs.csv", "runs.jsonl", "summary.csv", "sweep.json")
 # short runs for the shape of things: 300 arrivals, 2 seeds, in this process
 SMALL = ["--arrivals", "300", "--seeds", "2", "--jobs", "1", "--quiet"]
-
-
-def serq(*args, cwd=None):
-    r = subprocess.run([sys.executable, "-m", "serq.cli", *args], capture_output=True, text=True, cwd=cwd or ROOT)
-    assert "Traceback" not in r.stderr, r.stderr
-    return r
-
-
-def main(capsys, *args):
-    code = cli.main(list(args))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in err, err
-    return code, out, err
 
 
 def test_the_largest_rate_is_the_mm1_closed_form(tmp_path):

@@ -631,16 +631,7 @@ class Iterations:
         try:
             for p, u in used.items():
                 p.used = u
-            c = self.machine
-            for cl, f in watch:
-                st = self.claim_state[cl.name]
-                if st["status"] != "not_evaluated":
-                    continue
-                ok = f(c) != 0
-                if cl.form == "every" and not ok:
-                    st.update(status="failed", at=t)
-                elif cl.form == "some" and ok:
-                    st.update(status="witnessed", at=t)
+            self._read_claims(watch, t)
         finally:
             for p, u in saved:
                 p.used = u
@@ -1135,8 +1126,7 @@ class Iterations:
         claims = self.claims_iter.get(id(eng))
         if not claims:
             return
-        c = self.machine
-        x = c.x
+        x = self.machine.x
         x["served"] = eng.served_total
         x["arrived"] = float(self.sessions_arrived)
         demand = 0.0
@@ -1145,15 +1135,20 @@ class Iterations:
                 continue
             demand += 1.0 if r.mode == "decode" else min(r.left, eng.chunk)
         x["demand"] = demand
+        self._read_claims(claims, self.now)
+
+    def _read_claims(self, claims, t):
+        """Each undecided claim read on the machine as it stands, at the iteration that starts at t."""
+        c = self.machine
         for cl, f in claims:
             st = self.claim_state[cl.name]
             if st["status"] != "not_evaluated":
                 continue  # failed, witnessed, or out of scope: checked no further
             ok = f(c) != 0
             if cl.form == "every" and not ok:
-                st.update(status="failed", at=self.now)
+                st.update(status="failed", at=t)
             elif cl.form == "some" and ok:
-                st.update(status="witnessed", at=self.now)
+                st.update(status="witnessed", at=t)
 
 
 class _Miss(Exception):
