@@ -167,10 +167,15 @@ def parse_instance(path: str) -> dict:
     if extra:
         raise UsageError(f"{path}: unknown key(s) {', '.join(sorted(extra))} (allowed: {', '.join(sorted(allowed))})")
     inputs = data.get("inputs", {})
-    if not isinstance(inputs, dict) or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
-                                               for v in inputs.values()):
+    if not isinstance(inputs, dict):
         raise UsageError(f"{path}: `inputs` maps input names to numbers")
     for k, v in inputs.items():
+        if isinstance(v, str) and v.strip().lstrip("+-").lower() in ("infinity", "inf"):
+            # strict JSON has no infinity: `serq inputs --json` and `serq ir` write it "Infinity"
+            inputs[k] = v = float(v)
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
+            raise UsageError(f"{path}: `inputs` maps input names to numbers (an infinite one as \"Infinity\" or "
+                             f"\"-Infinity\"), not {json.dumps(v)[:40]} for {k}")
         if isinstance(v, float) and math.isnan(v):
             raise UsageError(f"{path}: input {k} is NaN")
     return data

@@ -324,8 +324,22 @@ def _run(args, prog, settings, supplied: dict | None = None) -> int:
     return 0
 
 
-_SLO = re.compile(r"\s*([A-Za-z_]\w*)\s*<=\s*(\S+)\s*")
+# `--slo`, as `serq run` and `serq sweep --find` (serq/exp/find.py) both read it: a metric (no space
+# and no comparison in it), `<=` or `>=`, and a number. Each command says which comparisons and
+# metrics it takes, and words its own usage in the message of a text that is not one.
+_SLO = re.compile(r"\s*([^<>=!\s]+)\s*(<=|>=)\s*(\S+)\s*")
 SLO_METRICS = ("ttft", "tpot", "itl", "response")
+
+
+def parse_slo(text: str, ops: tuple, form: str) -> tuple[str, str, float]:
+    """One `--slo` objective as (metric, comparison, bound). `ops`: the comparisons the command
+    takes; `form`: its usage, said when the text is not one (`--slo is FORM, not TEXT`). A bound
+    that is not a number, or is NaN, is refused as every number on the command line is."""
+    m = _SLO.fullmatch(text)
+    if m is None or m.group(2) not in ops:
+        raise UsageError(f"--slo is {form}, not {text!r}")
+    metric = m.group(1)
+    return metric, m.group(2), _number(m.group(3), f"--slo {metric}")
 
 
 def _slo(texts: list) -> dict:
@@ -333,15 +347,12 @@ def _slo(texts: list) -> dict:
     *Throughput, ITL and goodput*)."""
     out: dict = {}
     for text in texts:
-        m = _SLO.fullmatch(text)
-        if m is None:
-            raise UsageError(f"--slo is METRIC<=X, METRIC one of {', '.join(SLO_METRICS)}, not {text!r}")
-        metric = m.group(1)
+        metric, _, x = parse_slo(text, ("<=",), f"METRIC<=X, METRIC one of {', '.join(SLO_METRICS)}")
         if metric not in SLO_METRICS:
-            raise UsageError(f"--slo {metric}: not a per-request metric: one of {', '.join(SLO_METRICS)}")
-        x = _number(m.group(2), f"--slo {metric}")
+            hint = " (a sweep's statistic, which serq sweep --find --slo takes)" if "." in metric else ""
+            raise UsageError(f"--slo {metric}: not a per-request metric: one of {', '.join(SLO_METRICS)}{hint}")
         if x < 0:
-            raise UsageError(f"--slo {metric}: a limit is a time >= 0, not {m.group(2)}")
+            raise UsageError(f"--slo {metric}: a limit is a time >= 0, not {fmt(x)}")
         out[metric] = min(x, out.get(metric, x))
     return out
 
@@ -409,7 +420,8 @@ def _inputs(args) -> int:
     """`serq inputs FILE`: each input the program declares and its default, in the program's order."""
     found = api.inputs(args.file)
     if args.json:
-        def plain(v):  # a whole number as an integer; one not finite as `serq ir` writes it (strict JSON has none)
+        def plain(v):  # a whole number as an integer; one not finite as `serq ir` writes it (strict JSON has
+            # none), which an instance file takes back (api.parse_instance)
             if not math.isfinite(v):
                 return "Infinity" if v > 0 else "-Infinity"
             return int(v) if whole(v, -2 ** 53, 2 ** 53) else v

@@ -3,7 +3,9 @@ command, and `serq inputs FILE`, a program's inputs and their defaults."""
 from __future__ import annotations
 
 import argparse
+import glob
 import json
+import math
 import os
 import tomllib
 
@@ -102,6 +104,56 @@ def test_a_default_computed_from_another_and_one_of_inf(tmp_path, capsys):
     assert out == "n     4\ncap   inf\nhalf  2\n"
     code, out, _ = main(capsys, "inputs", str(f), "--json")
     assert json.loads(out) == {"inputs": {"n": 4, "cap": "Infinity", "half": 2}}
+    # strict JSON, and an instance file as printed: "Infinity" reads back as the default, inf
+    inst = tmp_path / "d.json"
+    inst.write_text(out)
+    assert api.parse_instance(str(inst))["inputs"] == {"n": 4, "cap": math.inf, "half": 2}
+    code, _, err = main(capsys, "check", str(f), "--instance", str(inst))
+    assert code == 0, err
+    assert api.load(str(f)) == api.load(str(f), api.parse_instance(str(inst))["inputs"])
+
+
+EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"), recursive=True))
+
+
+def test_every_examples_inputs_json_is_accepted_back_by_instance(tmp_path, capsys):
+    """What `serq inputs FILE --json` prints is an instance file as it is: `--instance` takes it
+    unchanged, and it supplies each input its default (an infinite one included: none of the
+    examples' has one, the program above does)."""
+    assert len(EXAMPLES) > 20
+    for f in EXAMPLES:
+        code, out, err = main(capsys, "inputs", f, "--json")
+        assert code == 0, (f, err)
+        inst = tmp_path / (os.path.basename(f) + ".json")
+        inst.write_text(out)
+        printed = {k: float(v) for k, v in json.loads(out)["inputs"].items()}  # "Infinity" is float's too
+        assert api.parse_instance(str(inst))["inputs"] == printed, f
+        code, _, err = main(capsys, "check", f, "--instance", str(inst))
+        assert code == 0, (f, err)
+
+
+@pytest.mark.parametrize("value, got", [
+    ('"Infinity"', math.inf), ('"-Infinity"', -math.inf), ('"inf"', math.inf), ('"-inf"', -math.inf),
+    ("1e400", math.inf), ("3", 3),
+])
+def test_an_instance_file_takes_infinity_as_serq_ir_writes_it(value, got, tmp_path):
+    inst = tmp_path / "i.json"
+    inst.write_text('{"inputs": {"cap": %s}}' % value)
+    assert api.parse_instance(str(inst))["inputs"] == {"cap": got}
+
+
+@pytest.mark.parametrize("value, says", [
+    ('"NaN"', '`inputs` maps input names to numbers (an infinite one as "Infinity" or "-Infinity"), not "NaN" for cap'),
+    ('"fast"', 'not "fast" for cap'),
+    ('"3"', 'not "3" for cap'),
+    ("true", "not true for cap"),
+    ("NaN", "input cap is NaN"),
+])
+def test_an_instance_file_refuses_what_is_not_a_number(value, says, tmp_path, capsys):
+    inst = tmp_path / "i.json"
+    inst.write_text('{"inputs": {"cap": %s}}' % value)
+    code, out, err = main(capsys, "check", VLLM, "--instance", str(inst))
+    assert code == 2 and out == "" and says in err, err
 
 
 def test_a_program_error_is_its_diagnostic(tmp_path, capsys):

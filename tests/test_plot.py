@@ -196,6 +196,97 @@ def test_plot_a_dump(capsys, dumped, tmp_path):
     assert rc == 0 and (dumped / "run.svg").is_file(), err
 
 
+def _requests_copy(dumped, d: Path, blank: int = 0) -> tuple[Path, list[list[str]]]:
+    """The dumped run's requests.csv and dump.json in d; the first `blank` rows' prompt and output
+    cells emptied, as a turn not run on an engine has them."""
+    d.mkdir()
+    rows = _rows(dumped / "run" / "requests.csv")
+    head = rows[0]
+    for r in rows[1:1 + blank]:
+        r[head.index("prompt_tokens")] = r[head.index("output_tokens")] = ""
+    with open(d / "requests.csv", "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    shutil.copy(dumped / "run" / "dump.json", d / "dump.json")
+    return d / "requests.csv", rows
+
+
+def test_plot_requests_ttft_against_prompt_tokens(capsys, dumped, tmp_path):
+    """`serq plot DIR/requests.csv`: a point per answered request, its time to first token against
+    its prompt's tokens, each axis in words with its unit; the same bytes twice; beside the table by
+    default, where the next --dump DIR replaces it with the rest."""
+    src, rows = _requests_copy(dumped, tmp_path / "d")
+    head, body = rows[0], rows[1:]
+    assert len(body) > 100 and all(r[head.index("prompt_tokens")] for r in body)
+    _twice(capsys, src, tmp_path / "q.svg")
+    texts = _texts(_svg_ok(tmp_path / "q.svg"))
+    for want in ("time to first token against prompt tokens computed", f"{len(body):,} requests drawn",
+                 "prompt tokens computed (tokens)", "time to first token (s)", "vllm.sq: each answered request, seed 1"):
+        assert any(want in t for t in texts), want
+    from serq.exp import plot
+    plt = plot._pyplot()
+    fig = plot._requests_figure(plt, str(src), None, None)
+    try:
+        (ax,) = fig.axes
+        pts = ax.collections[0].get_offsets()
+        assert len(pts) == len(body)
+        assert [tuple(p) for p in pts] == [(float(r[head.index("prompt_tokens")]), float(r[head.index("ttft")]))
+                                           for r in body]
+        assert (ax.get_xlabel(), ax.get_ylabel()) == ("prompt tokens computed (tokens)", "time to first token (s)")
+        assert ax.get_title() == f"time to first token against prompt tokens computed\n{len(body):,} requests drawn"
+    finally:
+        plt.close(fig)
+    rc, _, err = cli(capsys, "plot", str(src))
+    assert rc == 0 and err == f"{src}: plotted {tmp_path / 'd' / 'requests.png'}\n", err
+    _png_ok(tmp_path / "d" / "requests.png")
+    from serq.interp.dump import foreign
+    assert foreign(str(tmp_path / "d")) is None  # still a dump: --dump d may replace it
+
+
+def test_plot_requests_leaves_out_rows_without_a_prompt_and_says_so(capsys, dumped, tmp_path):
+    src, rows = _requests_copy(dumped, tmp_path / "d", blank=7)
+    n = len(rows) - 1
+    from serq.exp import plot
+    plt = plot._pyplot()
+    fig = plot._requests_figure(plt, str(src), None, None)
+    try:
+        (ax,) = fig.axes
+        assert len(ax.collections[0].get_offsets()) == n - 7
+        assert ax.get_title().replace("\n", " ") == (f"time to first token against prompt tokens computed {n - 7:,} "
+                                                    f"requests drawn of {n:,}; left out: 7 without prompt tokens "
+                                                    "computed (not run on an engine)")
+    finally:
+        plt.close(fig)
+    # --x and --y choose the columns, a panel per --y, each drawing the rows that have both numbers
+    fig = plot._requests_figure(plt, str(src), "output_tokens", ["response", "tpot"])
+    try:
+        first, second = fig.axes
+        head = rows[0]
+        have = [r for r in rows[1:] if r[head.index("output_tokens")]]
+        assert len(first.collections[0].get_offsets()) == len(have)
+        assert len(second.collections[0].get_offsets()) == sum(1 for r in have if r[head.index("tpot")])
+        assert [ax.get_ylabel() for ax in fig.axes] == ["response time (s)", "time per output token (s)"]
+        assert first.get_xlabel() == "output length (tokens)"
+    finally:
+        plt.close(fig)
+
+
+def test_plot_requests_of_a_program_without_engines(capsys, tmp_path):
+    """No turn runs on an engine: no prompt to draw against, a usage error that says so and what
+    else to draw; --x start --y response draws every request."""
+    prog = tmp_path / "tiny.sq"
+    prog.write_text(TINY)
+    rc, _, err = cli(capsys, "run", str(prog), "--json", "--dump", str(tmp_path / "d"))
+    assert rc == 0, err
+    src = tmp_path / "d" / "requests.csv"
+    rc, out, err = cli(capsys, "plot", str(src))
+    assert rc == 2 and out == ""
+    assert f"serq: error: {src}: nothing to draw: time to first token: 0 requests drawn of 3; left out: 3 without " \
+        "prompt tokens computed (not run on an engine), 3 without time to first token (no first token); draw other " \
+        "columns, such as --x start --y response" in err, err
+    _twice(capsys, src, tmp_path / "r.svg", "--x", "start", "--y", "response")
+    assert any(t.startswith("3 requests drawn") for t in _texts(_svg_ok(tmp_path / "r.svg")))
+
+
 def make_sweep(d: Path, seeds=(1, 2, 3)) -> Path:
     """A sweep directory as docs/notes' contract has serq sweep write it: grid rate x chunk_cap,
     made-up numbers whose mean across seeds is known."""
@@ -427,6 +518,12 @@ def test_plot_usage_errors(capsys, dumped, tmp_path):
         ([str(sw), "--by", "blocks"], "--by blocks: not a grid input of this sweep (rate, chunk_cap)"),
         ([str(sw), "--y", "client.ttft.p95"], "--y client.ttft.p95: not a statistic of this sweep's summary.csv"),
         ([str(dumped / "r.json"), "--x", "rate"], "--x applies to a sweep directory"),
+        ([str(dumped / "run" / "requests.csv"), "--by", "turn"], "--by applies to a sweep directory; "),
+        ([str(dumped / "run" / "requests.csv"), "--x", "prompt"],
+         "--x prompt: not a column of requests.csv (session, turn, start, first_token, end, ttft, "),
+        ([str(dumped / "run" / "requests.csv"), "--y", "ttft", "--y", "e2e"], "--y e2e: not a column of requests.csv"),
+        ([str(dumped / "run" / "client_ttft.csv")],
+         "client_ttft.csv: no column prompt_tokens: not the requests.csv of serq run --dump (its columns: value)"),
         ([str(sw), "-o", str(tmp_path / "s.pdf")], "the figure's name ends in .png or .svg"),
         ([str(sw), "-o", str(tmp_path / "s.png"), "--format", "svg"], "--format says svg"),
         ([str(sw), "--format", "jpg"], "invalid choice: 'jpg'"),
@@ -476,7 +573,7 @@ def test_the_tutorial_runs_as_written(tmp_path):
         proc = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=tmp_path, capture_output=True,
                               text=True, env=env)
         assert proc.returncode == 0, (block, proc.stderr)
-    for png in ("run-rate2.png", "sweep-chunk.png"):
+    for png in ("run-rate2.png", "run-rate2/requests.png", "sweep-chunk.png"):
         _png_ok(tmp_path / png)
     # the images the page shows are those commands' plots, committed
     for img in re.findall(r"\]\((img/[^)]+\.png)\)", text):

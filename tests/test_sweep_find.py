@@ -20,6 +20,7 @@ from helpers import cli_main as main, serq
 HERE = os.path.dirname(__file__)
 ROOT = os.path.abspath(os.path.join(HERE, ".."))
 MG1 = os.path.join(ROOT, "examples", "single-turn", "mg1.sq")
+CLOSED = os.path.join(ROOT, "examples", "multi-turn", "closed.sq")
 FILES = ("runs.csv", "runs.jsonl", "summary.csv", "sweep.json")
 # short runs for the shape of things: 300 arrivals, 2 seeds, in this process
 SMALL = ["--arrivals", "300", "--seeds", "2", "--jobs", "1", "--quiet"]
@@ -63,8 +64,8 @@ def test_the_json_object_and_the_tables(tmp_path, capsys):
     obj = json.loads(text)
     assert list(obj) == ["find", "seeds", "runs", "failed", "out"]
     f = obj["find"]
-    assert list(f) == ["name", "value", "lo", "hi", "tol", "outcome", "fails_at", "slo", "points"]
-    assert (f["name"], f["lo"], f["hi"], f["outcome"]) == ("lambda", 0.1, 0.95, "found")
+    assert list(f) == ["name", "value", "lo", "hi", "tol", "whole", "outcome", "fails_at", "slo", "points"]
+    assert (f["name"], f["lo"], f["hi"], f["outcome"], f["whole"]) == ("lambda", 0.1, 0.95, "found", False)
     assert f["tol"] == pytest.approx(0.05 * 0.85)
     assert f["slo"] == [{"metric": "client.response.mean", "op": "<=", "bound": 4.0},
                         {"metric": "client.response.p99", "op": ">=", "bound": 0.5}]
@@ -184,6 +185,51 @@ def test_a_statistic_without_a_sample_does_not_hold_and_is_said(tmp_path, capsys
     assert err.count("client.ttft.p99 has no value at lambda=0.1 (no run had a sample of it)") == 1
 
 
+def test_a_whole_input_is_searched_through_whole_numbers(tmp_path, capsys):
+    """closed.sq's `sessions` (default 5, the N of closed(N), which takes no fraction): every value
+    tried is whole, the search stops when the value that held and the one that failed are 1 apart,
+    and the answer is mean value analysis's for M/M/1//N (think 4 s, service 1 s): R(7) = 3.47 and
+    R(8) = 4.25 against an objective of 4, so 7. A fraction (10.5) would not link."""
+    args = ["--find", "sessions=1:20", "--slo", "client.response.mean<=4", "--horizon", "3000", "--warmup", "100",
+            "--seeds", "2", "--jobs", "1", "--quiet"]
+    code, text, err = main(capsys, "sweep", CLOSED, *args, "--json", "--out", str(tmp_path / "j"))
+    assert code == 0, err
+    f = json.loads(text)["find"]
+    values = [p["value"] for p in f["points"]]
+    assert all(isinstance(v, int) for v in values) and values[0] == 1 and values[-1] == 20
+    assert (f["whole"], f["tol"], f["outcome"], f["value"], f["fails_at"]) == (True, 1, "found", 7, 8)
+    assert len(values) <= 2 + math.ceil(math.log2(19))  # each step halves [held, failed] or better
+    held = [p["value"] for p in f["points"] if p["held"]]
+    assert f["value"] == max(held)
+    code, text, err = main(capsys, "sweep", CLOSED, *args, "--out", str(tmp_path / "t"))
+    assert code == 0, err
+    lines = text.splitlines()
+    assert lines[0] == ("objectives: client.response.mean <= 4 (each the mean over 2 seeds); tolerance 1; sessions in "
+                        "whole numbers only (the program refuses sessions=1.5)")
+    assert lines[2].startswith("sessions: 7: the largest value tried in [1, 20] at which every objective holds; "
+                               "they fail at 8")
+    assert [ln.split()[0] for ln in lines[4:-1]] == [str(v) for v in values]
+
+
+@pytest.mark.parametrize("name, lo, hi, tol, given, whole, tol_after", [
+    ("lambda", 0.5, 1.0, 0.01, False, False, 0.01),  # LO not whole: fractions
+    ("lambda", 0.0, 2.0, 0.02, False, False, 0.02),  # 0.5 links: fractions
+    ("mean", 1.0, 5.0, 0.04, False, False, 0.04),    # a whole default (1) says nothing: 1.5 links, fractions
+    ("mean", 1.0, 5.0, 0.5, True, False, 0.5),
+])
+def test_which_inputs_are_whole(name, lo, hi, tol, given, whole, tol_after):
+    f = find.Find(name, lo, hi, tol, [("client.response.mean", "<=", 1.0)], tol_given=given)
+    f._decide_whole(api, MG1, {}, Settings())
+    assert (f.whole, f.tol) == (whole, tol_after)
+
+
+def test_a_whole_input_the_program_needs_stays_whole_under_a_fine_tol():
+    """closed(n) takes no fraction: --tol 0.5 cannot be met, the search is whole, to 1."""
+    f = find.Find("sessions", 1.0, 20.0, 0.5, [("client.response.mean", "<=", 4.0)], tol_given=True)
+    f._decide_whole(api, CLOSED, {}, Settings())
+    assert (f.whole, f.tol, f.why) == (True, 1.0, "the program refuses sessions=1.5")
+
+
 FIND = ["--find", "lambda=0.1:0.9"]
 SLO = ["--slo", "client.response.mean<=2"]
 
@@ -261,3 +307,61 @@ def test_a_mean_rounded_onto_its_bound_shows_its_side():
     assert find._mean_text(0.5, [0.5]) == "0.5"
     assert find._mean_text(0.123456, [0.5]) == "0.1235"
     assert find._mean_text(None, [0.5]) == "-"
+
+
+# ------------------------------------------------------------------ --slo, one parser for two commands
+
+RUN_FORM = "--slo is METRIC<=X, METRIC one of ttft, tpot, itl, response, not "
+FIND_FORM = "--slo is METRIC<=X or METRIC>=X, not "
+
+
+@pytest.mark.parametrize("text, run_says, find_says", [
+    ("ttft<0.5", RUN_FORM + "'ttft<0.5'", FIND_FORM + "'ttft<0.5'"),
+    ("ttft=0.5", RUN_FORM + "'ttft=0.5'", FIND_FORM + "'ttft=0.5'"),
+    ("ttft=<0.5", RUN_FORM, FIND_FORM),
+    ("<=0.5", RUN_FORM + "'<=0.5'", FIND_FORM + "'<=0.5'"),
+    ("ttft<=", RUN_FORM, FIND_FORM),
+    ("ttft <= 1 2", RUN_FORM, FIND_FORM),
+    ("", RUN_FORM + "''", FIND_FORM + "''"),
+    ("ttft<=soon", "--slo ttft: 'soon' is not a number", "--slo ttft: 'soon' is not a number"),
+    ("ttft<=nan", "--slo ttft: NaN is not a value", "--slo ttft: NaN is not a value"),
+    ("ttft>=0.5", RUN_FORM + "'ttft>=0.5'",  # serq run takes upper limits only; a sweep's --slo takes either
+     "--slo ttft: not a statistic of the runs' summary.csv (such as client.ttft.mean, client.ttft.p99)"),
+    ("client.ttft.p99<=0.5",  # each command names what it takes instead
+     "--slo client.ttft.p99: not a per-request metric: one of ttft, tpot, itl, response (a sweep's statistic",
+     None),
+])
+def test_slo_usage_errors_of_both_commands(text, run_says, find_says, tmp_path, capsys):
+    """`serq run --slo` and `serq sweep --find --slo` read an objective with one parser
+    (cli.parse_slo): a malformed one is the same usage error to both, worded with each command's
+    form, exit 2 before any run, never a traceback."""
+    code, out, err = main(capsys, "run", MG1, "--arrivals", "50", "--slo", text)
+    assert code == 2 and out == "" and run_says in err, err
+    assert err.rstrip().splitlines()[-1].startswith("serq: error: --slo ")
+    if find_says is None:  # a statistic of summary.csv, which the sweep's --slo takes
+        from serq import cli
+        assert cli.parse_slo(text, tuple(find.OPS), "METRIC<=X or METRIC>=X") == ("client.ttft.p99", "<=", 0.5)
+        return
+    code, out, err = main(capsys, "sweep", MG1, "--arrivals", "50", "--find", "lambda=0.1:0.9", "--slo", text,
+                          "--out", str(tmp_path / "o"))
+    assert code == 2 and out == "" and find_says in err, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_both_commands_read_slo_with_the_one_parser(tmp_path, capsys, monkeypatch):
+    from serq import cli
+    seen = []
+    real = cli.parse_slo
+
+    def spy(text, ops, form):
+        seen.append((text, ops))
+        return real(text, ops, form)
+    monkeypatch.setattr(cli, "parse_slo", spy)
+    code, _, err = main(capsys, "run", MG1, "--arrivals", "50", "--json", "--slo", "response<=5")
+    assert code == 0, err
+    code, _, err = main(capsys, "sweep", MG1, "--arrivals", "50", "--find", "lambda=0.1:0.9", "--slo",
+                        "client.response.mean<=5", "--slo", "sessions.completed>=1", "--out", str(tmp_path / "o"),
+                        "--tol", "40%", "--seeds", "2", "--jobs", "1", "--quiet")
+    assert code == 0, err
+    assert seen == [("response<=5", ("<=",)), ("client.response.mean<=5", ("<=", ">=")),
+                    ("sessions.completed>=1", ("<=", ">="))]

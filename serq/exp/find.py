@@ -7,20 +7,21 @@ written as a sweep's tables.
 
 Bisection assumes the objectives hold below the limit and fail above it: the answer is the largest
 value tried that held, and the least that failed is within the tolerance above it (plus the
-sampling error of the means, which the table's intervals show)."""
+sampling error of the means, which the table's intervals show). An input that is a whole number (a
+count, a block size: LO and HI whole, and the program refusing a fraction of it) is searched through whole numbers only, to a tolerance of 1 unless --tol says more."""
 from __future__ import annotations
 
 import difflib
 import math
 import operator
-import re
 
+from serq.diagnostics import SerqError
 from serq.exp import sweep as S
+from serq.lang.lower.constants import whole
 from serq.lang.lower.inputs import UsageError
 
 OPS = {"<=": operator.le, ">=": operator.ge}
 DEFAULT_TOL = "1%"  # of HI - LO: seven halvings, nine points
-_SLO = re.compile(r"\s*([^<>=\s]+)\s*(<=|>=)\s*(\S+)\s*")
 
 # summary.csv's statistics that every program's runs have (docs/reference/report.md); the others are
 # PART.NAME.KEY for a part the program names (an observe, a gauge, a pool, a stage, a claim), whose
@@ -47,16 +48,21 @@ def possible(metric: str) -> bool:
 
 def _unknown(metric: str, known) -> UsageError:
     part = metric.partition(".")[0] + "."
-    near = (difflib.get_close_matches(metric, known, n=4, cutoff=0.6) or [m for m in known if m.startswith(part)][:4]
-            or [m for m in _SUCH_AS if m in known] or list(known)[:4])
+    # a per-request metric as serq run --slo names it (ttft): the client's statistics of it
+    client = [m for m in known if m.startswith(f"client.{metric}.") and m.rsplit(".", 1)[1] in ("p99", "mean")]
+    near = (client or difflib.get_close_matches(metric, known, n=4, cutoff=0.6)
+            or [m for m in known if m.startswith(part)][:4] or [m for m in _SUCH_AS if m in known] or list(known)[:4])
     return UsageError(f"--slo {metric}: not a statistic of the runs' summary.csv (such as {', '.join(near)})")
 
 
 class Find:
     """The searches' plan (from the command line, checked before any run), their steps and result."""
 
-    def __init__(self, name, lo, hi, tol, slos):
+    def __init__(self, name, lo, hi, tol, slos, tol_given=False):
         self.name, self.lo, self.hi, self.tol, self.slos = name, lo, hi, tol, slos
+        self.tol_given = tol_given  # --tol said, not the default
+        self.whole = False          # searched through whole numbers only (_decide_whole)
+        self.why = ""               # and why, in words
         self.metrics = list(dict.fromkeys(m for m, _, _ in slos))  # each once, in the order given
         self.searches: list[_Search] = []
         self.grid_names: list[str] = []
@@ -64,7 +70,7 @@ class Find:
 
     @classmethod
     def from_args(cls, args, grid, fixed) -> Find:
-        from serq.cli import _number
+        from serq.cli import _number, parse_slo
         if args.find is None:
             raise UsageError("--slo, --tol and --json go with --find NAME=LO:HI")
         spec = args.find
@@ -90,10 +96,7 @@ class Find:
                              "--slo 'client.response.mean<=2'")
         slos = []
         for text in args.slo:
-            m = _SLO.fullmatch(text)
-            if m is None:
-                raise UsageError(f"--slo is METRIC<=X or METRIC>=X, not {text!r}")
-            metric, op, bound = m.group(1), m.group(2), _number(m.group(3), f"--slo {m.group(1)}")
+            metric, op, bound = parse_slo(text, tuple(OPS), "METRIC<=X or METRIC>=X")
             if not possible(metric):
                 raise _unknown(metric, FIXED)
             slos.append((metric, op, bound))
@@ -105,7 +108,7 @@ class Find:
             t = math.nan
         if not 0 < t < math.inf or (share and t >= 100):
             raise UsageError(f"--tol is a positive width, or a percentage of HI-LO below 100 (1%), not {tol_text!r}")
-        return cls(name, lo, hi, t * (hi - lo) / 100 if share else t, slos)
+        return cls(name, lo, hi, t * (hi - lo) / 100 if share else t, slos, args.tol is not None)
 
     # ------------------------------------------------------------------ the steps
 
@@ -126,6 +129,7 @@ class Find:
         for s in self.searches:
             for v in (self.lo, self.hi):
                 link(s, v)
+        self._decide_whole(api, file, {**fixed, **self.searches[0].at}, base)
         t_ppf = S._t_quantile()
         bar = S._Bar(len(seeds) * sum(s.left() for s in self.searches), quiet)
         runner = runner_for(bar)
@@ -148,6 +152,24 @@ class Find:
             runner.close()
             bar.close()
         return t_ppf
+
+    def _decide_whole(self, api, file, inputs, base):
+        """Whether to search whole numbers only: when LO and HI are whole and the program refuses a
+        fraction of the input between them (a count, a block size: its diagnostic at LO + 0.5). A
+        whole default says nothing (a rate of 2 is searched through fractions). The tolerance is then
+        1, or --tol's when that is wider."""
+        if not (whole(self.lo, -2 ** 53, 2 ** 53) and whole(self.hi, -2 ** 53, 2 ** 53)):
+            return
+        probe = self.lo + 0.5
+        try:
+            api.load(file, {**inputs, self.name: probe}, base)
+        except SerqError:
+            self.why = f"the program refuses {self.name}={_g(probe)}"
+        else:
+            return
+        self.whole = True
+        if not (self.tol_given and self.tol >= 1):
+            self.tol = 1.0
 
     def _check_metrics(self, results):
         """Each objective's statistic against the columns the first step's runs have (a statistic
@@ -193,8 +215,9 @@ class Find:
             return
         goals = ", ".join(f"{m} {op} {_g(b)}" for m, op, b in self.slos)
         k = len(seeds)
+        whole_text = f"; {self.name} in whole numbers only ({self.why})" if self.whole else ""
         lines = [f"objectives: {goals} (each the mean over {k} seed{'s' if k != 1 else ''}); "
-                 f"tolerance {_g(self.tol)}"]
+                 f"tolerance {_g(self.tol)}{whole_text}"]
         for s in self.searches:
             lines += ["", *s.text()]
         S._print("\n".join(lines))
@@ -222,7 +245,7 @@ class _Search:
             return [f.lo, f.hi]
         if self.outcome is not None:
             return []
-        m = _midpoint(self.a, self.b, f.tol)
+        m = float(math.floor((self.a + self.b) / 2)) if f.whole else _midpoint(self.a, self.b, f.tol)
         if not self.a < m < self.b:  # the floats between them are used up
             self.outcome = "found"
             return []
@@ -280,8 +303,8 @@ class _Search:
 
     def as_json(self) -> dict:
         f = self.find
-        out = {"name": f.name, "value": _v(self.value), "lo": _v(f.lo), "hi": _v(f.hi), "tol": f.tol,
-               "outcome": self.outcome, "fails_at": _v(self.fails_at),
+        out = {"name": f.name, "value": _v(self.value), "lo": _v(f.lo), "hi": _v(f.hi), "tol": _v(f.tol),
+               "whole": f.whole, "outcome": self.outcome, "fails_at": _v(self.fails_at),
                "slo": [{"metric": m, "op": op, "bound": b} for m, op, b in f.slos]}
         if f.grid_names:
             out = {"at": {n: _v(v) for n, v in self.at.items()}, **out}

@@ -1,6 +1,7 @@
-"""`serq plot INPUT` (docs/reference/cli.md, *serq plot*): a report JSON, a `--dump` directory or a
-sweep directory drawn as one PNG or SVG figure through matplotlib, imported here, lazily, so that
-`serq` starts without it. The same input gives the same bytes (no date, no version, a fixed salt)."""
+"""`serq plot INPUT` (docs/reference/cli.md, *serq plot*): a report JSON, a `--dump` directory, a
+dump's `requests.csv` (one point per answered request) or a sweep directory drawn as one PNG or SVG
+figure through matplotlib, imported here, lazily, so that `serq` starts without it. The same input
+gives the same bytes (no date, no version, a fixed salt)."""
 from __future__ import annotations
 
 import csv
@@ -19,17 +20,34 @@ MAX_SERIES = 800   # change points drawn as they are; more are binned (a line an
 BINS = 400
 FAMILY = 4          # members of a family drawn in its panel
 MAX_PANELS = 8      # time-series panels of a dump; the rest are named in the figure's footnote
+# requests.csv's columns (serq/interp/dump.py, Requests): each in words and its unit, and why a row
+# may leave it empty
+REQUESTS = {"session": ("session", "its serial number", None), "turn": ("turn", "its index in the session", None),
+            "start": ("arrival", "s", None), "first_token": ("first token's time", "s", "no first token"),
+            "end": ("answer's time", "s", None), "ttft": ("time to first token", "s", "no first token"),
+            "tpot": ("time per output token", "s", "no token after the first"),
+            "response": ("response time", "s", None),
+            "prompt_tokens": ("prompt tokens computed", "tokens", "not run on an engine"),
+            "output_tokens": ("output length", "tokens", "not run on an engine"),
+            "preemptions": ("preemptions", "count", None), "cached_tokens": ("cached prompt tokens", "tokens", None)}
+REQUESTS_XY = ("prompt_tokens", "ttft")
+MAX_POINTS = 20000  # points drawn as vectors; more are drawn as an image within the SVG (a PNG is one anyway)
+KINDS = {"report": "a report", "dump": "a dump directory", "requests": "a requests table (CSV)",
+         "sweep": "a sweep directory"}
 
 
 def arguments(sp) -> None:
     sp.add_argument("file", metavar="INPUT",
-                    help="a report (serq run --json > r.json), a --dump directory or a sweep directory")
+                    help="a report (serq run --json > r.json), a --dump directory, a dump's requests.csv "
+                    "(each request: ttft against its prompt tokens) or a sweep directory")
     sp.add_argument("-o", "--output", metavar="OUT",
                     help="the figure, .png or .svg (default: beside INPUT, INPUT's name with the format's suffix)")
     sp.add_argument("--format", choices=FORMATS, help="png (default) or svg, when OUT does not say")
-    sp.add_argument("--x", metavar="NAME", help="a sweep's input along the x axis (default: the first grid input)")
+    sp.add_argument("--x", metavar="NAME", help="a sweep's input along the x axis (default: the first grid input); "
+                    f"requests.csv's column (default: {REQUESTS_XY[0]})")
     sp.add_argument("--y", action="append", metavar="STAT",
-                    help=f"a sweep's statistic, repeatable (default: {', '.join(SWEEP_Y)})")
+                    help=f"a sweep's statistic, repeatable (default: {', '.join(SWEEP_Y)}); requests.csv's column, "
+                    f"a panel each (default: {REQUESTS_XY[1]})")
     sp.add_argument("--by", metavar="NAME", help="a sweep's input drawn as one line per value "
                     "(default: the other grid inputs)")
 
@@ -37,16 +55,19 @@ def arguments(sp) -> None:
 def command(args) -> int:
     src = args.file.rstrip(os.sep) or args.file
     kind = _kind(src)
-    if kind != "sweep":
-        for opt in ("x", "y", "by"):
-            if getattr(args, opt):
-                raise UsageError(f"--{opt} applies to a sweep directory; {src} is a {kind}")
+    takes = {"sweep": ("x", "y", "by"), "requests": ("x", "y")}.get(kind, ())
+    for opt in ("x", "y", "by"):
+        if getattr(args, opt) and opt not in takes:
+            also = " or a dump's requests.csv" if opt != "by" else ""
+            raise UsageError(f"--{opt} applies to a sweep directory{also}; {src} is {KINDS[kind]}")
     out, fmt = _output(src, args.output, args.format)
     plt = _pyplot()
     if kind == "report":
         fig = _report_figure(plt, _read_report(src), src)
     elif kind == "dump":
         fig = _dump_figure(plt, src)
+    elif kind == "requests":
+        fig = _requests_figure(plt, src, args.x, args.y)
     else:
         fig = _sweep_figure(plt, src, args.x, args.y, args.by)
     try:
@@ -80,6 +101,8 @@ def _kind(src: str) -> str:
             raise UsageError(f"{src}: a dump without dump.json (written before serq plot existed); "
                              "run serq run --dump again")
         raise UsageError(f"{src}: neither a sweep directory (sweep.json) nor a dump directory (dump.json)")
+    if src.lower().endswith(".csv"):
+        return "requests"
     return "report"
 
 
@@ -730,6 +753,122 @@ def _draw_series(ax, t, v, end, label, color, ls) -> float:
     ax.stairs(hi, edges, baseline=lo, fill=True, color=color, alpha=0.18, lw=0)
     ax.stairs(mean, edges, color=color, ls=ls, lw=1.1, label=label)
     return float(hi.max())
+
+
+# ------------------------------------------------------------------ a dump's requests.csv
+
+
+def _requests_figure(plt, src: str, x: str | None, ys: list | None):
+    """One point per answered request (a row of requests.csv): --y against --x, by default the time
+    to first token against the prompt's tokens, a panel per --y. A row with no number in a column
+    drawn (a turn not run on an engine has no prompt; one without a first token no ttft) is left
+    out, and each panel's title says how many were drawn and why the others were not."""
+    import numpy as np
+    head, rows = _read_csv(src)
+    chosen = [("--x", x or REQUESTS_XY[0], x is not None)] + [("--y", y, True) for y in dict.fromkeys(ys or [])]
+    if not ys:
+        chosen.append(("--y", REQUESTS_XY[1], False))
+    cols = ", ".join(head[:12]) + (", ..." if len(head) > 12 else "")
+    for opt, name, given in chosen:
+        if name not in head:
+            if given:
+                raise UsageError(f"{opt} {name}: not a column of {os.path.basename(src)} ({cols})")
+            raise UsageError(f"{src}: no column {name}: not the requests.csv of serq run --dump "
+                             f"(its columns: {cols})")
+    if not rows:
+        raise UsageError(f"{src}: no request in it (none was answered after the warm-up): nothing to draw")
+    x, ys = chosen[0][1], [name for _, name, _ in chosen[1:]]
+    col = {c: i for i, c in enumerate(head)}
+
+    def cells(name):
+        i = col[name]
+        out = []
+        for n, r in enumerate(rows, start=2):
+            t = r[i].strip() if i < len(r) else ""
+            if t == "":
+                out.append(math.nan)
+                continue
+            try:
+                out.append(float(t))
+            except ValueError:
+                raise UsageError(f"{src}:{n}: {name} is {t!r}, not a number") from None
+        return np.asarray(out, dtype=float)
+
+    xs = cells(x)
+    meta = _dump_meta(os.path.dirname(os.path.abspath(src)))
+    ncol = min(3, len(ys))
+    nrow = -(-len(ys) // ncol)
+    fig = plt.figure(figsize=(max(7.0, 4.8 * ncol + 0.4), 4.0 * nrow + 1.0))
+    axes = fig.subplots(nrow, ncol, squeeze=False)
+    drawn_any, said = False, []
+    for k, y in enumerate(ys):
+        ax = axes[k // ncol][k % ncol]
+        yv = cells(y)
+        have = ~np.isnan(xs) & ~np.isnan(yv)
+        px, py = xs[have], yv[have]
+        n = len(px)
+        ax.scatter(px, py, s=7 if n <= 2000 else 4, color="C0", alpha=0.6 if n <= 2000 else 0.3, linewidths=0,
+                   rasterized=n > MAX_POINTS)
+        for axis, vals in ((ax.xaxis, px), (ax.yaxis, py)):
+            if _log_worthy(list(vals)):
+                (ax.set_xscale if axis is ax.xaxis else ax.set_yscale)("log")
+                _plain_log(axis)
+        ax.set_xlabel(_request_label(x))
+        ax.set_ylabel(_request_label(y))
+        title = f"{_request_words(y)} against {_request_words(x)}"
+        left = len(rows) - n
+        drawn = f"{n:,} request{'s' if n != 1 else ''} drawn"
+        lines = [drawn]
+        if left:
+            why = []
+            for name in dict.fromkeys((x, y)):
+                miss = int(np.count_nonzero(np.isnan(xs if name == x else yv)))
+                if miss:
+                    reason = REQUESTS.get(name, (None, None, None))[2]
+                    why.append(f"{miss:,} without {_request_words(name)}" + (f" ({reason})" if reason else ""))
+            drawn += f" of {len(rows):,}; left out: " + ", ".join(why)
+            lines = [drawn.split("; ")[0] + ";", *textwrap.wrap("left out: " + ", ".join(why), 62)]
+        ax.set_title("\n".join([title, *lines]))
+        if not n:
+            ax.text(0.5, 0.5, "no row has both numbers", transform=ax.transAxes, ha="center", color="0.4")
+        drawn_any = drawn_any or n > 0
+        said.append(title.split(" against ")[0] + ": " + drawn)
+    if not drawn_any:
+        plt.close(fig)
+        raise UsageError(f"{src}: nothing to draw: " + "; ".join(said)
+                         + "; draw other columns, such as --x start --y response")
+    for k in range(len(ys), nrow * ncol):
+        axes[k // ncol][k % ncol].set_visible(False)
+    head_line = f"{os.path.basename(src)}: each answered request"
+    if meta:
+        prog = os.path.basename(meta.get("program") or os.path.dirname(os.path.abspath(src)))
+        head_line = (f"{prog}: each answered request, seed {meta.get('seed')}, "
+                     f"warm-up {_num(meta.get('warmup') or 0)} s, end {_num(meta.get('end') or 0)} s")
+    fig.suptitle(head_line, fontsize=11)
+    _footnote(fig, "A point is a row of requests.csv: a turn answered after the warm-up (serq run --dump).")
+    return fig
+
+
+def _request_words(name: str) -> str:
+    return REQUESTS.get(name, (name.replace("_", " "), None, None))[0]
+
+
+def _request_label(name: str) -> str:
+    """An axis: the column in words and its unit, `time to first token (s)`, `prompt tokens computed (tokens)`."""
+    words, unit, _ = REQUESTS.get(name, (name.replace("_", " "), "the value (no unit known)", None))
+    return f"{words} ({unit})"
+
+
+def _dump_meta(directory: str) -> dict | None:
+    """The dump.json beside a requests.csv, when there is one to read; None otherwise (a table
+    moved out of its dump is drawn all the same)."""
+    path = os.path.join(directory, "dump.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            meta = json.load(fh)
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 # ------------------------------------------------------------------ a sweep

@@ -18,7 +18,8 @@ from serq.interp.stats import Column, Spilled
 from serq.staged import StagedDir
 
 # the names a dump writes, in DIR and in its subdirectories: what makes a directory a previous dump
-TOP = ("observe_*.csv", "client_*.csv", "requests.csv", "dump.json")
+TOP = ("observe_*.csv", "client_*.csv", "requests.csv", "dump.json",
+       "requests.png", "requests.svg")  # and the figures `serq plot DIR/requests.csv` writes beside it
 GAUGES, POOLS, STAGES = "gauge", "pool", "stage"
 SUBDIRS = (GAUGES, POOLS, STAGES)
 
