@@ -312,7 +312,14 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
         abstract(c.e, leaves)
     except Unsupported as u:
         return str(u)
-    lems = lemmas(p)
+    # only the lemmas the encoded step proves inductive (serq/verify/step.py): every move of the
+    # kernel keeps them, for any number of sessions
+    from serq.verify import step
+    chk = step.checked(p)
+    if chk.failed:
+        name, fact = chk.failed[0]
+        return f"the encoded step does not keep the kernel's invariant ({name} breaks {fact}): a bug of serQ"
+    lems = [lm for lm in lemmas(p) if chk.lemmas.get(lm.key, "not checked") is None]
     why = _implied(p, c.e, want, lems, left)
     if why is not None:
         return why

@@ -145,6 +145,7 @@ def as_json(res: Result, replay: dict) -> dict:
             c["by"] = v.by
         if v.invariant is not None:
             c["invariant"] = v.invariant
+            c["inductive"] = True   # every move of the encoded step keeps it (serq/verify/step.py)
         if v.unrolled is not None:
             c["unrolled"] = v.unrolled
         if v.reason is not None:
@@ -187,6 +188,7 @@ def as_text(res: Result, file: str, replay: dict) -> str:
         out.append(line)
         if v.invariant:
             out.append("  invariant: " + " && ".join(v.invariant))
+            out.append("  inductive: every move of the kernel's encoded step keeps it, with any number of sessions")
         if v.reason:
             out.append(f"  why: {v.reason}")
         if u is not None:
