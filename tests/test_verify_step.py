@@ -203,3 +203,38 @@ def test_a_kernel_that_admits_without_room_makes_a_move_no_formula_allows(monkey
     assert max(g["used0"] for _, (_, g) in snaps) > 65_536
     with pytest.raises(AssertionError):
         assert_explained(p, sh, snaps, "no room check")
+
+
+def test_a_hold_inside_another_or_taking_both_keeps_its_holders_within_the_others():
+    """vLLM's hold takes a request slot and KV together: holders(kv) <= holders(reqs) is a lemma, so
+    the KV holders are within the slots (proved by induction); a program with a hold on KV alone
+    has no such lemma."""
+    p = _vllm()
+    assert V.covered(p) == [(0, 1), (1, 0)] and [x.name for x in p.pools] == ["kv", "reqs"]  # taken together
+    assert "holders(kv) <= holders(reqs)" in [lm.text for lm in V.lemmas(p)]
+    assert S.check(p).lemmas["nested:kv:reqs"] is None
+    src = open(os.path.join(ROOT, "examples", "multi-turn", "vllm.sq"), encoding="utf-8").read()
+    src = src.replace("claim within_memory:", "claim kv_holders: every iteration of vllm (holders(kv) <= max_seqs);\n"
+                      "  claim within_memory:")
+    with tempfile.TemporaryDirectory(prefix="serq-step-") as folder:
+        path = os.path.join(folder, "v.sq")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(src)
+        q = ref.convert(api.load(path))
+    got = V.prove(q, [c.name for c in q.claims].index("kv_holders"), lambda: 60.0)
+    assert isinstance(got, V.Proof) and "holders(kv) <= holders(reqs)" in got.invariant, got
+
+
+def test_covered_pools_by_nesting():
+    from serq.ref import ir as IR
+    hp = lambda i: IR.HoldPool(i, IR.Num(1), None, True, True)  # noqa: E731
+    run = IR.RunS("prefill", IR.Num(1), None)
+    inner = IR.HoldS((hp(0),), None, None, (run,))
+    outer = IR.HoldS((hp(1),), None, None, (inner,))
+    p = _vllm()
+    import dataclasses
+    q = dataclasses.replace(p, init=(), turn=(), session=None, server=(outer,))
+    assert V.covered(q) == [(0, 1)]
+    alone = IR.HoldS((hp(0),), None, None, (run,))
+    q = dataclasses.replace(q, server=(outer, alone))
+    assert V.covered(q) == []

@@ -107,6 +107,27 @@ def _runs_in_holds_on(p: R.Program, i: int) -> bool:
     return walk(_statements(p), False)
 
 
+def covered(p: R.Program) -> list:
+    """The pairs (i, j) of pools, i held somewhere, such that every hold that takes pool i also takes
+    pool j or stands inside a hold that does: a session holds on i only while it holds on j."""
+    cover: dict = {}
+
+    def walk(block, outer: frozenset):
+        for st in block:
+            if isinstance(st, R.HoldS):
+                here = frozenset(hp.pool for hp in st.pools)
+                for i in here:
+                    cover[i] = cover.get(i, here | outer) & (here | outer)
+                walk(st.body, outer | here)
+            elif isinstance(st, R.BranchS):
+                walk(st.then, outer)
+                walk(st.else_, outer)
+            elif isinstance(st, R.WhileS):
+                walk(st.body, outer)
+    walk(_statements(p), frozenset())
+    return sorted((i, j) for i, js in cover.items() for j in js if j != i)
+
+
 def _least_units(p: R.Program, i: int) -> Optional[int]:
     """The least units any hold allocates on pool i when every hold on it takes a constant amount
     (rounded up to the pool's block, as the kernel allocates); None when one reads more."""
@@ -153,6 +174,11 @@ def lemmas(p: R.Program) -> list:
                          lambda v, ng=ng: v("kv_decode") + v("kv_prefill") <= v(ng),
                          (("kv_decode", R.StepVar("Kvb", True)), ("kv_prefill", R.StepVar("Kvp", True)),
                           (ng, R.Obs("used", g)))))
+    for i, j in covered(p):
+        hi, hj = R.Obs("holders", p.pools[i].name), R.Obs("holders", p.pools[j].name)
+        ni, nj = f"holders({p.pools[i].name})", f"holders({p.pools[j].name})"
+        out.append(Lemma(f"nested:{p.pools[i].name}:{p.pools[j].name}", f"{ni} <= {nj}",
+                         lambda v, ni=ni, nj=nj: v(ni) <= v(nj), ((ni, hi), (nj, hj))))
     for i, pool in enumerate(p.pools):
         used, free, holders = R.Obs("used", pool.name), R.Obs("free", pool.name), R.Obs("holders", pool.name)
         nu, nf, nh = f"used({pool.name})", f"free({pool.name})", f"holders({pool.name})"

@@ -158,7 +158,9 @@ def as_json(res: Result, replay: dict) -> dict:
 
 def as_text(res: Result, file: str, replay: dict) -> str:
     b = res.bound
-    head = (f"serq verify {file}: every workload of 1 to {b['sessions']} session(s), drawn values 0..{b['values']}"
+    n = b["sessions"]
+    sessions = "1 session" if n == 1 else f"1 to {n} sessions"
+    head = (f"serq verify {file}: every workload of {sessions}, drawn values 0..{b['values']}"
             + (f", arrival gaps 0..{b['gap']}" if "gap" in b else f", arrive {b['arrive']}")
             + f"; {res.paths} path(s) run")
     out = [head]

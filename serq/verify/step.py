@@ -44,6 +44,7 @@ class Shape:
     adm: tuple              # the pools the engine admits from
     inside: Optional[int]   # the admitted pool every run stands inside a hold on (None: not so)
     budget: Optional[int]   # the tokens cap when it is a constant
+    covered: tuple = ()     # (i, j): a session holds on pool i only while it holds on j (invariant.covered)
 
 
 def shape(p: R.Program) -> Shape:
@@ -54,7 +55,7 @@ def shape(p: R.Program) -> Shape:
     inside = adm[0] if len(adm) == 1 and V._runs_in_holds_on(p, adm[0]) else None
     b = p.engine.budget
     budget = b.v if isinstance(b, R.Num) and b.v == int(b.v) and b.v >= 0 else None
-    return Shape(p.pools, g, least, adm, inside, budget)
+    return Shape(p.pools, g, least, adm, inside, budget, tuple(V.covered(p)))
 
 
 # ---------------------------------------------------------------- states
@@ -144,7 +145,13 @@ def slot_facts(sh: Shape, s: dict, G: dict) -> list:
               z3.Implies(s["grw"] == 1, hg == 1)]
     if sh.inside is not None:
         f.append(s["req"] <= s[f"h{sh.inside}"])
+    f += _nesting(sh, s)
     return f
+
+
+def _nesting(sh: Shape, s: dict) -> list:
+    """A hold on pool i is taken with one on j or inside one (Shape.covered)."""
+    return [s[f"h{i}"] <= s[f"h{j}"] for i, j in sh.covered]
 
 
 def rest_facts(sh: Shape, r: dict, G: dict) -> list:
@@ -164,6 +171,7 @@ def rest_facts(sh: Shape, r: dict, G: dict) -> list:
         f += [r["kvd"] == 0, r["kvp"] == 0]
     if sh.inside is not None:   # each session resident exactly when it holds there
         f += [r["req"] <= r[f"h{sh.inside}"], r["res"] == r[f"h{sh.inside}"]]
+    f += _nesting(sh, r)
     return f
 
 
@@ -232,7 +240,7 @@ def mv_admit(sh: Shape, S: State, T: State) -> list:
         f.append(z3.If(took[sh.g], z3.And(B["pos"] >= 0, B["pos"] <= B[f"a{sh.g}"]), B["pos"] == A["pos"]))
     else:
         f.append(B["pos"] == A["pos"])
-    f += _unchanged(A, B, SLOT)
+    f += _unchanged(A, B, SLOT) + _nesting(sh, B)   # a hold takes its pools together, inside its outer ones
     return _local(sh, S, T, f, used)
 
 
@@ -267,6 +275,7 @@ def _leave(sh: Shape, S: State, T: State, drop: bool) -> list:
         f.append(z3.If(B[f"h{sh.g}"] == 0, B["pos"] == 0, B["pos"] == A["pos"]))
     else:
         f.append(B["pos"] == A["pos"])
+    f += _nesting(sh, B)   # a hold's pools are given back together, an inner hold's before its outer one's
     if drop:
         f += [B[n] == 0 for n in SLOT]
     else:   # a hold's body ends with its runs done (its session ran on: it waits for no request)
