@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.serq-installed
 
 .PHONY: demo test check golden install clean schema fuzz
 
-# a fuzz campaign (tools/fuzz.py): FUZZ_CASES cases, FUZZ_JOBS workers, FUZZ_TIMEOUT seconds of CPU a case (a case over it runs again alone with 3 times that before it is a hang);
+# a fuzz campaign (tools/fuzz.py): FUZZ_CASES cases, FUZZ_JOBS workers, FUZZ_TIMEOUT seconds of CPU a case (a case over it runs again alone with 3 times that before it is a hang;
+# one that serq run's own note says is too slow to finish is a slow program, listed in FUZZ_OUT/slow.txt, not a failure);
 # each failure's cause and smallest reproducer go to FUZZ_OUT; FUZZ_ARGS more options of tools/fuzz.py
 # (e.g. FUZZ_ARGS="--profile suite --on nan_arith": is that family fixed?)
 FUZZ_CASES   ?= 2000
@@ -54,7 +55,8 @@ check: $(STAMP)
 	else echo "Lean build SKIPPED: lake is not on the PATH (no Lean toolchain here); lean/ (Serq, SerqOracle, SerqServe), the golden files and ClaimsProved.lean were not compiled"; fi
 
 # regenerate the golden Lean files, lean/Serq/Oracle.lean and examples/papers/ClaimsProved.lean
-# (docs/leangen.md, docs/lean.md)
+# (docs/leangen.md, docs/lean.md); Oracle.lean's 84 scenarios are the README's 52 (tools/oracle/results/)
+# and the first 4 of each of the 8 families of tools/oracle/extra/
 golden: $(STAMP)
 	$(BIN)/python -m serq.leangen --update
 	$(BIN)/python tools/gen_oracle_lean.py

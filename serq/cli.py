@@ -409,6 +409,9 @@ def _claims(args, prog) -> int:
                 fh.write(out.text)
         except OSError as exc:
             raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
+        # as draw, plot and calibrate say what they wrote
+        _say(f"{args.file}: wrote {args.output}"
+             + (f" (its IR and {out.claims} claim{'s' if out.claims != 1 else ''})" if out.claims else ""))
     else:
         _out(out.text.removesuffix("\n"))
     if out.claims == 0:

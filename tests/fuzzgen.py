@@ -62,7 +62,8 @@ class Gen:
     structural: bool = True     # swap, duplicate and delete lines
     negative: bool = True       # -1, -0.5 for any number
     fractional: bool = True     # 0.5, 2.5 where a whole number is meant
-    tiny: bool = True           # 1e-300, 5e-324, 1e-9: gaps and means that never finish (item 9)
+    tiny: bool = True           # 1e-300, 5e-324, 1e-9: gaps and means that never finish (item 9): serQ
+                                # must say so (its slow-run note; tools/fuzz.py counts a slow program)
     huge: bool = True           # 1e12, 1e308: rates, phases, sizes that never finish (item 9)
     inf_literal: bool = True    # `inf`, `1e309` written where a number goes (items 7, 9)
     nan_arith: bool = True      # NaN made by arithmetic at link time: 0/0, z/z with `let z = 0` (item 2)

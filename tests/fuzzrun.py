@@ -7,12 +7,22 @@ a diagnostic (exit 1, `file:line:col: error[CODE]: ...` on stderr) or a usage er
 parent lets it use at most `timeout` seconds of the worker's CPU time (read from /proc, so a case
 on a loaded machine is not charged for waiting for a core; where /proc is not, wall time), and at
 most WALL_FACTOR times that in wall time (a case blocked without computing), then asks the worker
-for its stacks (faulthandler on SIGUSR1), kills it and starts another: a case over its budget is a
-failure named "hang", with the innermost serQ frame it was in, never a hung test.
+for its stacks (SIGUSR1, written at a safe point; faulthandler on SIGUSR2 where none comes), kills
+it and starts another: a case over its budget is a failure named "hang", with the innermost serQ
+frame of the thread that was working, never a hung test.
 
 A suspected hang is not called one at once: `run_retrying` runs the case again, once, alone (no
 other case of the campaign running: `Gate`) with RETRY_FACTOR times the budget, and it is a hang
 only if that run is over its budget too; a retry that ends says so in the verdict ("retried").
+
+A program that can never finish is not a hang either when serQ itself says so: `serq run`'s
+slow-run note (serq/cli.py `_Watch`, docs/reference/cli.md: too slow to finish at its pace) goes
+from the worker to a file the parent reads while the case runs, and a case whose note shows the
+run moving (events each CPU second) is stopped there and called a slow program (`"slow"`: the
+note), not a failure: its own values (a gap or a chunk cap of 1e-300) make it endless. A case over
+its budget with no note, or with a note whose run schedules no event (stuck within one instant),
+is still a hang. The worker's watch looks after `slow_after` seconds of CPU (serQ's 10 s unless
+the campaign's budget is shorter).
 """
 from __future__ import annotations
 
@@ -38,6 +48,8 @@ STARTUP = 120.0  # seconds a worker may take to import serQ and build its parser
 WALL_FACTOR = 6.0   # a case may take this many times its CPU budget in wall time (waiting for a core, blocked)
 RETRY_FACTOR = 3.0  # a suspected hang's second run, alone, has this many times the budget
 TICK = 0.25         # seconds between looks at a running case's CPU time
+SLOW_NOTE = "serq: note: the run is progressing too slowly to finish"  # serq/cli.py, _Watch._note
+_EVENTS = re.compile(r"\(([\d,]+) events a CPU second")
 DIAG = re.compile(r"^\S.*:\d+:\d+: error\[[A-Z]+\d+\]: ", re.M)
 USAGE = re.compile(r"^serq: error: ", re.M)
 
@@ -66,10 +78,31 @@ def _strict_json(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
+_NOTES = None  # in a worker: the file serQ's slow-run note goes to as soon as it is said
+
+
+class _Stderr(io.StringIO):
+    """A case's stderr; in a worker, serQ's slow-run note is also written at once to the notes file,
+    which the parent reads while the run goes on (the run's own stderr is seen only when it ends)."""
+
+    def write(self, s):
+        if _NOTES is not None and s.startswith(SLOW_NOTE):
+            with open(_NOTES, "a", encoding="utf-8") as fh:
+                fh.write(s.rstrip("\n") + "\n")
+        return super().write(s)
+
+
+def slow_program(note: str | None) -> bool:
+    """Whether serQ's slow-run note says the run moves but cannot finish (a slow program), rather
+    than that it schedules no event at all (stuck within one instant: a hang)."""
+    m = _EVENTS.search(note or "")
+    return bool(note) and note.startswith(SLOW_NOTE) and m is not None and int(m.group(1).replace(",", "")) > 0
+
+
 def serq(argv: list[str], want_json: bool = False) -> tuple[int, str, str]:
     """`serq ARGV` in this process; a Failure unless it ends as the CLI promises."""
     from serq import cli
-    out, err = io.StringIO(), io.StringIO()
+    out, err = io.StringIO(), _Stderr()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             try:
@@ -239,15 +272,39 @@ def execute(case: dict, workdir: str) -> dict:
 
 
 # ----------------------------------------------------------------------------- the worker process
+def _stacks_handler(dump):
+    """A SIGUSR1 handler that writes every thread's stack to `dump`, as faulthandler does. It runs at
+    a safe point, between two bytecodes, with the other threads stopped where they are: faulthandler
+    reads a running thread's frames as they change, and gave line numbers such as 2122677472."""
+    def handler(signum, frame):
+        import traceback as tb
+        me = threading.get_ident()
+        blocks = []
+        for ident, f in sys._current_frames().items():
+            f = frame if ident == me else f
+            head = f"{'Current thread' if ident == me else 'Thread'} 0x{ident:016x} (most recent call first):"
+            lines = [f'  File "{fs.filename}", line {fs.lineno} in {fs.name}' for fs in reversed(tb.extract_stack(f))]
+            blocks.append("\n".join([head] + lines))
+        dump.write("\n\n".join(blocks) + "\n")
+        dump.flush()
+    return handler
+
+
 def _worker_main():
     import faulthandler
+    global _NOTES
     proto = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # the protocol is the only thing on the pipe
     dump = open(sys.argv[2], "w")  # noqa: SIM115 - open for the worker's life
-    faulthandler.register(signal.SIGUSR1, file=dump, all_threads=True)
+    signal.signal(signal.SIGUSR1, _stacks_handler(dump))
+    # a worker stuck in C code that holds the GIL never reaches a safe point: faulthandler, at once
+    faulthandler.register(signal.SIGUSR2, file=dump, all_threads=True)
+    _NOTES = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] else None
     sys.path.insert(0, HERE)
-    from serq import api
+    from serq import api, cli
+    if len(sys.argv) > 4 and sys.argv[4]:
+        cli.SLOW_AFTER = float(sys.argv[4])  # the watch's window and first look (serq/cli.py, _Watch)
     with contextlib.suppress(api.SerqError):  # the imports and the parser, outside any budget
         api.load_text("fn main() { }", "warm-up.sq")
     proto.write("ready\n")
@@ -260,13 +317,19 @@ def _worker_main():
         proto.write(json.dumps(res) + "\n")
 
 
+_WAITING = os.sep + "threading.py"
+
+
 def _hang_cause(dump: str) -> tuple[str, str]:
-    """The innermost serQ frame of the thread that was working (not the one waiting in api._deep)."""
+    """The innermost serQ frame of the thread that was working: not one waiting in threading.py (the
+    caller in api._deep, `serq run`'s watch between its looks)."""
     for block in re.split(r"\n(?=(?:Current thread|Thread) 0x)", dump):
         frames = [(m.group(1), m.group(2)) for m in re.finditer(r'File "([^"]+)", line \d+ in (\S+)', block)]
         serq_frames = [f for f in frames if f[0].startswith(SERQ)]
+        if frames and frames[0][0].endswith(_WAITING):
+            continue
         if serq_frames and not serq_frames[0][0].endswith(os.path.join("serq", "api.py")):
-            return _frame_cause("hang", list(reversed(frames))), dump  # faulthandler: innermost first
+            return _frame_cause("hang", list(reversed(frames))), dump  # innermost first
     return "hang", dump
 
 
@@ -289,19 +352,35 @@ except (AttributeError, ValueError, OSError):
 
 class Worker:
     """One worker process; `run(case)` returns the verdict once the case has used `timeout` seconds
-    of CPU time (or `wall_factor` times that in wall time), whatever happens. `argv`: the worker's
-    command, `--worker STACKS` appended (a test's stand-in; by default this file)."""
+    of CPU time (or `wall_factor` times that in wall time), or once serQ's slow-run note says the
+    run cannot finish, whatever happens. `argv`: the worker's command, `--worker STACKS NOTES
+    SLOW_AFTER` appended (a test's stand-in; by default this file). `slow_after`: the seconds of CPU
+    after which `serq run`'s watch first looks (None: serQ's own, serq/cli.py SLOW_AFTER)."""
 
-    def __init__(self, timeout: float, wall_factor: float = WALL_FACTOR, argv: list | None = None):
+    def __init__(self, timeout: float, wall_factor: float = WALL_FACTOR, argv: list | None = None,
+                 slow_after: float | None = None):
         self.timeout = timeout
         self.wall_factor = wall_factor
+        self.slow_after = slow_after
         self.argv = argv or [sys.executable, os.path.abspath(__file__)]
         self.proc = None
         self.stacks = tempfile.NamedTemporaryFile(prefix="serq-fuzz-stacks-", delete=False).name
+        self.notes = tempfile.NamedTemporaryFile(prefix="serq-fuzz-notes-", delete=False).name
+
+    def _note(self) -> str | None:
+        """serQ's slow-run note of the case running, if it has said one."""
+        try:
+            if os.path.getsize(self.notes) == 0:
+                return None
+            with open(self.notes, encoding="utf-8", errors="replace") as fh:
+                return fh.read().strip() or None
+        except OSError:
+            return None
 
     def _start(self):
         env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen(self.argv + ["--worker", self.stacks],
+        after = "" if self.slow_after is None else repr(float(self.slow_after))
+        self.proc = subprocess.Popen(self.argv + ["--worker", self.stacks, self.notes, after],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env,
                                      cwd=ROOT)
         ready, _, _ = select.select([self.proc.stdout], [], [], STARTUP)
@@ -317,6 +396,7 @@ class Worker:
         if self.proc is None or self.proc.poll() is not None:
             self._start()
         pid = self.proc.pid
+        open(self.notes, "w").close()  # the worker is idle: no note of an earlier case is left
         c0 = cpu_seconds(pid)
         t0 = time.monotonic()
         try:
@@ -339,8 +419,18 @@ class Worker:
                 return self._died(t0)
             c = cpu_seconds(pid) if c0 is not None else None
             used = c - c0 if c is not None else None
+            note = self._note()
+            if slow_program(note):  # by serQ's own account it cannot finish: stopped, not a hang
+                self.kill()
+                return {"ok": True, "slow": note, "exits": [], "seconds": time.monotonic() - t0, "cpu": used,
+                        "budget": budget}
             if (used is not None and used > budget) or time.monotonic() - t0 >= wall_limit:
                 break
+        note = self._note()
+        if slow_program(note):  # said just as the budget ran out
+            self.kill()
+            return {"ok": True, "slow": note, "exits": [], "seconds": time.monotonic() - t0, "cpu": used,
+                    "budget": budget}
         wall = time.monotonic() - t0
         if c0 is None:
             over = f"over the budget of {budget:g} s (wall time: no CPU time to read here)"
@@ -349,22 +439,34 @@ class Worker:
         else:
             over = (f"over the budget of {budget:g} s (wall time: {wall:.1f} s, {self.wall_factor:g} times the "
                     f"CPU budget, with {used if used is not None else 0:.1f} s of CPU: blocked, or starved of a core)")
-        # over budget: the stacks, then the worker goes
+        if note:
+            over += ("\nserQ's slow-run note, of a run that schedules no event (stuck within one instant):\n"
+                     + note)
+        elif case.get("target") in ("run", "ir"):
+            over += "\nno slow-run note from serQ (a run too slow to finish says so: serq/cli.py, _Watch)"
+        # over budget: the stacks (at the worker's next safe point; faulthandler where there is none
+        # within 2 s: C code that holds the GIL), then the worker goes
         self.proc.send_signal(signal.SIGUSR1)
-        # the stacks are written, thread by thread, when the worker is next scheduled: wait until the
-        # dump has stopped growing (a loaded machine may take a while), then the worker goes
-        deadline = time.monotonic() + 5
+        if not self._dumped(2.0):
+            self.proc.send_signal(signal.SIGUSR2)
+            self._dumped(5.0)
+        self.kill()
+        with open(self.stacks, errors="replace") as fh:
+            cause, dump = _hang_cause(fh.read())
+        return {"ok": False, "cause": cause, "detail": f"{over}\n{dump}", "artifacts": {},
+                "seconds": time.monotonic() - t0, "cpu": used, "budget": budget}
+
+    def _dumped(self, limit: float) -> bool:
+        """Wait, at most `limit` seconds, until the stacks are written and the dump has stopped
+        growing (the worker writes them when it is next scheduled: a loaded machine may take a while)."""
+        deadline = time.monotonic() + limit
         size, still = 0, 0
         while time.monotonic() < deadline and still < 4:
             time.sleep(0.05)
             now = os.path.getsize(self.stacks)
             still = still + 1 if now == size and now > 0 else 0
             size = now
-        self.kill()
-        with open(self.stacks, errors="replace") as fh:
-            cause, dump = _hang_cause(fh.read())
-        return {"ok": False, "cause": cause, "detail": f"{over}\n{dump}", "artifacts": {},
-                "seconds": time.monotonic() - t0, "cpu": used, "budget": budget}
+        return size > 0
 
     def _died(self, t0):
         code = self.proc.wait()
@@ -386,8 +488,9 @@ class Worker:
             except subprocess.TimeoutExpired:
                 self.kill()
             self.proc = None
-        with contextlib.suppress(OSError):
-            os.unlink(self.stacks)
+        for f in (self.stacks, self.notes):
+            with contextlib.suppress(OSError):
+                os.unlink(f)
 
 
 class Gate:
@@ -429,8 +532,9 @@ class Gate:
 def run_retrying(worker: Worker, case: dict, factor: float = RETRY_FACTOR, gate: Gate | None = None) -> dict:
     """`worker.run(case)`, side by side with other cases (`gate.shared()`); a suspected hang is run
     again, once, alone (`gate.alone()`), with `factor` times the budget, and is a hang only if that
-    run is over its budget too. The verdict of a retried case has "retried": what the first run took
-    and how the second ended; a hang's detail says it was retried."""
+    run is over its budget too (a slow program, by serQ's note, is not). The verdict of a retried
+    case has "retried": what the first run took and how the second ended; a hang's detail says it
+    was retried."""
     gate = gate or Gate()
     with gate.shared():
         v = worker.run(case)
@@ -443,7 +547,11 @@ def run_retrying(worker: Worker, case: dict, factor: float = RETRY_FACTOR, gate:
              f"({v.get('cpu') or 0:.1f} s of CPU, {v.get('seconds', 0):.1f} s wall)")
     if v2["ok"] or not v2["cause"].startswith("hang"):
         took = f"{v2['cpu']:.1f} s of CPU" if v2.get("cpu") is not None else f"{v2.get('seconds', 0):.1f} s"
-        v2["retried"] = f"{first}; run again alone with {budget:g} s, it ended in {took}: not a hang"
+        if v2.get("slow"):
+            v2["retried"] = (f"{first}; run again alone with {budget:g} s, serQ said after {took} that it is too "
+                             "slow to finish: a slow program, not a hang")
+        else:
+            v2["retried"] = f"{first}; run again alone with {budget:g} s, it ended in {took}: not a hang"
         return v2
     v2["retried"] = f"{first}; run again alone with {budget:g} s, over that too: a hang"
     v2["detail"] = f"{v2['retried']}\n{v2['detail']}"

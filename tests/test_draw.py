@@ -174,6 +174,19 @@ def test_expressions_print_as_the_source_wrote_them():
     assert "cap 65536" in bare and "running.count + waiting.count > 1 ? 512 : 0" in bare
 
 
+def test_a_delay_stage_is_drawn_as_the_delay_the_report_calls_it():
+    """`stage thinking : delay;` links to ps(present): the picture names it a delay, as `serq run`'s
+    report does (its `kind`), not a ps stage; a ps stage stays one."""
+    words = texts(ET.fromstring(svg(api.load(os.path.join(ROOT, "examples/multi-turn/closed.sq")))))
+    i = words.index("thinking")
+    assert words[i + 1] == "delay, each job its own time (no wait)", words[i:i + 3]
+    assert not [w for w in words if w.startswith("ps,")], words
+    words = texts(ET.fromstring(svg(api.load(os.path.join(ROOT, "examples/multi-turn/vllm.sq")))))
+    assert words[words.index("tool") + 1] == "delay, each job its own time (no wait)"  # the think time of a tool call
+    words = texts(ET.fromstring(svg(api.load(os.path.join(ROOT, "examples/single-turn/ps.sq")))))
+    assert "ps, rate 1 shared" in words
+
+
 def test_a_def_inlined_prints_its_argument_not_its_parameter(tmp_path):
     """A def's body keeps its own location where it is inlined: its text names the parameter, so
     the picture writes the expression from its parts (the argument, the let's name) instead."""

@@ -1,7 +1,9 @@
 """The fuzz harness's budget (tests/fuzzrun.py, tools/fuzz.py): a case is charged the CPU time
 its worker uses, not the wall time it waits for a core; a suspected hang is run again, alone, with
 a longer budget, and is a hang only if it is over that too. A stand-in worker (FAKE: the worker's
-protocol, whose cases spin or sleep for as long as they say) keeps these tests to a few seconds."""
+protocol, whose cases spin or sleep for as long as they say, and say serQ's slow-run note where they
+carry one) keeps these tests to a few seconds. A case that serQ says is too slow to finish is a
+slow program, not a hang."""
 from __future__ import annotations
 
 import os
@@ -26,6 +28,9 @@ for line in sys.stdin:
     case = json.loads(line)
     t0 = time.monotonic()
     c0 = time.process_time()
+    if case.get("note"):  # serQ's slow-run note, as the real worker passes it on: then on and on
+        with open(sys.argv[3], "a") as fh:
+            fh.write(case["note"] + "\n")
     while time.process_time() - c0 < case.get("spin", 0):  # CPU time
         pass
     time.sleep(case.get("sleep", 0))                           # wall time, no CPU
@@ -48,8 +53,8 @@ def fake(tmp_path):
     script.write_text(FAKE, encoding="utf-8")
     workers = []
 
-    def make(timeout, wall_factor=fuzzrun.WALL_FACTOR):
-        w = WORKER(timeout, wall_factor, argv=[sys.executable, str(script)])
+    def make(timeout, wall_factor=fuzzrun.WALL_FACTOR, slow_after=None):
+        w = WORKER(timeout, wall_factor, argv=[sys.executable, str(script)], slow_after=slow_after)
         workers.append(w)
         return w
     yield make
@@ -145,7 +150,7 @@ def test_the_campaign_prints_a_retry_that_cleared_a_case(fake, monkeypatch, tmp_
     import fuzz
     slow = case(spin=0.6)
     monkeypatch.setattr(fuzz.fuzzgen, "random_case", lambda seed, gen, target: dict(slow, seed=seed))
-    monkeypatch.setattr(fuzz.fuzzrun, "Worker", lambda timeout: fake(timeout))
+    monkeypatch.setattr(fuzz.fuzzrun, "Worker", lambda timeout, **kw: fake(timeout, **kw))
     out = tmp_path / "out"
     assert fuzz.main(["--cases", "1", "--jobs", "1", "--timeout", "0.3", "--retry-factor", "5",
                       "--out", str(out)]) == 0
@@ -153,4 +158,42 @@ def test_the_campaign_prints_a_retry_that_cleared_a_case(fake, monkeypatch, tmp_
     assert "case 1:0 (run, 1:0): over its budget of 0.3 s side by side with other cases" in text
     assert "run again alone with 1.5 s, it ended in " in text
     assert "suspected hangs retried alone with 5 times the budget: 1; cleared by the retry (slow, not hung): 1" in text
-    assert "passed: 1; failures: 0" in text
+    assert "passed: 1; slow programs: 0; failures: 0" in text
+
+
+# serQ's note, as serq/cli.py's _Watch words it: a run that moves (events each CPU second) but cannot finish
+NOTE = ("serq: note: the run is progressing too slowly to finish: after 10 s of CPU, the clock is at 1.4793e-295 "
+        "of the horizon 25; at this pace the rest takes about 2.38e+292 h of CPU (584,599 events a CPU second, "
+        "the clock at 1.4793e-295 and advancing 2.92e-295 a CPU second). The run goes on (Ctrl-C stops it).")
+STUCK = NOTE.replace("584,599 events", "0 events")  # no event at all: stuck within one instant
+
+
+def test_a_case_serq_says_is_too_slow_to_finish_is_a_slow_program_not_a_hang(fake):
+    w = fake(3)
+    t0 = time.monotonic()
+    v = fuzzrun.run_retrying(w, case(note=NOTE, spin=60))
+    assert time.monotonic() - t0 < 2.5  # stopped at the note, not at the budget
+    assert v["ok"] and v["slow"] == NOTE and "retried" not in v, v
+    assert w.run(case())["ok"]  # the worker was replaced
+
+
+def test_a_note_of_a_run_that_schedules_no_event_is_still_a_hang(fake):
+    w = fake(0.4)
+    v = w.run(case(note=STUCK, spin=60))
+    assert not v["ok"] and v["cause"] == "hang"
+    assert "stuck within one instant" in v["detail"] and STUCK in v["detail"]
+
+
+def test_the_campaign_counts_a_slow_program_and_passes(fake, monkeypatch, tmp_path, capsys):
+    import fuzz
+    slow = case(note=NOTE, spin=60, program="fn main() { }")
+    monkeypatch.setattr(fuzz.fuzzgen, "random_case", lambda seed, gen, target: dict(slow, seed=seed))
+    monkeypatch.setattr(fuzz.fuzzrun, "Worker", lambda timeout, **kw: fake(timeout, **kw))
+    out = tmp_path / "out"
+    assert fuzz.main(["--cases", "1", "--jobs", "1", "--timeout", "3", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "case 1:0 (run, 1:0): a slow program, not a failure: " + NOTE in text
+    assert "passed: 0; slow programs: 1; failures: 0" in text
+    assert "slow programs (serq run's own note: too slow to finish; not failures): 1" in text
+    listed = (out / "slow.txt").read_text()
+    assert listed.startswith("case 1:0 (run, 1:0") and NOTE in listed and "fn main() { }" in listed

@@ -7,6 +7,8 @@ runs every class (fuzzgen.FULL) for as long as asked."""
 from __future__ import annotations
 
 import json
+import os
+import re
 import time
 
 import pytest
@@ -60,19 +62,57 @@ SLOW = {"target": "run", "seed": "examples/single-turn/mg1.sq", "files": {},
 
 
 def test_a_case_over_its_budget_is_a_failure_named_hang_and_returns_within_the_budget():
-    w = fuzzrun.Worker(timeout=1.0)
+    # serQ's watch looks after 0.3 s of CPU: this run would finish at its pace, so it says nothing
+    w = fuzzrun.Worker(timeout=1.0, slow_after=0.3)
     try:
         t0 = time.monotonic()
         v = w.run(SLOW)
         assert time.monotonic() - t0 < 10  # the budget, and at most 5 s waiting for the stacks
-        # where it was comes from its stacks: a serQ frame of the working thread when one is there
-        assert not v["ok"] and (v["cause"] == "hang" or v["cause"].startswith("hang@serq/")), v["cause"]
+        # where it was comes from its stacks: a serQ frame of the working thread (the simulation's,
+        # not `serq run`'s watch waiting between its looks)
+        assert not v["ok"] and v["cause"].startswith("hang@serq/interp/"), v["cause"]
         assert "over the budget of 1 s" in v["detail"] and "Thread 0x" in v["detail"]
+        assert "no slow-run note from serQ" in v["detail"]
+        # each frame's line is a line of its file (stacks read as they changed gave 2122677472)
+        for path, line in re.findall(r'File "([^"]+)", line (\d+) in ', v["detail"]):
+            if not os.path.isfile(path):  # code compiled from text (a program's queueing path)
+                continue
+            with open(path, encoding="utf-8") as fh:
+                assert 0 < int(line) <= len(fh.readlines()), (path, line)
         # the worker is replaced: the next case runs
         w.timeout = BUDGET
         ok = w.run({"target": "check", "seed": "-", "program": "fn main() { stage s : fifo; }",
                     "files": {}, "argv": []})
         assert ok["ok"] and ok["exits"] == [1], ok  # L232: no workload
+    finally:
+        w.close()
+
+
+# gaps of about 1e-300 s (fuzzgen's tiny values): the clock cannot reach a horizon of 25 in any time
+ENDLESS = {"target": "run", "seed": "-", "files": {}, "argv": ["--horizon", "25"], "program": """
+fn main() {
+  stage svc : fifo;
+  workload {
+    arrive renewal(~erlang(2, 1e-300));
+    turn { Cost work = cost(svc, ~exp(1)); }
+  }
+  server { run svc (work); }
+}"""}
+
+
+def test_a_program_serq_says_is_too_slow_to_finish_is_a_slow_program_not_a_hang():
+    """serQ's own slow-run note, said from the worker while the run goes on, stops the case: a slow
+    program (its values make it endless), not a failure. The watch looks after 0.3 s of CPU here."""
+    w = fuzzrun.Worker(timeout=20.0, slow_after=0.3)
+    try:
+        t0 = time.monotonic()
+        v = fuzzrun.run_retrying(w, ENDLESS)
+        assert time.monotonic() - t0 < 10, "stopped at the note, not at the budget"
+        assert v["ok"] and v["slow"].startswith("serq: note: the run is progressing too slowly to finish"), v
+        assert "the rest takes about" in v["slow"] and "retried" not in v
+        assert fuzzrun.slow_program(v["slow"])
+        assert not fuzzrun.slow_program(v["slow"].replace(re.search(r"\(([\d,]+) events", v["slow"]).group(1),
+                                                          "0", 1))  # no event at all: stuck, a hang
     finally:
         w.close()
 

@@ -173,6 +173,18 @@ def test_plot_a_report(capsys, dumped, tmp_path):
     texts = _texts(root)
     for want in ("p99 ", "pool kv", "stage vllm", "% of the pool's cap", "not a full CDF"):
         assert any(want in t for t in texts), want
+    # each stage's figure as the text report counts it: the engine's completed are runs; the tool's
+    # think time (a delay) is the time a job is present, not a load, so it is no bar of utilisation
+    rep = json.loads((dumped / "r.json").read_text())
+    assert rep["stages"]["tool"]["kind"] == "delay"
+    assert any(re.fullmatch(r"[\d.]+%  \([\d,]+ runs completed\)", t) for t in texts), texts
+    assert "stage tool" not in texts
+    at = texts.index("stages: utilisation")  # the title, a line a text
+    title = " ".join(texts[at:at + 3])
+    tool = 100 * rep["stages"]["tool"]["utilisation"]
+    assert title == ("stages: utilisation delay, a think time, not a server's load (not drawn): "
+                                       f"tool, a job present {tool:.1f}% of the time "
+                                       f"({rep['stages']['tool']['completed']:,} jobs)"), title
     # the default output: beside the input, the input's name with .png
     rc, _, err = cli(capsys, "plot", str(dumped / "r.json"))
     assert rc == 0 and (dumped / "r.png").is_file()
@@ -376,7 +388,7 @@ def test_a_sweep_without_tokens_plots_its_response(capsys, tmp_path):
 # ------------------------------------------------------------------ series once, units, words
 
 UNITS = {"seconds", "samples", "requests", "KV tokens", "jobs", "sessions", "holds", "cache entries",
-         "fraction of the time busy", "0 or 1", "0 or 1 (its mean: a fraction)", "fraction of samples ≤ x", "runs",
+         "fraction of the time busy", "fraction of the time a job is present", "0 or 1", "0 or 1 (its mean: a fraction)", "fraction of samples ≤ x", "runs",
          "requests per second", "tokens per second", "tokens"}
 COLUMN = re.compile(r"\b(client|pools|stages|sessions|gauges|observe)\.[\w\[\]]+\.\w+")
 
@@ -457,6 +469,10 @@ def test_names_and_units_of_every_statistic_of_a_report(dumped):
     assert plot._describe("client.ttft.p99", units) == ("time to first token, p99", "seconds")
     assert plot._describe("pools.kv.mean_used", units) == ("pool kv: mean used (time average)", "KV tokens")
     assert plot._describe("stages.vllm.utilisation", units) == ("stage vllm: utilisation", "fraction of the time busy")
+    assert plot._describe("stages.vllm.completed", units) == ("stage vllm: runs completed", "runs")
+    assert plot._describe("stages.tool.utilisation", units) == ("stage tool: a job present (a delay: not a server's load)",
+                                                                "fraction of the time a job is present")
+    assert plot._describe("stages.tool.completed", units) == ("stage tool: jobs completed", "jobs")
     assert plot._describe("observe.hit.mean", units) == ("observed hit, mean", "0 or 1 (its mean: a fraction)")
     assert plot._describe("observe.prefill_tokens.p99", units) == ("observed prefill_tokens, p99", "tokens")
 

@@ -92,7 +92,8 @@ def test_an_unexpected_disagreement_fails_the_check(tmp_path):
         lines = r.stdout.strip().splitlines()
         assert lines[0].startswith("01_self_preemption: request A: first_token_step vLLM ")
         assert "expected" not in lines[1]
-        assert lines[-1] == "1/3 scenarios agree; 1 expected (docs/vllm.md)" and r.returncode == 1, r.stdout
+        # the total counts the unexpected one too
+        assert lines[-1] == "1/3 scenarios agree; 1 expected (docs/vllm.md); 1 unexpected" and r.returncode == 1, r.stdout
 
 
 def test_an_expected_disagreement_that_agrees_or_changes_fails_the_check(tmp_path):
@@ -117,7 +118,7 @@ def test_an_expected_disagreement_that_agrees_or_changes_fails_the_check(tmp_pat
     lines = r.stdout.strip().splitlines()
     assert lines[0] == "10_preempt_only_step_stall: request A: last_token_step vLLM 43, serQ None"
     assert lines[1].startswith("  NOT the expected difference (request A: last_token_step vLLM 44, serQ None")
-    assert lines[-1] == "0/1 scenarios agree" and r.returncode == 1
+    assert lines[-1] == "0/1 scenarios agree; 1 unexpected" and r.returncode == 1
 
 
 def test_the_per_session_cache_misses_another_sessions_prompt():

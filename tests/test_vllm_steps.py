@@ -134,7 +134,7 @@ def test_check_steps_prints_the_first_differing_step_with_both_sides(tmp_path):
     assert lines[5:8] == ["01_tampered: step 10:",
                           "  vLLM scheduled {A: 1, B: 1}, preempted [C], finished [], free blocks 4",
                           "  serQ scheduled {A: 1, B: 1}, preempted [C], finished [], free blocks 3"]
-    assert lines[-1] == "1/3 scenarios agree step for step; 1 expected (docs/vllm.md)" and r.returncode == 1
+    assert lines[-1] == "1/3 scenarios agree step for step; 1 expected (docs/vllm.md); 1 unexpected" and r.returncode == 1
     r = subprocess.run([sys.executable, TOOL, "check", "--steps", "--ref", *picks], capture_output=True, text=True)
     assert r.stdout.strip().splitlines()[-1] == "1/2 scenarios agree step for step; 1 expected (docs/vllm.md)"
     assert r.returncode == 0

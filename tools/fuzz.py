@@ -9,7 +9,10 @@ time (wall time only where /proc is not, and at most 6 times the budget of wall 
 so a case that is merely slow on a loaded machine is not charged for waiting for a core; and a
 case over its budget is run again, alone (no other case running) with --retry-factor times the
 budget, and is a hang only if it is over that too. A retry that clears a case is printed, and
-counted in the figures. Failures are grouped by cause
+counted in the figures. A case that `serq run` itself says is too slow to finish (its slow-run
+note: a program whose own values, a gap or a chunk cap of 1e-300, make it endless) is stopped
+there and is a slow program, not a failure: printed, counted, and listed in OUT/slow.txt with its
+note and program (tests/fuzzrun.py says how it is told from a hang). Failures are grouped by cause
 (the exception's type and the innermost serQ function, or "hang@" the function it was stuck in);
 each cause's smallest case, shrunk further by deleting lines while the cause stays, is written to
 OUT/NN-CAUSE/ (case.sq and the trace beside it, mutated.json for an IR case, command.txt,
@@ -125,12 +128,17 @@ def main(argv=None) -> int:
     gen = fuzzgen.FULL if args.profile == "full" else fuzzgen.SUITE
     gen = dataclasses.replace(gen, **{s: True for s in args.on})
 
+    # serQ's watch looks after 10 s of CPU; sooner where the retry's budget would not reach it
+    from serq.cli import SLOW_AFTER
+    slow_after = min(SLOW_AFTER, args.timeout * args.retry_factor / 2)
     workers: queue.Queue = queue.Queue()
     for _ in range(args.jobs):
-        workers.put(fuzzrun.Worker(args.timeout))
+        workers.put(fuzzrun.Worker(args.timeout, slow_after=slow_after))
     causes: dict[str, list] = {}  # cause -> [count, smallest case, its verdict]
     lock = threading.Lock()
-    figures = {"tried": 0, "ok": 0, "seconds": 0.0, "by_target": {}, "ended": {}, "retried": 0, "cleared": 0}
+    figures = {"tried": 0, "ok": 0, "seconds": 0.0, "by_target": {}, "ended": {}, "retried": 0, "cleared": 0,
+               "retried_slow": 0}
+    slow: list = []  # (case number, case, serQ's note) of the slow programs
     gate = fuzzrun.Gate()  # cases run side by side; a suspected hang's retry runs alone
     t0 = time.monotonic()
 
@@ -144,14 +152,19 @@ def main(argv=None) -> int:
         with lock:
             if "retried" in v:
                 figures["retried"] += 1
-                cleared = v["ok"] or not v["cause"].startswith("hang")
-                figures["cleared"] += cleared
+                slow_found = bool(v.get("slow"))  # by serQ's note, in the retry: counted with the slow programs
+                figures["cleared"] += (v["ok"] and not slow_found) or (not v["ok"] and not v["cause"].startswith("hang"))
+                figures["retried_slow"] += slow_found
                 print(f"[{time.monotonic() - t0:7.0f} s] case {args.seed}:{i} ({case['target']}, {case['seed']}): "
                       f"{v['retried']}", flush=True)
             figures["tried"] += 1
             figures["seconds"] += v.get("seconds", 0.0)
             figures["by_target"][case["target"]] = figures["by_target"].get(case["target"], 0) + 1
-            if v["ok"]:
+            if v.get("slow"):
+                slow.append((i, case, v["slow"]))
+                print(f"[{time.monotonic() - t0:7.0f} s] case {args.seed}:{i} ({case['target']}, {case['seed']}): "
+                      f"a slow program, not a failure: {v['slow']}", flush=True)
+            elif v["ok"]:
                 figures["ok"] += 1
                 last = {0: "a report or ok", 1: "a diagnostic", 2: "a usage error"}[v["exits"][-1]]
                 key = f"{case['target']} ended in {last}"
@@ -178,12 +191,21 @@ def main(argv=None) -> int:
     lines.append(f"programs tried: {figures['tried']} ({', '.join(f'{k} {v}' for k, v in sorted(figures['by_target'].items()))}),"
                  f" {time.monotonic() - t0:.0f} s, profile {args.profile}{''.join(' +' + s for s in args.on)},"
                  f" seed {args.seed}, timeout {args.timeout:g} s of CPU a case")
-    lines.append(f"passed: {figures['ok']}; failures: {fails} "
+    lines.append(f"passed: {figures['ok']}; slow programs: {len(slow)}; failures: {fails} "
                  f"(tracebacks and broken output {fails - hangs}, hangs {hangs}); distinct causes: {len(causes)}")
     lines.append("  " + "; ".join(f"{k}: {v}" for k, v in sorted(figures["ended"].items())))
     if figures["retried"]:
         lines.append(f"  suspected hangs retried alone with {args.retry_factor:g} times the budget: "
-                     f"{figures['retried']}; cleared by the retry (slow, not hung): {figures['cleared']}")
+                     f"{figures['retried']}; cleared by the retry (slow, not hung): {figures['cleared']}"
+                     + (f"; slow programs by serQ's note: {figures['retried_slow']}" if figures["retried_slow"] else ""))
+    if slow:
+        lines.append(f"  slow programs (serq run's own note: too slow to finish; not failures): {len(slow)}"
+                     f"  ->  {os.path.relpath(os.path.join(args.out, 'slow.txt'))}")
+        with open(os.path.join(args.out, "slow.txt"), "w", encoding="utf-8") as fh:
+            for i, case, note in sorted(slow, key=lambda s: s[0]):
+                fh.write(f"case {args.seed}:{i} ({case['target']}, {case['seed']}, changes {case.get('changes')}, "
+                         f"ir {case.get('ir')})\n$ {fuzzrun.command(case)}\n{note}\n--- case.sq\n"
+                         f"{case['program'].rstrip()}\n\n")
     for n, (cause, (count, case, verdict)) in enumerate(sorted(causes.items(), key=lambda kv: -kv[1][0]), 1):
         small, v2 = shrink(w, case, cause, args.shrink)
         d = write(args.out, n, cause, small, v2 or verdict, count)

@@ -5,7 +5,9 @@
 Each FILE is a result file (tools/oracle/results/*.json, or any of that format): a scenario's
 config and requests, and what vLLM did. Each scenario runs through examples/oracle/vllm_shared.sq
 (each request a session's turn of a trace written beside a copy of the program); the tool prints,
-per scenario, `agree` or the first request and field that differ, then `K/N scenarios agree`.
+per scenario, `agree` or the first request and field that differ, then `K/N scenarios agree` and
+how many of the others differ as expected, differ unexpectedly (or could not run) and, with
+--steps, have no steps recorded.
 
 With `--ref` the scenarios run through the reference kernel (serq/ref/, docs/lean.md) instead
 of the interpreter, with the same output: through vllm_shared.sq when the kernel's fragment takes
@@ -544,7 +546,7 @@ def step_diff_key(diff) -> tuple:
 def check(paths: list[str], ref: bool = False, steps: bool = False, per_session: bool = False) -> int:
     """Print each scenario's verdict and the total; 0 when every scenario agrees or differs exactly
     as EXPECTED says, else 1."""
-    agree = nexpected = 0
+    agree = nexpected = unexpected = unstepped = 0  # unexpected: a difference EXPECTED does not name, or an error
     stale: list = []
     shared = not per_session
     where = side(ref, shared)
@@ -558,10 +560,12 @@ def check(paths: list[str], ref: bool = False, steps: bool = False, per_session:
             if steps:
                 want = vllm_steps(result, p)
                 if want is None:
+                    unstepped += 1
                     print(f"{name}: no steps recorded (no `trace`, no steps/{name}.json beside results/)")
                     continue
             got, have = run_steps(result, p, ref, steps, shared, len(want) if want else 0)
         except Exception as exc:  # a scenario the program cannot run is a disagreement, said plainly
+            unexpected += 1
             print(f"{name}: error: {exc}")
             continue
         sdiff = compare_steps(want, have) if steps else None
@@ -588,6 +592,7 @@ def check(paths: list[str], ref: bool = False, steps: bool = False, per_session:
             nexpected += 1
             print(f"{text}\n  expected (docs/vllm.md, *Known divergences*): {exp[1]}")
             continue
+        unexpected += 1
         if exp is not None:
             print(f"{text}\n  NOT the expected difference ({describe(exp[0])}: EXPECTED in tools/vllm_oracle.py, "
                   "docs/vllm.md)")
@@ -595,7 +600,9 @@ def check(paths: list[str], ref: bool = False, steps: bool = False, per_session:
         print(text)
     total = (f"{agree}/{len(paths)} scenarios agree" + (" step for step" if steps else "")
              + (f"; {nexpected} expected (docs/vllm.md)" if nexpected else "")
-             + (f"; {len(stale)} expected to differ but agree" if stale else ""))
+             + (f"; {unexpected} unexpected" if unexpected else "")
+             + (f"; {len(stale)} expected to differ but agree" if stale else "")
+             + (f"; {unstepped} without steps" if unstepped else ""))
     print(total)
     return 0 if agree + nexpected == len(paths) else 1
 

@@ -118,11 +118,10 @@ def stage_lines(s: I.Stage) -> list[str]:
     k = s.kind
     if isinstance(k, I.Fifo):
         what = f"fifo, {valued(k.servers)} server" + ("" if expr(k.servers) == "1" else "s")
+    elif I.is_delay(k):  # `stage S : delay;`, linked to ps(present): the report's `delay` too
+        what = "delay, each job its own time (no wait)"
     elif isinstance(k, I.Ps):
-        what = ("ps, each job at rate 1 (no wait)" if isinstance(k.phi, I.Ctx) and k.phi.name == "present"
-                else f"ps, rate {valued(k.phi)} shared")
-    elif isinstance(k, I.Delay):
-        what = "delay (no wait)"
+        what = f"ps, rate {valued(k.phi)} shared"
     else:
         return engine_lines(s)
     lines = [s.name, what]

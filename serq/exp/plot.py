@@ -278,6 +278,7 @@ class Units:
         self.pools: dict[str, str] = {}
         self.gauges: dict[str, tuple[str | None, str]] = {}
         self.observes: dict[str, str | None] = {}
+        self.stages: dict[str, str] = {}  # a stage's kind, as the report names it: "engine", "delay", ...
         prog = None
         if program:
             try:
@@ -293,6 +294,9 @@ class Units:
         for p in prog.pools:
             self.pools[p.name] = "KV tokens" if p.memory is not None else "requests" if p.admit_via else \
                 f"units of pool {p.name}"
+        for st in prog.stages:
+            self.stages[st.name] = "engine" if isinstance(st.kind, I.Step) else "delay" if I.is_delay(st.kind) \
+                else st.kind.k
         with reading(Source(prog)):
             for g in prog.gauges:
                 self.gauges[g.name] = (self._unit(g.e, I), src(g.e))
@@ -354,8 +358,14 @@ def _describe(stat: str, units: Units) -> tuple[str, str]:
         words, unit = POOL_WORDS.get(last, (last.replace("_", " "), None))
         return f"pool {mid}: {words}", unit or units.pool(mid)
     if head == "stages" and len(parts) >= 3:
+        kind = units.stages.get(_member(mid)[0])
         if last == "utilisation":
+            if kind == "delay":  # as the text report counts it: the time a job is present, not a load
+                return (f"stage {mid}: a job present (a delay: not a server's load)",
+                        "fraction of the time a job is present")
             return f"stage {mid}: utilisation", "fraction of the time busy"
+        if last == "completed" and kind == "engine":  # a turn's prefill and its decode are one each
+            return f"stage {mid}: runs completed", "runs"
         return f"stage {mid}: {'jobs completed' if last == 'completed' else last.replace('_', ' ')}", "jobs"
     if head == "sessions" and len(parts) == 2:
         return "sessions " + last.replace("_", " ").replace("at end", "at the end"), "sessions"
@@ -466,14 +476,29 @@ def _percent_axes(ax, y, labels, xlabel):
 
 
 def _stage_bars(ax, stages: dict):
-    names = list(stages)
+    """The stages' utilisation, each counted as the text report says (`kind`, serq/interp/report.py
+    COUNTS): a delay's figure is the time a job is present (a think or tool time), not a server's
+    load, so a delay is left out of the bars and named under the title with what it counts."""
+    names = [n for n in stages if stages[n].get("kind") != "delay"]
+    delays = [n for n in stages if stages[n].get("kind") == "delay"]
     util = [100 * (stages[n]["utilisation"] or 0) for n in names]
     y = list(range(len(names)))
     ax.barh(y, util, height=0.5, color="C2")
     for v, n, u in zip(y, names, util):
-        ax.text(u + 1, v, f"{u:.1f}%  ({stages[n]['completed']:,} completed)", va="center", fontsize=8)
+        what = "runs" if stages[n].get("kind") == "engine" else "jobs"  # an engine's: a prefill, a decode
+        ax.text(u + 1, v, f"{u:.1f}%  ({stages[n]['completed']:,} {what} completed)", va="center", fontsize=8)
     _percent_axes(ax, y, [f"stage {n}" for n in names], "% of the time busy, after the warm-up")
-    ax.set_title("stages: utilisation")
+    title = "stages: utilisation"
+    if delays:
+        said = "; ".join(f"{n}, a job present {100 * (stages[n]['utilisation'] or 0):.1f}% of the time "
+                         f"({stages[n]['completed']:,} jobs)" for n in delays)
+        title += "\n" + "\n".join(textwrap.wrap(f"{'delays' if len(delays) > 1 else 'delay'}, a think time, "
+                                                 f"not a server's load (not drawn): {said}", 72))
+    ax.set_ylim(max(len(names), 2) - 0.5, -0.5)  # one bar keeps a bar's height
+    if not names:
+        ax.text(0.5, 0.5, "no stage but delays", transform=ax.transAxes, ha="center", va="center",
+                fontsize=8.5, color="0.4")
+    ax.set_title(title)
 
 
 # ------------------------------------------------------------------ a dump

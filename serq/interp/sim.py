@@ -132,7 +132,7 @@ class Sim(Iterations):
                 elif k.k == "fifo":
                     st = Fifo(self, p.name, idx, const_value(k.servers))
                 else:
-                    delay = k.phi.k == "ctx" and k.phi.name == "present"
+                    delay = I.is_delay(k)
                     phi_c = const_value(k.phi)
                     st = PS(self, p.name, idx, None if delay else self.compiler.expr(k.phi), phi_c)
                 st.at = p.at

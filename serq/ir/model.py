@@ -363,6 +363,16 @@ class Delay(Node):
     k: Literal["delay"] = "delay"
 
 
+def is_delay(kind) -> bool:
+    """Whether a stage's kind is a delay: `stage S : delay;` links to `ps(present)`, each job served
+    at rate 1 on its own (no wait), and the simulator runs it, the report names it (`kind`
+    "delay") and `serq draw` draws it as one."""
+    if isinstance(kind, Delay):
+        return True
+    phi = getattr(kind, "phi", None) if getattr(kind, "k", None) == "ps" else None
+    return getattr(phi, "k", None) == "ctx" and getattr(phi, "name", None) == "present"
+
+
 class By(Node):
     """Serve the running requests in ascending keys, ties in admission order (`By([])` is admission)."""
     k: Literal["by"] = "by"
