@@ -30,7 +30,7 @@ def invariant_claims(c: Case) -> str:
     """Claims the lemmas imply, over the case's caps."""
     cap = c.blocks * (c.bs if c.bs else 1)
     return f"""  claim inv_budget: every iteration of llm (tokens <= {c.budget} && prefilled <= tokens);
-  claim inv_slots: every iteration of llm (holders(reqs) <= {c.seqs} && residents <= {c.seqs});
+  claim inv_slots: every iteration of llm (holders(reqs) <= {c.seqs} && residents <= {c.seqs} && holders(kv) <= {c.seqs});
   claim inv_memory: every iteration of llm (used(kv) <= {cap} && free(kv) + used(kv) == {cap});
   claim inv_none: some iteration of llm (tokens > {c.budget} || used(kv) > {cap});
   claim inv_read: every iteration of llm (decoders <= residents && kv_decode + kv_prefill <= {cap});
