@@ -261,13 +261,16 @@ def test_the_verdicts_agree_with_enumeration():
   claim never: some iteration of vllm (queue(vllm) > 2);
   claim tight: every iteration of vllm (used(kv) <= 8);
   claim pair: some iteration of vllm (residents == 2);
-  claim seven: every iteration of vllm (tokens <= 7);"""), "enum.sq")
+  claim seven: every iteration of vllm (tokens <= 7);
+  claim kv_slots: every iteration of vllm (holders(kv) <= 2);
+  claim kv_one: every iteration of vllm (holders(kv) <= 1);"""), "enum.sq")
     res = verify(prog, sessions=2, values=3, timeout=60)
     want = expected(res.prog, 2, 3, 2)
     assert {k: v.verdict for k, v in res.claims.items()} == want
     assert want == {"budget": "proved", "slots": "proved", "memory": "proved", "never": "no_witness",
-                    "tight": "counterexample", "pair": "witnessed", "seven": "counterexample"}
-    assert {k for k, v in res.claims.items() if v.by == "induction"} == {"budget", "slots", "memory", "never"}
+                    "tight": "counterexample", "pair": "witnessed", "seven": "counterexample",
+                    "kv_slots": "proved", "kv_one": "counterexample"}
+    assert {k for k, v in res.claims.items() if v.by == "induction"} == {"budget", "slots", "memory", "never", "kv_slots"}
 
 
 def test_positions_within_the_use_is_no_lemma_on_a_content_pool():
