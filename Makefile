@@ -18,6 +18,9 @@ FUZZ_OUT     ?= fuzz-out
 FUZZ_ARGS    ?=
 # and the interpreter against the reference kernel on DIFF_CASES generated fragment programs (docs/lean.md)
 DIFF_CASES   ?= 5000
+# and the verifier's induction on STEP_CASES generated programs: every move of the kernel an encoded
+# move, the lemmas held at every iteration and proved (docs/verify.md, *The step as a formula*)
+STEP_CASES   ?= 300
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,7 +71,11 @@ fuzz: $(STAMP)
 	$(BIN)/python tools/fuzz.py --cases $(FUZZ_CASES) --jobs $(FUZZ_JOBS) --timeout $(FUZZ_TIMEOUT) \
 		--seed $(FUZZ_SEED) --out $(FUZZ_OUT) $(FUZZ_ARGS); a=$$?; \
 	SERQ_FUZZ_CASES=$(DIFF_CASES) SERQ_FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest -q tests/test_ref_differential.py; \
-	b=$$?; test $$a = 0 -a $$b = 0
+	b=$$?; \
+	SERQ_FUZZ_CASES=$(STEP_CASES) SERQ_FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest -q \
+		tests/test_verify_step.py::test_every_move_of_the_kernel_is_an_encoded_move \
+		tests/test_verify_invariant.py::test_the_lemmas_hold_at_every_iteration_and_imply_the_invariant_claims; \
+	c=$$?; test $$a = 0 -a $$b = 0 -a $$c = 0
 
 schema: $(STAMP)
 	$(BIN)/python -m serq.ir.schema > docs/reference/ir.schema.json
