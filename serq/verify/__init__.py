@@ -555,11 +555,14 @@ INDUCT_SHARE = 0.7  # of the timeout, the most the proof over every state may ta
 
 class _Sampled(dict):
     """A sampled workload's inputs, drawn as the kernel asks for them: a draw 0, 1 or 2, M, or any
-    value 0..M; an arrival 0 after the one before (together), a whole gap, or one in quarters, 0..G."""
+    value 0..M; an arrival 0 after the one before (together), a whole gap, or one in quarters, 0..G.
+    One workload in four draws every value 0 or 1: a draw a program reads as a flag (`while (more)`
+    of `~bernoulli(p)`) is then one, where a 2 stops the kernel (R006) and the workload says nothing."""
 
     def __init__(self, rng: random.Random, values: int, gap: int):
         super().__init__()
         self.rng, self.values, self.gap = rng, values, gap
+        self.flags = rng.random() < 0.25
 
     def get(self, name, default=None):
         if name in self:
@@ -571,6 +574,8 @@ class _Sampled(dict):
             pick = r.random()
             gap = 0 if pick < 0.3 else r.randint(0, self.gap) if pick < 0.6 else Fraction(r.randint(0, 4 * self.gap), 4)
             v = before + gap
+        elif self.flags:
+            v = r.randint(0, min(1, self.values))
         else:
             pick = r.random()
             v = r.randint(0, min(2, self.values)) if pick < 0.3 else self.values if pick < 0.45 else \
