@@ -557,12 +557,14 @@ class _Sampled(dict):
     """A sampled workload's inputs, drawn as the kernel asks for them: a draw 0, 1 or 2, M, or any
     value 0..M; an arrival 0 after the one before (together), a whole gap, or one in quarters, 0..G.
     One workload in four draws every value 0 or 1: a draw a program reads as a flag (`while (more)`
-    of `~bernoulli(p)`) is then one, where a 2 stops the kernel (R006) and the workload says nothing."""
+    of `~bernoulli(p)`) is then one, where a 2 stops the kernel (R006) and the workload says nothing;
+    one in four has every session arrive with the first (a burst: the load a scheduler meets worst)."""
 
     def __init__(self, rng: random.Random, values: int, gap: int):
         super().__init__()
         self.rng, self.values, self.gap = rng, values, gap
         self.flags = rng.random() < 0.25
+        self.burst = rng.random() < 0.25   # and one in four has every session arrive together
 
     def get(self, name, default=None):
         if name in self:
@@ -572,7 +574,8 @@ class _Sampled(dict):
             k = int(name[1:])
             before = self.get(f"a{k - 1}") if k else 0
             pick = r.random()
-            gap = 0 if pick < 0.3 else r.randint(0, self.gap) if pick < 0.6 else Fraction(r.randint(0, 4 * self.gap), 4)
+            gap = 0 if pick < 0.3 or (self.burst and k) else r.randint(0, self.gap) if pick < 0.6 else \
+                Fraction(r.randint(0, 4 * self.gap), 4)
             v = before + gap
         elif self.flags:
             v = r.randint(0, min(1, self.values))
