@@ -129,7 +129,8 @@ def test_a_turn_without_a_prefill_has_no_gap_before_its_first_token(ff):
     assert rep["client"]["ttft"]["max"] == 1.0 and rep["end"] == 4.0
     assert rep["throughput"]["input_tokens_per_s"] == 0.0 and rep["throughput"]["output_tokens_per_s"] == 2.0
     rows = list(sim.requests.rows())
-    assert [r[8:10] for r in rows] == [(0.0, 4.0)] * 2  # ran on an engine: 0 prompt tokens, not empty
+    assert [r[9:11] for r in rows] == [(0.0, 4.0)] * 2  # ran on an engine: 0 prompt tokens, not empty
+    assert [r[7] for r in rows] == [1.0] * 2  # each turn's longest gap
 
 
 # kv 3 blocks of 16; the first request (prompt 16, output 20) grows to its third block at 17 and
@@ -144,16 +145,17 @@ PREEMPT = TINY.replace("kv cap 4096", "kv cap 48").replace("execute (1 + batch.t
 def test_itl_across_a_preemption(ff):
     sim, rep = _sim(PREEMPT, ff=ff)
     rows = list(sim.requests.rows())
-    assert rep["pools"]["kv"]["preempted"] == 2 and [r[10] for r in rows] == [0, 2]
+    assert rep["pools"]["kv"]["preempted"] == 2 and [r[11] for r in rows] == [0, 2]
     itl = list(sim.c_itl.v)
     # every token after a turn's first leaves a gap (the first is its prefill's, at 1: none
     # superseded), and the gaps of a turn add up to its last token (its answer) less its first
-    assert len(itl) == sum(r[9] - 1 for r in rows) == 19 + 27
+    assert len(itl) == sum(r[10] - 1 for r in rows) == 19 + 27
     assert math.fsum(itl) == math.fsum(r[4] - r[3] for r in rows) == 19 + 31
     # the second request's decode at 9 then its prefill again at 11; its decode at 17, prefill at 21
     assert sorted(itl)[-2:] == [2.0, 4.0]
+    assert rows[1][7] == 4.0 and rows[0][7] < 2.0  # itl_max: each turn's longest
     # its prompt counted once: the prefills run again after its preemptions are its recomputation
-    assert [r[8] for r in rows] == [16.0, 8.0] and rep["throughput"]["input_tokens_per_s"] == 24 / rep["end"]
+    assert [r[9] for r in rows] == [16.0, 8.0] and rep["throughput"]["input_tokens_per_s"] == 24 / rep["end"]
 
 
 @pytest.mark.parametrize("slo, good", [
@@ -251,10 +253,10 @@ def test_requests_csv_of_a_run_worked_out_by_hand(capsys, tmp_path):
     rows = _read(tmp_path / "d" / "requests.csv")
     assert rows == [
         {"session": "1", "turn": "0", "start": "0.0", "first_token": "8.5", "end": "12.5", "ttft": "8.5",
-         "tpot": repr(TINY_TPOT[1]), "response": "12.5", "prompt_tokens": "20.0", "output_tokens": "4.0",
+         "tpot": repr(TINY_TPOT[1]), "itl_max": "1.375", "response": "12.5", "prompt_tokens": "20.0", "output_tokens": "4.0",
          "preemptions": "0", "cached_tokens": "0.0"},
         {"session": "2", "turn": "0", "start": "0.0", "first_token": "8.5", "end": "13.625", "ttft": "8.5",
-         "tpot": "1.28125", "response": "13.625", "prompt_tokens": "30.0", "output_tokens": "5.0",
+         "tpot": "1.28125", "itl_max": "1.375", "response": "13.625", "prompt_tokens": "30.0", "output_tokens": "5.0",
          "preemptions": "0", "cached_tokens": "0.0"}]
     itl = [float(r["value"]) for r in _read(tmp_path / "d" / "client_itl.csv")]
     assert itl == TINY_ITL[6:]  # the gaps at 12.5 and 13.625, after the warm-up
@@ -265,7 +267,7 @@ def test_requests_csv_against_the_report(capsys, tmp_path):
     report's response statistic (its mean, its every figure), its tokens the throughput's."""
     d = tmp_path / "d"
     rc, out, err = cli(capsys, "run", VLLM, "--json", "--horizon", "100", "--warmup", "30", "--dump", str(d),
-                       "--slo", "ttft<=0.02", "--slo", "tpot<=0.0045")
+                       "--slo", "ttft<=0.02", "--slo", "tpot<=0.0045", "--slo", "itl<=0.0062")
     assert rc == 0, err
     rep = json.loads(out)
     rows = _read(d / "requests.csv")
@@ -283,8 +285,11 @@ def test_requests_csv_against_the_report(capsys, tmp_path):
     output = sum(float(r["output_tokens"]) for r in rows)
     assert (prompt / span, output / span, (prompt + output) / span) == \
         (tp["input_tokens_per_s"], tp["output_tokens_per_s"], tp["total_tokens_per_s"])
-    good = sum(1 for r in rows if float(r["ttft"]) <= 0.02 and (r["tpot"] == "" or float(r["tpot"]) <= 0.0045))
+    good = sum(1 for r in rows if float(r["ttft"]) <= 0.02 and (r["tpot"] == "" or float(r["tpot"]) <= 0.0045)
+               and (r["itl_max"] == "" or float(r["itl_max"]) <= 0.0062))
     assert tp["goodput_per_s"] == good / span and 0 < good < len(rows)
+    assert any(r["itl_max"] != "" and float(r["itl_max"]) > 0.0062 and float(r["ttft"]) <= 0.02
+               and (r["tpot"] == "" or float(r["tpot"]) <= 0.0045) for r in rows)  # the itl objective decides some
     for r in rows:
         start, first, end = float(r["start"]), float(r["first_token"]), float(r["end"])
         assert float(r["ttft"]) == first - start and float(r["response"]) == end - start

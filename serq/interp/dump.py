@@ -89,22 +89,23 @@ class Requests:
     """requests.csv's rows: one per answered turn the report counts (after the warm-up), in the
     order they were answered, kept as columns that spill past SWITCH as a statistic's samples do.
     A flag per row says which of its optional cells it has."""
-    HEADER = ["session", "turn", "start", "first_token", "end", "ttft", "tpot", "response",
+    HEADER = ["session", "turn", "start", "first_token", "end", "ttft", "tpot", "itl_max", "response",
               "prompt_tokens", "output_tokens", "preemptions", "cached_tokens"]
-    FIRST, TPOT, ENGINE = 1, 2, 4
+    FIRST, TPOT, ENGINE, GAP = 1, 2, 4, 8
 
     def __init__(self):
-        self.cols = [Column(c) for c in "qqddddddqq"]  # session, turn, the six times, preemptions, flags
+        self.cols = [Column(c) for c in "qqdddddddqq"]  # session, turn, the seven times, preemptions, flags
         self.toks = [Column("d") for _ in range(3)]     # prompt, output, cached tokens
         self.cap = stats.SWITCH
 
     def add(self, sess, rec, now, tpot):
         flags = (self.FIRST if rec.first is not None else 0) | (self.TPOT if tpot is not None else 0) \
-            | (self.ENGINE if rec.prompt is not None else 0)
+            | (self.ENGINE if rec.prompt is not None else 0) | (self.GAP if rec.gap > 0 else 0)
         first = rec.first if rec.first is not None else 0.0
-        # the turn is answered: its session has moved to the next turn (Sim.turn_end)
+        # the turn is answered: its session has moved to the next turn (Sim.turn_end); its longest
+        # gap between output tokens is kept while requests are recorded (api._run: Sim.itl_max)
         row = (sess.serial, sess.turn_idx - 1, rec.start, first, now, first - rec.start,
-               tpot if tpot is not None else 0.0, now - rec.start, rec.preempted, flags)
+               tpot if tpot is not None else 0.0, rec.gap, now - rec.start, rec.preempted, flags)
         for c, x in zip(self.cols, row):
             c.buf.append(x)
         for c, x in zip(self.toks, (rec.prompt or 0.0, float(rec.ntok), rec.cached)):
@@ -116,10 +117,11 @@ class Requests:
 
     def rows(self):
         cols = zip(*(Spilled(c, 0) for c in self.cols + self.toks))
-        for sid, turn, start, first, end, ttft, tpot, resp, pre, flags, prompt, out, cached in cols:
+        for sid, turn, start, first, end, ttft, tpot, gap, resp, pre, flags, prompt, out, cached in cols:
             has_first, eng = flags & self.FIRST, flags & self.ENGINE
             yield (sid, turn, start, first if has_first else "", end, ttft if has_first else "",
-                   tpot if flags & self.TPOT else "", resp, prompt if eng else "", out if eng else "", pre, cached)
+                   tpot if flags & self.TPOT else "", gap if flags & self.GAP else "", resp,
+                   prompt if eng else "", out if eng else "", pre, cached)
 
 
 def _reader(sim, st):

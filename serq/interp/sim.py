@@ -87,7 +87,7 @@ class Sim(Iterations):
     def set_slo(self, slo: dict):
         """`serq run --slo`: {metric: the least limit given for it} (report.md, *Throughput, ITL and goodput*)."""
         self.slo = tuple(slo.get(m) for m in self.SLO)
-        self.itl_max = "itl" in slo
+        self.itl_max = self.itl_max or "itl" in slo
 
     # ------------------------------------------------------------ building
     def run_error(self, code, msg, at):
@@ -411,6 +411,8 @@ class Sim(Iterations):
         start = getattr(progress, "start", None)
         if start is not None:
             progress = start(self)
+        if self.requests is not None:   # requests.csv's itl_max: each turn's longest gap
+            self.itl_max = True
         # a run allocates many short-lived objects and few cycles: collect the young generation
         # less often (restored after the run)
         old = gc.get_threshold()
