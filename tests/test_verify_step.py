@@ -238,3 +238,18 @@ def test_covered_pools_by_nesting():
     alone = IR.HoldS((hp(0),), None, None, (run,))
     q = dataclasses.replace(q, server=(outer, alone))
     assert V.covered(q) == []
+
+
+def test_an_obligation_z3_cannot_decide_proves_nothing(monkeypatch):
+    """z3 giving up on a move's obligation is no proof: the lemmas are not used, and verify says
+    why (never a traceback)."""
+    def gives_up(hyps, goal):
+        raise S.Undecided("timeout")
+    monkeypatch.setattr(S, "_refute", gives_up)
+    p = _vllm()
+    checked = S.check(p)
+    assert checked.failed and all("could not decide" in why for _, why in checked.failed)
+    S._CHECKED.clear()
+    got = V.prove(p, 0, lambda: 60.0)
+    assert isinstance(got, str) and "does not keep" in got
+    S._CHECKED.clear()

@@ -344,6 +344,8 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
     chk = step.checked(p)
     if chk.failed:
         name, fact = chk.failed[0]
+        if fact.startswith("what z3 could not decide"):
+            return f"the encoded step does not keep the kernel's invariant as far as z3 decided ({name}: {fact})"
         return f"the encoded step does not keep the kernel's invariant ({name} breaks {fact}): a bug of serQ"
     lems = [lm for lm in lemmas(p) if chk.lemmas.get(lm.key, "not checked") is None]
     why = _implied(p, c.e, want, lems, left)
