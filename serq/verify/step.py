@@ -62,11 +62,11 @@ def shape(p: R.Program) -> Shape:
 
 
 def _names(sh: Shape) -> tuple:
-    return tuple(f"h{i}" for i in range(len(sh.pools))) + tuple(f"a{i}" for i in range(len(sh.pools))) + ("pos",) + SLOT
+    return tuple(_holds(sh)) + ("pos",) + SLOT
 
 
 def _rest_names(sh: Shape) -> tuple:
-    return tuple(f"h{i}" for i in range(len(sh.pools))) + tuple(f"a{i}" for i in range(len(sh.pools))) + REST
+    return tuple(_holds(sh)) + REST
 
 
 @dataclass
@@ -196,25 +196,24 @@ def invariant(sh: Shape, S: State) -> list:
 # ---------------------------------------------------------------- the moves
 
 
-def _same(x: dict, y: dict, names=None) -> list:
-    return [x[n] == y[n] for n in (names if names is not None else x)]
-
-
 def _tokens(sh: Shape, S: State):
     return total(sh, S, "tp") + total(sh, S, "td")
 
 
-def _local(sh: Shape, S: State, T: State, a: list, used: dict) -> list:
-    """A move of the actor alone: the bystanders unchanged, the phase too, each pool's use as given
-    (unchanged when not)."""
-    f = a + _same(S.O, T.O) + _same(S.R, T.R) + [S.G["phase"] == T.G["phase"]]
-    for i in range(len(sh.pools)):
-        f.append(used.get(i, T.G[f"used{i}"] == S.G[f"used{i}"]))
-    return f
+def _local(sh: Shape, S: State, T: State, a: list, own=()) -> list:
+    """A move of the actor alone: the bystanders unchanged, the phase too, and each pool's use but
+    those of `own`, which the move's own facts `a` relate."""
+    f = a + _unchanged(S.O, T.O) + _unchanged(S.R, T.R) + [S.G["phase"] == T.G["phase"]]
+    return f + [T.G[f"used{i}"] == S.G[f"used{i}"] for i in range(len(sh.pools)) if i not in own]
 
 
-def _unchanged(s: dict, t: dict, names) -> list:
-    return [s[n] == t[n] for n in names]
+def _unchanged(s: dict, t: dict, names=None) -> list:
+    return [s[n] == t[n] for n in (names if names is not None else s)]
+
+
+def _holds(sh: Shape) -> list:
+    """The fields of a session's holds: h{i} and a{i} for each pool."""
+    return [f"h{i}" for i in range(len(sh.pools))] + [f"a{i}" for i in range(len(sh.pools))]
 
 
 def mv_admit(sh: Shape, S: State, T: State) -> list:
@@ -222,7 +221,7 @@ def mv_admit(sh: Shape, S: State, T: State) -> list:
     having room first (exec.room_for: the use, what `reserve held` keeps, and the need within the
     cap); on the grown pool its position is the prefix it consumed, within its units."""
     A, B = S.A, T.A
-    f, used, took = [], {}, []
+    f, took = [], []
     for i, pool in enumerate(sh.pools):
         h, a, h2, a2 = A[f"h{i}"], A[f"a{i}"], B[f"h{i}"], B[f"a{i}"]
         take = z3.And(h == 0, h2 == 1)
@@ -234,14 +233,13 @@ def mv_admit(sh: Shape, S: State, T: State) -> list:
             grow = z3.And(u2 == u + a2, (u + a2 <= pool.cap) if pool.cap is not None else z3.BoolVal(True))
         # the units rounded up to the block: at least the least any hold on the pool takes
         f.append(z3.If(take, z3.And(a2 >= sh.least[i], grow), z3.And(h2 == h, a2 == a, u2 == u)))
-        used[i] = z3.BoolVal(True)
     f.append(z3.Or(*took))
     if sh.g is not None:
         f.append(z3.If(took[sh.g], z3.And(B["pos"] >= 0, B["pos"] <= B[f"a{sh.g}"]), B["pos"] == A["pos"]))
     else:
         f.append(B["pos"] == A["pos"])
     f += _unchanged(A, B, SLOT) + _nesting(sh, B)   # a hold takes its pools together, inside its outer ones
-    return _local(sh, S, T, f, used)
+    return _local(sh, S, T, f, range(len(sh.pools)))
 
 
 def mv_grow(sh: Shape, S: State, T: State, i: int) -> list:
@@ -257,20 +255,19 @@ def mv_grow(sh: Shape, S: State, T: State, i: int) -> list:
         f.append(u2 <= pool.cap if pool.content else u + d <= pool.cap)
     others = [n for n in _names(sh) if n not in (f"h{i}", f"a{i}")]
     f += _unchanged(A, B, others)
-    return _local(sh, S, T, f, {i: z3.BoolVal(True)})
+    return _local(sh, S, T, f, (i,))
 
 
 def _leave(sh: Shape, S: State, T: State, drop: bool) -> list:
     """Holds given back on any of the pools (exec.release: the use falls by the units, on a content
     pool by the blocks no other holder references), and with `drop` the request gone."""
     A, B = S.A, T.A
-    f, used = [], {}
+    f = []
     for i, pool in enumerate(sh.pools):
         h, a, h2, a2 = A[f"h{i}"], A[f"a{i}"], B[f"h{i}"], B[f"a{i}"]
         u, u2 = S.G[f"used{i}"], T.G[f"used{i}"]
         gone = z3.And(h == 1, h2 == 0, a2 == 0, (z3.And(u2 <= u, u2 >= 0)) if pool.content else u2 == u - a)
         f.append(z3.Or(gone, z3.And(h2 == h, a2 == a, u2 == u)))
-        used[i] = z3.BoolVal(True)
     if sh.g is not None:
         f.append(z3.If(B[f"h{sh.g}"] == 0, B["pos"] == 0, B["pos"] == A["pos"]))
     else:
@@ -280,7 +277,7 @@ def _leave(sh: Shape, S: State, T: State, drop: bool) -> list:
         f += [B[n] == 0 for n in SLOT]
     else:   # a hold's body ends with its runs done (its session ran on: it waits for no request)
         f += [A["req"] == 0] + _unchanged(A, B, SLOT)
-    return _local(sh, S, T, f, used)
+    return _local(sh, S, T, f, range(len(sh.pools)))
 
 
 def mv_release(sh: Shape, S: State, T: State) -> list:
@@ -296,7 +293,7 @@ def mv_drop(sh: Shape, S: State, T: State) -> list:
     """exec.drop_req: the request leaves the engine, its tokens the batch."""
     A, B = S.A, T.A
     f = [B[n] == 0 for n in SLOT] + _unchanged(A, B, [n for n in _names(sh) if n not in SLOT])
-    return _local(sh, S, T, f, {})
+    return _local(sh, S, T, f)
 
 
 def mv_run(sh: Shape, S: State, T: State) -> list:
@@ -312,7 +309,7 @@ def mv_run(sh: Shape, S: State, T: State) -> list:
     if sh.inside is not None:   # every run of the program stands inside a hold on that pool
         f.append(A[f"h{sh.inside}"] == 1)
     f += _unchanged(A, B, [n for n in _names(sh) if n not in SLOT])
-    return _local(sh, S, T, f, {})
+    return _local(sh, S, T, f)
 
 
 def mv_give(sh: Shape, S: State, T: State) -> list:
@@ -328,17 +325,20 @@ def mv_give(sh: Shape, S: State, T: State) -> list:
     if sh.g is not None:
         f.append(z3.Implies(z3.And(A["grw"] == 1, A[f"h{sh.g}"] == 1), A["pos"] + n <= A[f"a{sh.g}"]))
     f += _unchanged(A, B, [n_ for n_ in _names(sh) if n_ not in ("inb", "tp", "td")])
-    return _local(sh, S, T, f, {})
+    return _local(sh, S, T, f)
 
 
-def _every(sh: Shape, S: State, T: State, slot: Callable, rest: Callable, phase) -> list:
-    f = slot(S.A, T.A) + slot(S.O, T.O) + rest(S.R, T.R) + [phase(S.G["phase"], T.G["phase"])]
+def _every(sh: Shape, S: State, T: State, name: str, phase) -> list:
+    """A move of every session (GLOBAL[name]: each session's change and the sums'), the phase's as
+    given, each pool's use unchanged."""
+    slot, rest = GLOBAL[name]
+    f = slot(sh, S.A, T.A) + slot(sh, S.O, T.O) + rest(sh, S.R, T.R) + [phase(S.G["phase"], T.G["phase"])]
     f += [T.G[f"used{i}"] == S.G[f"used{i}"] for i in range(len(sh.pools))]
     return f
 
 
 def _keep_holds(sh: Shape, s: dict, t: dict) -> list:
-    return _unchanged(s, t, [f"h{i}" for i in range(len(sh.pools))] + [f"a{i}" for i in range(len(sh.pools))])
+    return _unchanged(s, t, _holds(sh))
 
 
 def _clear(s: dict, t: dict, names) -> list:
@@ -355,13 +355,13 @@ def rest_start(sh, r, r2):
 
 def mv_start(sh: Shape, S: State, T: State) -> list:
     """exec.start_iteration: a plan begins (the batch is empty: the last one ended)."""
-    return _every(sh, S, T, lambda s, t: slot_start(sh, s, t), lambda r, r2: rest_start(sh, r, r2),
+    return _every(sh, S, T, "start",
                   lambda ph, ph2: z3.And(ph == 0, ph2 == 1))
 
 
 def mv_read(sh: Shape, S: State, T: State) -> list:
     """The plan read and run (phase 2), or dropped when it scheduled no token (phase 0)."""
-    return _every(sh, S, T, lambda s, t: slot_start(sh, s, t), lambda r, r2: rest_start(sh, r, r2),
+    return _every(sh, S, T, "start",
                   lambda ph, ph2: z3.And(ph == 1, z3.Or(ph2 == 2, z3.And(ph2 == 0, _tokens(sh, S) == 0))))
 
 
@@ -370,13 +370,12 @@ def slot_replan(sh, s, t):
 
 
 def rest_replan(sh, r, r2):
-    return (_unchanged(r, r2, [f"h{i}" for i in range(len(sh.pools))] + [f"a{i}" for i in range(len(sh.pools))]
-                       + ["req", "dec", "res"]) + _clear(r, r2, ("inb", "tp", "td", "kvd", "kvp")))
+    return (_unchanged(r, r2, _holds(sh) + ["req", "dec", "res"]) + _clear(r, r2, ("inb", "tp", "td", "kvd", "kvp")))
 
 
 def mv_replan(sh: Shape, S: State, T: State) -> list:
     """exec.exclusive: a waiting prefill that fits displaces the decodes planned: the batch empties."""
-    return _every(sh, S, T, lambda s, t: slot_replan(sh, s, t), lambda r, r2: rest_replan(sh, r, r2),
+    return _every(sh, S, T, "replan",
                   lambda ph, ph2: z3.And(ph == 1, ph2 == 1))
 
 
@@ -396,21 +395,20 @@ def slot_end(sh, s, t):
 
 def rest_end(sh, r, r2):
     hs = sum((r[f"h{i}"] for i in sh.adm), z3.IntVal(0))
-    return (_unchanged(r, r2, [f"h{i}" for i in range(len(sh.pools))] + [f"a{i}" for i in range(len(sh.pools))])
-            + _clear(r, r2, ("inb", "tp", "td", "kvd", "kvp"))
+    return (_keep_holds(sh, r, r2) + _clear(r, r2, ("inb", "tp", "td", "kvd", "kvp"))
             + [r2["req"] >= r["req"] - r["inb"], r2["req"] <= r["req"], r2["dec"] >= 0, r2["dec"] <= r["dec"],
                r2["dec"] <= r2["req"], r2["res"] <= r["res"], r2["res"] >= r2["req"], r2["res"] <= r2["req"] + hs]
             + [r2["res"] >= r[f"h{i}"] for i in sh.adm])
 
 
 def mv_end(sh: Shape, S: State, T: State) -> list:
-    return _every(sh, S, T, lambda s, t: slot_end(sh, s, t), lambda r, r2: rest_end(sh, r, r2),
+    return _every(sh, S, T, "end",
                   lambda ph, ph2: z3.And(ph == 2, ph2 == 0))
 
 
 def mv_none(sh: Shape, S: State, T: State) -> list:
     """A move that changes nothing the lemmas read (a statement, a wake, a stage's job, a queue's)."""
-    return _local(sh, S, T, _unchanged(S.A, T.A, _names(sh)), {})
+    return _local(sh, S, T, _unchanged(S.A, T.A))
 
 
 MOVES = {"admit": mv_admit, "release": mv_release, "preempt": mv_preempt, "drop": mv_drop, "run": mv_run,
