@@ -165,10 +165,16 @@ class SymNum:
         return SymNum(-self.c, -self.t, self.r)
 
     def __floor__(self):
-        return SymNum(self.c // 1, z3.ToInt(self.t) if self.r else self.t, False)
+        if not self.r:
+            return SymNum(self.c // 1, self.t, False)
+        q_ = _whole_quotient(self.t)
+        return SymNum(self.c // 1, q_[0] / q_[1] if q_ is not None else z3.ToInt(self.t), False)
 
     def __ceil__(self):
-        return SymNum(-(-self.c // 1), -z3.ToInt(-self.t) if self.r else self.t, False)
+        if not self.r:
+            return SymNum(-(-self.c // 1), self.t, False)
+        q_ = _whole_quotient(self.t)
+        return SymNum(-(-self.c // 1), (q_[0] + q_[1] - 1) / q_[1] if q_ is not None else -z3.ToInt(-self.t), False)
 
     def _cmp(self, o, f, g):
         if not _ok(o):
@@ -215,6 +221,22 @@ class SymNum:
 
     def __format__(self, spec):
         return format(self.c, spec)
+
+
+def _whole_quotient(t):
+    """(a, b) when t is a / b of a whole term a and a whole numeral b > 0: then z3's integer
+    division a / b is the floor, which its integer arithmetic decides where ToInt of the real
+    quotient leaves it unknown (`(p + 3 - (p + 3) % 4) / 4` against a count of iterations)."""
+    if not (z3.is_app_of(t, z3.Z3_OP_DIV) and z3.is_app_of(t.arg(0), z3.Z3_OP_TO_REAL)):
+        return None
+    b = t.arg(1)
+    if z3.is_app_of(b, z3.Z3_OP_TO_REAL):
+        b = b.arg(0)
+    if z3.is_int_value(b) and b.as_long() > 0:
+        return t.arg(0).arg(0), b
+    if z3.is_rational_value(b) and b.denominator_as_long() == 1 and b.numerator_as_long() > 0:
+        return t.arg(0).arg(0), z3.IntVal(b.numerator_as_long())
+    return None
 
 
 def _floordiv(a, b):
