@@ -566,6 +566,14 @@ def test_one_session_at_the_whole_bound_comes_before_several_at_small_values(tmp
     # the levels' order, without them
     import serq.verify as VF
     monkeypatch.setattr(VF, "SAMPLES", 0)
+    # the first iterations of every workload at the whole bound, before the first look (*Unrolled*)
+    res = verify(api.load(path), 3, 16, timeout=60)
+    v = res.claims["alone_big"]
+    assert (v.verdict, v.by, v.sessions) == ("witnessed", "unrolled", 1) and seen == [(1, 16)], seen
+    assert v.workload["sessions"][0]["draws"][0] >= 7
+    # the levels' order, without them
+    seen.clear()
+    monkeypatch.setattr(VF, "EARLY_DEPTH", 0)
     res = verify(api.load(path), 3, 16, timeout=60)
     v = res.claims["alone_big"]
     assert v.verdict == "witnessed" and v.sessions == 1 and v.workload["sessions"][0]["draws"][0] >= 7

@@ -17,7 +17,7 @@ from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.ref.fragment import convert
 from serq.ref.num import of_decimal
-from serq.verify import induct, invariant, robust, search as S
+from serq.verify import induct, invariant, robust, search as S, session
 from serq.verify.search import clock
 from serq.verify.sym import concrete
 
@@ -43,6 +43,7 @@ class Verdict:
     invariant: Optional[list] = None  # the lemmas that closed a proof by induction
     unended: Optional[tuple] = None  # a claim at end's: (a workload whose path does not end, why)
     unrolled: Optional[int] = None   # by "unrolled": the iterations each workload's path was cut at
+    per_session: Optional[list] = None  # by "per session": what each turn observes, and the lemma it needs
 
 
 @dataclass
@@ -178,6 +179,7 @@ class _Search:
         and comes first."""
         for cs in self.open():
             if cs.c.form == "end":
+                self.per_session(cs)
                 continue
             v = cs.v
             with self.budget.charge(v.name):
@@ -188,6 +190,19 @@ class _Search:
                 v.seconds = self.budget.timeout - self.budget.left(v.name)
             else:
                 cs.not_induction = f"not by induction: {got}"
+
+    def per_session(self, cs: _Claim):
+        """A claim at end that sums over sessions, proved one turn at a time, for every number of
+        sessions (serq/verify/session.py)."""
+        v = cs.v
+        with self.budget.charge(v.name):
+            got = session.prove(self.p, cs.j, lambda: self.budget.left(v.name))
+        if isinstance(got, session.Proof):
+            v.verdict, v.by, v.every_value, v.every_sessions = "proved", "per session", True, True
+            v.per_session = [got.fact, got.lemma]
+            v.seconds = self.budget.timeout - self.budget.left(v.name)
+        else:
+            cs.not_induction = f"not per session: {got}"
 
     # ------------------------------------------------------------ sampled workloads
 
@@ -228,7 +243,7 @@ class _Search:
 
     # ------------------------------------------------------------ unrolled
 
-    def unroll(self):
+    def unroll(self, share: float = None, deepest: int = None):
         """Counterexamples and witnesses of claims over iterations by unrolling: every path's first
         d iterations, for d = 1, 2, 4, ..., at the whole bound (values 0..M, every number of sessions).
         A run stops as its d-th iteration starts, so the branches the kernel takes after it do not
@@ -237,12 +252,13 @@ class _Search:
         as any other, on its workload's whole path, replayed first (docs/verify.md, *Unrolled*). The
         cost grows with the prefixes, not with the workloads: a lone session's prompt of 16 tokens is
         as near as three sessions of 1. It proves nothing; the depth every workload was read to is
-        said of a claim left unknown."""
+        said of a claim left unknown. `share` of the timeout and the `deepest` prefix bound a pass:
+        the shallow one before the first look, the whole one after it."""
         self.ends = tuple(cs.j for cs in self.cs if cs.c.form == "end" and S.stable(cs.c.e))
-        if not self.unrollable():
+        if not self.unrollable() or share == 0 or deepest == 0:
             return
         self.finding = "unrolled"
-        limit = self.budget.kernel() + self.timeout * UNROLL_SHARE
+        limit = self.budget.kernel() + self.timeout * (UNROLL_SHARE if share is None else share)
         reached = {}   # n -> the deepest d every prefix of which was run and read
         try:
             # each number of sessions deepened on its own share of what is left, one session first:
@@ -251,19 +267,19 @@ class _Search:
                 if not self.unrollable():
                     break
                 share = self.budget.kernel() + (limit - self.budget.kernel()) / (self.sessions - n + 1)
-                reached[n] = self._deepen(n, self.kernel_left(share))
+                reached[n] = self._deepen(n, self.kernel_left(share), deepest or UNROLL_MAX)
         finally:
             self.finding, self.depth = "search", None
         if len(reached) == self.sessions:
-            self.unrolled_to = min(reached.values())
+            self.unrolled_to = max(self.unrolled_to, min(reached.values()))
 
-    def _deepen(self, n: int, left) -> int:
+    def _deepen(self, n: int, left, deepest: int = None) -> int:
         """Every prefix of d iterations of the workloads of n sessions, d = 1, 2, 4, ...: the deepest
         d all of whose prefixes, and those of every d before it, were run and read (0: not even the
         first). A prefix the kernel stops with a run error is not read, and deepening goes on: the
         other workloads' prefixes may still break a claim."""
         done, d, clean = 0, 1, True
-        while d <= UNROLL_MAX and self.unrollable():
+        while d <= (deepest or UNROLL_MAX) and self.unrollable():
             self.depth = d
             fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace, depth=d, ends=self.ends)
             deeper, short = [], []
@@ -450,6 +466,9 @@ class _Search:
         values, sessions = self.values, self.sessions
         self.induction()
         self.sample()
+        # the first iterations of every workload at the whole bound, before the first look at values
+        # 0..1: a lone session's prompt of 16 tokens is then found as soon as three of 1 (*Unrolled*)
+        self.unroll(EARLY_SHARE, EARLY_DEPTH)
         if not self.open():
             return self.verdicts()
         levels = sorted({min(values, lv) for lv in (1, 2, 4, 8)} | {values})
@@ -549,6 +568,8 @@ SAMPLE_SHARE = 0.05  # of the timeout, the most they may take
 PROBE_SHARE = 0.1   # of the timeout, the most the first look at values 0..1 may take
 UNROLL_SHARE = 0.2  # of the timeout, the most unrolling may take
 UNROLL_MAX = 1024   # the deepest prefix unrolled (iterations)
+EARLY_SHARE = 0.03  # of the timeout, the most the shallow unrolling before the first look may take
+EARLY_DEPTH = 2     # its deepest prefix
 INDUCT_SHARE = 0.7  # of the timeout, the most the proof over every state may take (at 0.5, bari_tiling.sq's
                     # `tiled` ran out of its 30 CPU s on a slow day: a machine's speed changed its verdict)
 

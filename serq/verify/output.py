@@ -148,6 +148,8 @@ def as_json(res: Result, replay: dict) -> dict:
             c["inductive"] = True   # every move of the encoded step keeps it (serq/verify/step.py)
         if v.unrolled is not None:
             c["unrolled"] = v.unrolled
+        if v.per_session is not None:
+            c["per_session"] = v.per_session   # what each turn observes, the lemma on a hold it needs
         if v.reason is not None:
             c["reason"] = v.reason
         if v.form == "end":  # whether every path in the bound ended (null), else the first that did not
@@ -176,6 +178,8 @@ def as_text(res: Result, file: str, replay: dict) -> str:
                      else ", found by the search")
         if v.by == "induction":
             line += " by induction, for every number of sessions, every value and arrival time"
+        elif v.by == "per session":
+            line += " per session, for every number of sessions, every value and arrival time"
         elif v.by == "every state":
             line += " (on every machine an iteration can start from: every natural value and arrival time, " \
                     "at most the bound's sessions)"
@@ -184,13 +188,16 @@ def as_text(res: Result, file: str, replay: dict) -> str:
         u = replay.get((v.name, "unended"))
         if u is not None:
             line += f"; a path does not end: {u['why']}"
-        elif v.form == "end" and v.verdict == "proved":
+        elif v.form == "end" and v.verdict == "proved" and v.by != "per session":
             line += "; every path in the bound ended"
         line += f"  [{v.seconds:.2f} s]"
         out.append(line)
         if v.invariant:
             out.append("  invariant: " + " && ".join(v.invariant))
             out.append("  inductive: every move of the kernel's encoded step keeps it, with any number of sessions")
+        if v.per_session:
+            out.append(f"  per session: {v.per_session[0]}, the totals summing the turns of every path that ends")
+            out.append(f"  lemma: {v.per_session[1]}")
         if v.reason:
             out.append(f"  why: {v.reason}")
         if u is not None:
