@@ -2,10 +2,12 @@
 (docs/verify.md, *Per session*).
 
 `at end (total(A) >= total(B))` holds on a path that ends when each turn of each session observes
-A and B once each with A >= B: the totals sum the turns, and on a path that ends every turn it
-began was completed (a turn is cut short only by a hold refused as it joins, or by `end`, which
-the program's shape excludes). So the claim is proved for every workload of any number of
-sessions when one turn, read on its own, observes A >= B whatever the others do.
+A >= B: the totals sum the turns, and on a path that ends every turn it began was completed (a
+turn is cut short only by a hold refused as it joins, or by `end`, which the program's shape
+excludes). So the claim is proved for every workload of any number of sessions when one turn,
+read on its own, observes A >= B whatever the others do. Likewise any `L >= R` whose sides sum
+multiples of totals and counts of observations and numbers: L - R is the sum of each turn's share
+and of its numbers, so it holds when those are 0 or more and every turn's share is.
 
 What the others do reaches a turn only through the time its holds take. A hold lasts at least the
 iterations its runs need, each at least the least an iteration costs (the lemma `hold`, below),
@@ -49,22 +51,57 @@ class Proof:
 
 
 def decompose(e) -> Optional[tuple]:
-    """(A, B) when the claim is `total(A) >= total(B)` (or `total(B) <= total(A)`) of the program's
-    own observations, else None."""
+    """A claim `L >= R` (or `R <= L`) whose sides are sums of multiples of `total(X)` and `count(X)`
+    of the program's own observations and of constants: (per observation name its (weight of a value,
+    weight of an observation) in L - R, the constant of L - R), or None. It holds on a path when the
+    constant is 0 or more and each turn's share of L - R is."""
     if not isinstance(e, R.Bin) or e.op not in (">=", "<="):
         return None
     big, small = (e.l, e.r) if e.op == ">=" else (e.r, e.l)
-    if not all(isinstance(x, R.Agg) and x.fn == "total" and x.name not in R.CLIENT_METRICS for x in (big, small)):
+    lb, ls = _linear(big), _linear(small)
+    if lb is None or ls is None:
         return None
-    return big.name, small.name
+    w = {}
+    for terms, sign in ((lb[0], 1), (ls[0], -1)):
+        for (fn, name), k in terms.items():
+            v, c = w.get(name, (0, 0))
+            w[name] = (v + sign * k, c) if fn == "total" else (v, c + sign * k)
+    return w, lb[1] - ls[1]
+
+
+def _linear(e) -> Optional[tuple]:
+    """({(fn, name): weight}, constant) of a sum of multiples of totals, counts and numbers."""
+    if isinstance(e, R.Num):
+        return {}, e.v
+    if isinstance(e, R.Agg):
+        if e.fn in ("total", "count") and e.name not in R.CLIENT_METRICS:
+            return {(e.fn, e.name): 1}, 0
+        return None
+    if isinstance(e, R.Bin) and e.op in ("+", "-"):
+        a, b = _linear(e.l), _linear(e.r)
+        if a is None or b is None:
+            return None
+        k = 1 if e.op == "+" else -1
+        t = dict(a[0])
+        for key, v in b[0].items():
+            t[key] = t.get(key, 0) + k * v
+        return t, a[1] + k * b[1]
+    if isinstance(e, R.Bin) and e.op == "*":
+        for c, x in ((e.l, e.r), (e.r, e.l)):
+            if isinstance(c, R.Num):
+                a = _linear(x)
+                if a is None:
+                    return None
+                return {key: c.v * v for key, v in a[0].items()}, c.v * a[1]
+    return None
 
 
 def _reads(x) -> set:
     return {n.name for n in V._nodes(x) if isinstance(n, R.Attr)}
 
 
-def _scope(p: R.Program, a: str, b: str) -> Optional[str]:
-    """Why the program's turns cannot be read one at a time for A and B, or None."""
+def _scope(p: R.Program, names: set) -> Optional[str]:
+    """Why the program's turns cannot be read one at a time for the observations `names`, or None."""
     if p.arrive == "closed":
         return "a closed population never ends"
     if p.trace:
@@ -76,7 +113,7 @@ def _scope(p: R.Program, a: str, b: str) -> Optional[str]:
         if isinstance(n, (R.WhileS, R.TurnS, R.HoldS, R.RunS, R.EndS, R.JobS)):
             return f"`init` or `turn` has a `{type(n).__name__}` (only sets, draws, observations and branches are read per turn)"
     for n in V._nodes((p.init, p.turn, p.session or ())):
-        if isinstance(n, R.ObserveA) and n.name in (a, b):
+        if isinstance(n, R.ObserveA) and n.name in names:
             return f"`{n.name}` is observed outside the server"
     holds = [n for n in V._nodes(p.server) if isinstance(n, R.HoldS)]
     for h in holds:
@@ -134,13 +171,17 @@ def least_cost(p: R.Program, lems: list, left) -> Optional[object]:
 def prove(p: R.Program, j: int, left) -> Proof | str:
     """A claim at end (index j) proved per session, or why not."""
     c = p.claims[j]
-    ab = decompose(c.e)
-    if ab is None:
-        return "not a sum over sessions (`total(A) >= total(B)` of the program's observations)"
-    a, b = ab
+    d = decompose(c.e)
+    if d is None:
+        return ("not a sum over sessions (`L >= R`, each side a sum of multiples of totals and counts of the "
+                "program's observations and of numbers)")
+    w, k = d
+    if k < 0:
+        return "its numbers do not sum to 0 or more on the greater side: no sum of turns gives it"
+    w = {n: x for n, x in w.items() if x != (0, 0)}
     # a workload the kernel refuses (F016) is run by the interpreter on floats: outside the proof, as
     # for the lemmas (invariant.refusal)
-    why = _scope(p, a, b) or V.refusal(p)
+    why = _scope(p, set(w)) or V.refusal(p)
     if why is not None:
         return why
     from serq.verify import step
@@ -155,7 +196,7 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
     B = sh.budget if p.engine.budget is not None else None
     if p.engine.budget is not None and B is None:
         return "the tokens cap is not a constant"
-    return _turn(p, a, b, cmin, B, left)
+    return _turn(p, w, _fact(c.e, w), cmin, B, left)
 
 
 class _Turn:
@@ -163,8 +204,8 @@ class _Turn:
     each job's `a{k}` (reals >= 0), an earlier turn's attributes `a{k}` (any real), the iterations
     a hold's prefill needs `k{k}` (naturals), and the kernel's own attributes (naturals)."""
 
-    def __init__(self, p: R.Program, a: str, b: str, cmin, B):
-        self.p, self.a, self.b, self.cmin, self.B = p, a, b, cmin, B
+    def __init__(self, p: R.Program, w: dict, cmin, B):
+        self.p, self.w, self.cmin, self.B = p, w, cmin, B
         self.free: set = set()   # the `a{k}` that range over every real
 
     def domain(self, name: str):
@@ -175,7 +216,7 @@ class _Turn:
 
     def run(self, inp: S.Inputs):
         self.k = 0
-        self.obs = {self.a: [], self.b: []}
+        self.obs = {n: [] for n in self.w}
         self.assume = []      # (a hold's duration, the least it lasts)
         self.inp = inp
         with Trace() as tr:
@@ -205,7 +246,9 @@ class _Turn:
         attrs = X.assign(attrs, NOW, self.inp.value("T"))
         attrs = self._block(p.turn, attrs)
         attrs = self._block(p.server, attrs)
-        got = sum(self.obs[self.a], 0) >= sum(self.obs[self.b], 0)
+        # the turn's share of L - R: each value and each observation weighed
+        got = sum((v * x for n, (v, c) in self.w.items() for x in self.obs[n]), 0) + \
+            sum(c * len(self.obs[n]) for n, (v, c) in self.w.items()) >= 0
         held = all(d >= least for d, least in self.assume)
         return bool(got or not held)
 
@@ -316,8 +359,17 @@ def _assigned(x) -> set:
     return {n.name for n in V._nodes(x) if isinstance(n, (R.SetA, R.DrawA))}
 
 
-def _turn(p: R.Program, a: str, b: str, cmin, B, left) -> Proof | str:
-    t = _Turn(p, a, b, cmin, B)
+def _fact(e, w: dict) -> str:
+    """What each turn observes, as the claim writes it: `done >= alone` for `total(done) >=
+    total(alone)`, else the claim of a turn's own observations."""
+    if set(w.values()) == {(1, 0), (-1, 0)} and len(w) == 2:
+        a, b = sorted(w, key=lambda n: -w[n][0])
+        return f"each turn observes {a} >= {b}"
+    return "each turn's own observations satisfy it (its totals and counts of them, its numbers left out)"
+
+
+def _turn(p: R.Program, w: dict, fact: str, cmin, B, left) -> Proof | str:
+    t = _Turn(p, w, cmin, B)
     bad: list = []
 
     def see(_facts, val) -> bool:
@@ -326,7 +378,7 @@ def _turn(p: R.Program, a: str, b: str, cmin, B, left) -> Proof | str:
         elif isinstance(val, X.KernelError):
             bad.append(f"reading a turn, the kernel stops with {val}")
         elif not val:
-            bad.append(f"a turn may observe {a} < {b} with its holds as long as they need")
+            bad.append("a turn's own observations may break it with its holds as long as they need")
         return bool(bad)
 
     try:
@@ -340,4 +392,4 @@ def _turn(p: R.Program, a: str, b: str, cmin, B, left) -> Proof | str:
     per = "iteration" if cmin == 1 else f"iteration of at least {cmin} s"
     lemma = (f"a hold lasts at least an {per} for each decode token and for each {B} prefill tokens (rounded up)"
              if B is not None else f"a hold lasts at least an {per} for its prefill and one for each decode token")
-    return Proof(f"each turn observes {a} >= {b}", lemma)
+    return Proof(fact, lemma)
