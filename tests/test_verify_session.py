@@ -221,3 +221,25 @@ def test_a_loop_in_a_turn_is_not_read_per_turn():
     p = replace(p, turn=p.turn + (RI.WhileS(RI.Num(0), ()),))
     got = session.prove(p, 0, lambda: 30.0)
     assert isinstance(got, str) and got.startswith("`init` or `turn` has a `WhileS`"), got
+
+
+@pytest.mark.parametrize("b", [1, 2, 3, 4, 16])
+def test_a_whole_quotient_floors_and_ceils_as_the_kernel_does(b):
+    """The concolic values write floor and ceil of a whole term over a whole b > 0 as z3's integer
+    division (sym._whole_quotient): the same as ToInt of the real quotient for every integer, and
+    each concrete value the kernel computes (serq/ref/num.py)."""
+    import z3
+    from serq.ref.num import qdiv
+    from serq.verify.sym import SymNum
+    a = z3.Int("a")
+    for c in (-7, -1, 0, 1, 5, 17):
+        x = SymNum(c, a) / b
+        fl, ce = math.floor(x), math.ceil(x)
+        assert z3.is_app_of(fl.t, z3.Z3_OP_IDIV) and z3.is_app_of(ce.t, z3.Z3_OP_IDIV)
+        assert (fl.c, ce.c) == (math.floor(qdiv(c, b)), math.ceil(qdiv(c, b)))
+        s = z3.Solver()
+        s.add(z3.Or(fl.t != z3.ToInt(z3.ToReal(a) / b), ce.t != -z3.ToInt(-z3.ToReal(a) / b)))
+        assert s.check() == z3.unsat
+        s = z3.Solver()
+        s.add(a == c, z3.Or(fl.t != fl.c, ce.t != ce.c))
+        assert s.check() == z3.unsat
