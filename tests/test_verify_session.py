@@ -47,12 +47,15 @@ ALONE = """fn main() {
     set start = now;
     llm (p, o);
     observe done = now - start;
+    observe one = 1;
   }
   claim no_sooner: at end (total(done) >= total(alone));
   claim twice: at end (total(alone) <= total(done));
   claim over: at end (total(done) >= total(alone) + 1);
   claim moved: at end (total(done) - total(alone) >= 0);
   claim slack: at end (2 + total(done) + count(done) >= total(alone) + 0 * count(alone));
+  claim most: at end (largest(alone) <= 4);
+  claim both: at end (largest(one) <= 1 && total(done) >= total(alone));
 }
 """
 
@@ -72,8 +75,13 @@ def test_per_session_proofs_agree_with_enumeration(arrive, sessions, values):
     got = {k: v.verdict for k, v in res.claims.items()}
     assert got == expected(res.prog, sessions, values, 2)
     assert got == {"no_sooner": "proved", "twice": "proved", "over": "counterexample", "moved": "proved",
-                   "slack": "proved"}
-    for name in ("no_sooner", "twice", "moved", "slack"):
+                   "slack": "proved", "most": "proved", "both": "proved"}
+    # `largest(alone) <= 4` holds within the bound only (a prompt of any size breaks it): the paths
+    assert res.claims["most"].by == "every path"
+    most = [c.name for c in res.prog.claims].index("most")
+    assert session.prove(res.prog, most, lambda: 30.0).startswith("a turn's own observations may break it")
+    assert res.claims["both"].per_session[0] == "each turn observes one <= 1; each turn observes done >= alone"
+    for name in ("no_sooner", "twice", "moved", "slack", "both"):
         v = res.claims[name]
         assert (v.by, v.every_sessions, v.every_value) == ("per session", True, True)
         assert name in res.bound["every_sessions"]

@@ -168,20 +168,37 @@ def least_cost(p: R.Program, lems: list, left) -> Optional[object]:
     return None
 
 
+def parts(e) -> Optional[list]:
+    """The claim as conjuncts each read per turn: ("sum", weights, constant) for a decomposed `L >= R`
+    (decompose), ("max", A, c) for `largest(A) <= c` with c >= 0 (every observation of A at most c;
+    of none it is 0); None when one is neither."""
+    if isinstance(e, R.Bin) and e.op == "&&":
+        a, b = parts(e.l), parts(e.r)
+        return None if a is None or b is None else a + b
+    if isinstance(e, R.Bin) and e.op in ("<=", ">="):
+        agg, bound = (e.l, e.r) if e.op == "<=" else (e.r, e.l)
+        if isinstance(agg, R.Agg) and agg.fn == "largest" and agg.name not in R.CLIENT_METRICS:
+            return [("max", agg.name, bound.v)] if isinstance(bound, R.Num) and bound.v >= 0 else None
+    d = decompose(e)
+    if d is None:
+        return None
+    w, k = d
+    return [("sum", {n: x for n, x in w.items() if x != (0, 0)}, k)]
+
+
 def prove(p: R.Program, j: int, left) -> Proof | str:
     """A claim at end (index j) proved per session, or why not."""
     c = p.claims[j]
-    d = decompose(c.e)
-    if d is None:
+    ps = parts(c.e)
+    if ps is None:
         return ("not a sum over sessions (`L >= R`, each side a sum of multiples of totals and counts of the "
-                "program's observations and of numbers)")
-    w, k = d
-    if k < 0:
+                "program's observations and of numbers; `largest(A) <= c`; their `&&`)")
+    if any(x[0] == "sum" and x[2] < 0 for x in ps):
         return "its numbers do not sum to 0 or more on the greater side: no sum of turns gives it"
-    w = {n: x for n, x in w.items() if x != (0, 0)}
+    names = {n for x in ps for n in (x[1] if x[0] == "sum" else (x[1],))}
     # a workload the kernel refuses (F016) is run by the interpreter on floats: outside the proof, as
     # for the lemmas (invariant.refusal)
-    why = _scope(p, set(w)) or V.refusal(p)
+    why = _scope(p, names) or V.refusal(p)
     if why is not None:
         return why
     from serq.verify import step
@@ -196,7 +213,7 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
     B = sh.budget if p.engine.budget is not None else None
     if p.engine.budget is not None and B is None:
         return "the tokens cap is not a constant"
-    return _turn(p, w, _fact(c.e, w), cmin, B, left)
+    return _turn(p, ps, names, "; ".join(_fact(x) for x in ps), cmin, B, left)
 
 
 class _Turn:
@@ -204,8 +221,8 @@ class _Turn:
     each job's `a{k}` (reals >= 0), an earlier turn's attributes `a{k}` (any real), the iterations
     a hold's prefill needs `k{k}` (naturals), and the kernel's own attributes (naturals)."""
 
-    def __init__(self, p: R.Program, w: dict, cmin, B):
-        self.p, self.w, self.cmin, self.B = p, w, cmin, B
+    def __init__(self, p: R.Program, ps: list, names: set, cmin, B):
+        self.p, self.ps, self.names, self.cmin, self.B = p, ps, names, cmin, B
         self.free: set = set()   # the `a{k}` that range over every real
 
     def domain(self, name: str):
@@ -216,7 +233,7 @@ class _Turn:
 
     def run(self, inp: S.Inputs):
         self.k = 0
-        self.obs = {n: [] for n in self.w}
+        self.obs = {n: [] for n in self.names}
         self.assume = []      # (a hold's duration, the least it lasts)
         self.inp = inp
         with Trace() as tr:
@@ -246,11 +263,16 @@ class _Turn:
         attrs = X.assign(attrs, NOW, self.inp.value("T"))
         attrs = self._block(p.turn, attrs)
         attrs = self._block(p.server, attrs)
-        # the turn's share of L - R: each value and each observation weighed
-        got = sum((v * x for n, (v, c) in self.w.items() for x in self.obs[n]), 0) + \
-            sum(c * len(self.obs[n]) for n, (v, c) in self.w.items()) >= 0
         held = all(d >= least for d, least in self.assume)
-        return bool(got or not held)
+        return bool(not held or all(self._part(x) for x in self.ps))
+
+    def _part(self, x) -> bool:
+        if x[0] == "max":   # each observation of A at most c
+            return all(v <= x[2] for v in self.obs[x[1]])
+        # the turn's share of L - R: each value and each observation weighed
+        w = x[1]
+        return bool(sum((v * o for n, (v, c) in w.items() for o in self.obs[n]), 0) +
+                    sum(c * len(self.obs[n]) for n, (v, c) in w.items()) >= 0)
 
     def _block(self, block, attrs):
         for st in block:
@@ -359,17 +381,20 @@ def _assigned(x) -> set:
     return {n.name for n in V._nodes(x) if isinstance(n, (R.SetA, R.DrawA))}
 
 
-def _fact(e, w: dict) -> str:
+def _fact(x) -> str:
     """What each turn observes, as the claim writes it: `done >= alone` for `total(done) >=
-    total(alone)`, else the claim of a turn's own observations."""
+    total(alone)`, else the conjunct of a turn's own observations."""
+    if x[0] == "max":
+        return f"each turn observes {x[1]} <= {x[2]}"
+    w = x[1]
     if set(w.values()) == {(1, 0), (-1, 0)} and len(w) == 2:
         a, b = sorted(w, key=lambda n: -w[n][0])
         return f"each turn observes {a} >= {b}"
     return "each turn's own observations satisfy it (its totals and counts of them, its numbers left out)"
 
 
-def _turn(p: R.Program, w: dict, fact: str, cmin, B, left) -> Proof | str:
-    t = _Turn(p, w, cmin, B)
+def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left) -> Proof | str:
+    t = _Turn(p, ps, names, cmin, B)
     bad: list = []
 
     def see(_facts, val) -> bool:
