@@ -7,7 +7,8 @@ turn is cut short only by a hold refused as it joins, or by `end`, which the pro
 excludes). So the claim is proved for every workload of any number of sessions when one turn,
 read on its own, observes A >= B whatever the others do. Likewise any `L >= R` whose sides sum
 multiples of totals and counts of observations and numbers: L - R is the sum of each turn's share
-and of its numbers, so it holds when those are 0 or more and every turn's share is.
+and of its numbers, so it holds when those are 0 or more and every turn's share is. And
+`largest(A) <= c` (c >= 0) when each turn observes A at most c; a conjunction when each part holds.
 
 What the others do reaches a turn only through the time its holds take. A hold lasts at least the
 iterations its runs need, each at least the least an iteration costs (the lemma `hold`, below),
