@@ -112,7 +112,8 @@ def _scope(p: R.Program, names: set) -> Optional[str]:
             return f"the server has a `{type(st).__name__}` (only sets, observations, holds and jobs are read per turn)"
     for n in V._nodes((p.init, p.turn)):
         if isinstance(n, (R.WhileS, R.TurnS, R.HoldS, R.RunS, R.EndS, R.JobS)):
-            return f"`init` or `turn` has a `{type(n).__name__}` (only sets, draws, observations and branches are read per turn)"
+            return (f"`init` or `turn` has a `{type(n).__name__}` (only sets, draws, observations and branches "
+                    "are read per turn)")
     for n in V._nodes((p.init, p.turn, p.session or ())):
         if isinstance(n, R.ObserveA) and n.name in names:
             return f"`{n.name}` is observed outside the server"
