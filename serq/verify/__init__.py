@@ -243,7 +243,7 @@ class _Search:
 
     # ------------------------------------------------------------ unrolled
 
-    def unroll(self, share: float = None, deepest: int = None):
+    def unroll(self, share: Optional[float] = None, deepest: Optional[int] = None):
         """Counterexamples and witnesses of claims over iterations by unrolling: every path's first
         d iterations, for d = 1, 2, 4, ..., at the whole bound (values 0..M, every number of sessions).
         A run stops as its d-th iteration starts, so the branches the kernel takes after it do not
@@ -254,11 +254,13 @@ class _Search:
         as near as three sessions of 1. It proves nothing; the depth every workload was read to is
         said of a claim left unknown. `share` of the timeout and the `deepest` prefix bound a pass:
         the shallow one before the first look, the whole one after it."""
+        share = UNROLL_SHARE if share is None else share
+        deepest = UNROLL_MAX if deepest is None else deepest
         self.ends = tuple(cs.j for cs in self.cs if cs.c.form == "end" and S.stable(cs.c.e))
-        if not self.unrollable() or share == 0 or deepest == 0:
+        if not self.unrollable() or share <= 0 or deepest < 1:
             return
         self.finding = "unrolled"
-        limit = self.budget.kernel() + self.timeout * (UNROLL_SHARE if share is None else share)
+        limit = self.budget.kernel() + self.timeout * share
         reached = {}   # n -> the deepest d every prefix of which was run and read
         try:
             # each number of sessions deepened on its own share of what is left, one session first:
@@ -266,20 +268,20 @@ class _Search:
             for n in range(1, self.sessions + 1):
                 if not self.unrollable():
                     break
-                share = self.budget.kernel() + (limit - self.budget.kernel()) / (self.sessions - n + 1)
-                reached[n] = self._deepen(n, self.kernel_left(share), deepest or UNROLL_MAX)
+                until = self.budget.kernel() + (limit - self.budget.kernel()) / (self.sessions - n + 1)
+                reached[n] = self._deepen(n, self.kernel_left(until), deepest)
         finally:
             self.finding, self.depth = "search", None
         if len(reached) == self.sessions:
             self.unrolled_to = max(self.unrolled_to, min(reached.values()))
 
-    def _deepen(self, n: int, left, deepest: int = None) -> int:
+    def _deepen(self, n: int, left, deepest: int) -> int:
         """Every prefix of d iterations of the workloads of n sessions, d = 1, 2, 4, ...: the deepest
         d all of whose prefixes, and those of every d before it, were run and read (0: not even the
         first). A prefix the kernel stops with a run error is not read, and deepening goes on: the
         other workloads' prefixes may still break a claim."""
         done, d, clean = 0, 1, True
-        while d <= (deepest or UNROLL_MAX) and self.unrollable():
+        while d <= deepest and self.unrollable():
             self.depth = d
             fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace, depth=d, ends=self.ends)
             deeper, short = [], []

@@ -186,8 +186,6 @@ def as_text(res: Result, file: str, replay: dict) -> str:
         elif v.by == "every path":   # how, and over which family (the header's bound)
             line += (" on every path of the bound" + (" (for every natural value and real arrival time, with at "
                      "most the bound's sessions)" if v.every_value else ""))
-        elif v.every_value:
-            line += " (for every natural value and real arrival time, with at most the bound's sessions)"
         u = replay.get((v.name, "unended"))
         if u is not None:
             line += f"; a path does not end: {u['why']}"
