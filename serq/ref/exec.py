@@ -1029,14 +1029,8 @@ def hold(p: R.Program, m: Machine, sid: int, h: R.HoldS) -> tuple:
     s = replace(s, attrs=assign(s.attrs, "computed", computed))
     m = set_sess(m, s)
     env = sess_env(m, sid)
-    for hp in h.pools:
-        pool = p.pools[hp.pool]
-        if pool.cap is None:
-            continue
-        if hp.static_units and round_up(amount(eval_expr(p, m, env, hp.units), "a hold's units"),
-                                        pool.block) > pool.cap or \
-                hp.static_reserve and amount(eval_expr(p, m, env, hp.reserve), "a hold's reserve") > pool.cap:
-            return finish(p, m, sid), True
+    if any(never_fits(p, m, env, hp) for hp in h.pools):
+        return finish(p, m, sid), True
     if h.content is not None:   # its content read as it joins (*Streams*)
         m, stream = define_stream(p, m, sid, h.content)
         s = replace(s, stream=stream)
@@ -1049,6 +1043,18 @@ def hold(p: R.Program, m: Machine, sid: int, h: R.HoldS) -> tuple:
     m = set_pool(replace(m, join_seq=m.join_seq + 1), i, replace(st, queue=line))
     s = push(replace(s, hold=h, held=False, retry=None, tail=False), Scope(h), Blk(h.body))
     return want(set_sess(m, s)), True
+
+
+def never_fits(p: R.Program, m: Machine, env: Env, hp: R.HoldPool) -> bool:
+    """Whether a hold's units (rounded up to the block) or its reserve on one pool, each judged as
+    it joins when it reads only attributes and numbers, is above the pool's cap (Lean: the `never`
+    of `hold`; the reserve read only when the units do not refuse it)."""
+    pool = p.pools[hp.pool]
+    if pool.cap is None:
+        return False
+    return bool(hp.static_units and round_up(amount(eval_expr(p, m, env, hp.units), "a hold's units"),
+                                             pool.block) > pool.cap or
+                hp.static_reserve and amount(eval_expr(p, m, env, hp.reserve), "a hold's reserve") > pool.cap)
 
 
 def run_stmt(p: R.Program, m: Machine, sid: int, st: R.RunS) -> tuple:

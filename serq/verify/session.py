@@ -97,10 +97,6 @@ def _linear(e) -> Optional[tuple]:
     return None
 
 
-def _reads(x) -> set:
-    return {n.name for n in V._nodes(x) if isinstance(n, R.Attr)}
-
-
 def _scope(p: R.Program, names: set) -> Optional[str]:
     """Why the program's turns cannot be read one at a time for the observations `names`, or None."""
     if p.arrive == "closed":
@@ -220,7 +216,8 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
 
 class _Turn:
     """One turn's statements on unknowns: the draws `d{k}`, the clock `T`, each hold's duration and
-    each job's `a{k}` (reals >= 0), an earlier turn's attributes `a{k}` (any real), the iterations
+    each job's `a{k}` (reals >= 0), an earlier turn's attributes (naturals `d{k}` where `naturals`
+    shows them so, else reals `a{k}`), the iterations
     a hold's prefill needs `k{k}` (naturals), and the kernel's own attributes (naturals)."""
 
     def __init__(self, p: R.Program, ps: list, names: set, cmin, B):
@@ -306,15 +303,8 @@ class _Turn:
         p, env = self.p, X.Env(attrs)
         pre = dec = 0
         for hh in [n for n in V._nodes(h) if isinstance(n, R.HoldS)]:
-            for hp in hh.pools:
-                pool = p.pools[hp.pool]
-                if pool.cap is None:
-                    continue
-                if hp.static_units and X.round_up(X.amount(X.eval_expr(p, None, env, hp.units), "a hold's units"),
-                                                  pool.block) > pool.cap:
-                    raise _Refused()
-                if hp.static_reserve and X.amount(X.eval_expr(p, None, env, hp.reserve), "a hold's reserve") > pool.cap:
-                    raise _Refused()
+            if any(X.never_fits(p, None, env, hp) for hp in hh.pools):   # the kernel's own judgement
+                raise _Refused()
             for st in hh.body:
                 if isinstance(st, R.RunS):
                     w = X.amount(X.eval_expr(p, None, env, st.work), "a run's work")
