@@ -80,13 +80,16 @@ def test_per_session_proofs_agree_with_enumeration(arrive, sessions, values):
     assert res.claims["most"].by == "every path"
     most = [c.name for c in res.prog.claims].index("most")
     assert session.prove(res.prog, most, lambda: 30.0).startswith("a turn's own observations may break it")
-    assert res.claims["both"].per_session[0] == "each turn observes one <= 1; each turn observes done >= alone"
+    assert res.claims["both"].per_session[0] == (
+        "each turn observes one <= 1: the largest on a path that ends is one turn's, or 0; "
+        "each turn observes done >= alone: the totals add up the turns of every path that ends")
     for name in ("no_sooner", "twice", "moved", "slack", "both"):
         v = res.claims[name]
         assert (v.by, v.every_sessions, v.every_value) == ("per session", True, True)
         assert name in res.bound["every_sessions"]
-    assert res.claims["no_sooner"].per_session[0] == "each turn observes done >= alone"
-    assert res.claims["moved"].per_session[0] == "each turn observes done >= alone"
+    for name in ("no_sooner", "moved"):
+        assert res.claims[name].per_session[0] == ("each turn observes done >= alone: the totals add up the turns "
+                                                   "of every path that ends")
     assert res.claims["slack"].per_session[0].startswith("each turn's own observations satisfy it")
     # a number on the lesser side is no sum of turns: each turn may meet it and the sum fail
     assert session.prove(res.prog, 2, lambda: 30.0).startswith("its numbers do not sum to 0 or more")
@@ -149,7 +152,7 @@ def test_the_paper_claim_for_every_number_of_sessions(capsys):
     text = capsys.readouterr().out
     assert ("claim completion_alone: proved per session, for every number of sessions, every value and arrival "
             "time") in text
-    assert "  per session: each turn observes done >= alone, the totals summing the turns of every path that ends" in text
+    assert "  per session: each turn observes done >= alone: the totals add up the turns of every path that ends" in text
     assert "  lemma: a hold lasts at least an iteration for each decode token and for each 16 prefill tokens" in text
 
 
@@ -162,7 +165,7 @@ def test_several_turns_are_read_with_what_earlier_turns_left():
         "set p = ctx + n; set more = turn_no < 1 ? 1 : 0; } session { turn; while (more) { set ctx = p + o; turn; } } }")
     p = convert(api.load_text(text, "turns.sq"))
     got = session.prove(p, 0, lambda: 30.0)
-    assert isinstance(got, session.Proof) and got.fact == "each turn observes done >= alone"
+    assert isinstance(got, session.Proof) and got.fact.startswith("each turn observes done >= alone: ")
     assert expected(p, 2, 1, 4)["no_sooner"] == "proved"   # two turns a session, every workload of draws 0..1
 
 

@@ -197,7 +197,7 @@ def as_text(res: Result, file: str, replay: dict) -> str:
             out.append("  invariant: " + " && ".join(v.invariant))
             out.append("  inductive: every move of the kernel's encoded step keeps it, with any number of sessions")
         if v.per_session:
-            out.append(f"  per session: {v.per_session[0]}, the totals summing the turns of every path that ends")
+            out.append(f"  per session: {v.per_session[0]}")
             out.append(f"  lemma: {v.per_session[1]}")
         if v.reason:
             out.append(f"  why: {v.reason}")

@@ -374,15 +374,17 @@ def _assigned(x) -> set:
 
 
 def _fact(x) -> str:
-    """What each turn observes, as the claim writes it: `done >= alone` for `total(done) >=
-    total(alone)`, else the conjunct of a turn's own observations."""
+    """What each turn observes, as the claim writes it (`done >= alone` for `total(done) >=
+    total(alone)`, else the conjunct of a turn's own observations), and why the claim follows: a
+    sum's totals add up the turns, a largest value is one turn's."""
     if x[0] == "max":
-        return f"each turn observes {x[1]} <= {x[2]}"
+        return f"each turn observes {x[1]} <= {x[2]}: the largest on a path that ends is one turn's, or 0"
     w = x[1]
     if set(w.values()) == {(1, 0), (-1, 0)} and len(w) == 2:
         a, b = sorted(w, key=lambda n: -w[n][0])
-        return f"each turn observes {a} >= {b}"
-    return "each turn's own observations satisfy it (its totals and counts of them, its numbers left out)"
+        return f"each turn observes {a} >= {b}: the totals add up the turns of every path that ends"
+    return ("each turn's own observations satisfy it (its totals and counts of them, its numbers left out): "
+            "the totals and counts add up the turns of every path that ends")
 
 
 def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left) -> Proof | str:
