@@ -165,16 +165,10 @@ class SymNum:
         return SymNum(-self.c, -self.t, self.r)
 
     def __floor__(self):
-        if not self.r:
-            return SymNum(self.c // 1, self.t, False)
-        q_ = _whole_quotient(self.t)
-        return SymNum(self.c // 1, q_[0] / q_[1] if q_ is not None else z3.ToInt(self.t), False)
+        return SymNum(self.c // 1, _whole(self.t, self.r, False), False)
 
     def __ceil__(self):
-        if not self.r:
-            return SymNum(-(-self.c // 1), self.t, False)
-        q_ = _whole_quotient(self.t)
-        return SymNum(-(-self.c // 1), (q_[0] + q_[1] - 1) / q_[1] if q_ is not None else -z3.ToInt(-self.t), False)
+        return SymNum(-(-self.c // 1), _whole(self.t, self.r, True), False)
 
     def _cmp(self, o, f, g):
         if not _ok(o):
@@ -221,6 +215,19 @@ class SymNum:
 
     def __format__(self, spec):
         return format(self.c, spec)
+
+
+def _whole(t, real: bool, up: bool):
+    """The floor (the ceiling, up) of a term, of z3's Int sort: the term itself when it is whole; of
+    a whole term a over a whole numeral b > 0, z3's integer division (a / b, or (a + b - 1) / b);
+    else ToInt of the real."""
+    if not real:
+        return t
+    q_ = _whole_quotient(t)
+    if q_ is not None:
+        a, b = q_
+        return (a + b - 1) / b if up else a / b
+    return -z3.ToInt(-t) if up else z3.ToInt(t)
 
 
 def _whole_quotient(t):
