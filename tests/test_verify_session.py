@@ -130,16 +130,63 @@ def test_a_cost_at_least_one_proves_it_and_the_lemma_says_the_least():
     ({"turn { Size p": "turn { observe done = 0; Size p"}, "`done` is observed outside the server"),
     ({"arrive batch(3)": "arrive closed(2)"}, "a closed population never ends"),
     ({"observe done = now - start;": "observe done = now - start + used(kv);"}, "the server reads the machine"),
-    ({"pool kv on gpu { preempt lifo; }": "pool kv on gpu { block 2; preempt lifo; }",
-      "request (p, o) { prefill (p) growing kv; decode (o) growing kv; }":
-          "request (p, o) { prefill (p - cached) growing kv; decode (o) growing kv; cache (p); }",
-      "kv (min(p, 16));": "kv (min(p, 16)) reuse (min(cachedin(kv), reusable(p, 2)));"},
-     "a hold reuses or caches a prefix"),
 ])
 def test_a_program_whose_turns_are_not_read_alone_is_left_to_the_paths(subst, why):
     p = convert(_prog(**subst))
     got = session.prove(p, 0, lambda: 30.0)
     assert isinstance(got, str) and got.startswith(why), got
+
+
+def test_a_prefix_the_cache_supplies_is_read_per_turn():
+    """A hold that reuses and caches its prefix is read per turn (what it consumes at most its
+    entry, its units and its reuse): the cache shortens the prefill, so `done >= alone` (which
+    counts the whole prompt) may fail on a turn, and z3 finds the turn that breaks it."""
+    p = convert(_prog(**{
+        "pool kv on gpu { preempt lifo; }": "pool kv on gpu { block 2; preempt lifo; }",
+        "request (p, o) { prefill (p) growing kv; decode (o) growing kv; }":
+            "request (p, o) { prefill (p - cached) growing kv; decode (o) growing kv; cache (p); }",
+        "kv (min(p, 16));": "kv (min(p, 16)) reuse (min(cachedin(kv), reusable(p, 2)));"}))
+    got = session.prove(p, 0, lambda: 60.0)
+    assert isinstance(got, str) and got.startswith("a turn's own observations may break it"), got
+
+
+CACHE_TINY = os.path.join(ROOT, "tests", "data", "verify", "vllm_cache_tiny.sq")
+
+
+@pytest.mark.parametrize("name,proved", [("fresh_one", True), ("never_late", False)])
+def test_a_preempting_caching_vllm_request_per_session_agrees_with_enumeration(name, proved):
+    """vLLM's request (known = max(kept, computed + 1), the prefix cache, `preempt lifo`) on a tiny
+    engine: a turn's share holds per session only with what a session keeps across a preemption
+    (Spacer finds it: computed below the prompt and output, kept at most them), and the verdicts
+    agree with every workload of 2 sessions, draws 0..2, on the kernel (preemptions happen there)."""
+    p = convert(api.load(CACHE_TINY))
+    j = [c.name for c in p.claims].index(name)
+    got = session.prove(p, j, lambda: 120.0)
+    want = expected(p, 2, 2, 2)
+    assert want[name] == ("proved" if proved else "counterexample")
+    if proved:
+        assert isinstance(got, session.Proof), got
+        where = [inv.split(":")[0] for inv in (f"{w}: {t}" for w, t in got.invariants)]
+        assert "as a preempted hold executes again" in where
+        text = dict(got.invariants)["as a preempted hold executes again"]
+        assert "computed" in text and "kept" in text
+    else:
+        assert isinstance(got, str) and got.startswith("a turn's own observations may break it"), got
+
+
+def test_a_draw_a_while_reads_is_a_run_error_on_the_first_turn():
+    """examples/multi-turn/vllm.sq: `more` is a draw of any natural in the family, and a `while`
+    over a 2 stops the kernel (R006): found on the first turn, before Spacer is asked."""
+    import time
+    text = open(os.path.join(ROOT, "examples", "multi-turn", "vllm.sq")).read().replace(
+        "  claim within_budget: every iteration of vllm (tokens <= B);",
+        "  claim fresh: at end (total(prefill_tokens) >= 0);")
+    p = convert(api.load_text(text, "vllm.sq"))
+    j = [c.name for c in p.claims].index("fresh")
+    t0 = time.process_time()
+    got = session.prove(p, j, lambda: 60.0)
+    assert got == "reading a turn, the kernel may stop with R006: a guard is 0 or 1, not 2"
+    assert time.process_time() - t0 < 30
 
 
 def test_the_paper_claim_for_every_number_of_sessions(capsys):

@@ -195,11 +195,17 @@ class _Search:
         """A claim at end that sums over sessions, proved one turn at a time, for every number of
         sessions (serq/verify/session.py)."""
         v = cs.v
+        # at most a third of the timeout: a claim it does not prove goes on to the paths
+        start, share = self.budget.left(v.name), self.budget.timeout / 3
+
+        def left() -> float:
+            now = self.budget.left(v.name)
+            return min(now, share - (start - now))
         with self.budget.charge(v.name):
-            got = session.prove(self.p, cs.j, lambda: self.budget.left(v.name))
+            got = session.prove(self.p, cs.j, left)
         if isinstance(got, session.Proof):
             v.verdict, v.by, v.every_value, v.every_sessions = "proved", "per session", True, True
-            v.per_session = [got.fact, got.lemma]
+            v.per_session = [got.fact, got.lemma] + [f"{where}: {text}" for where, text in got.invariants]
             v.seconds = self.budget.timeout - self.budget.left(v.name)
         else:
             cs.not_induction = f"not per session: {got}"

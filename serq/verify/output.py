@@ -199,6 +199,8 @@ def as_text(res: Result, file: str, replay: dict) -> str:
         if v.per_session:
             out.append(f"  per session: {v.per_session[0]}")
             out.append(f"  lemma: {v.per_session[1]}")
+            for inv in v.per_session[2:]:   # what Spacer found a session keeps (serq/verify/session.py)
+                out.append(f"  invariant {inv}")
         if v.reason:
             out.append(f"  why: {v.reason}")
         if u is not None:

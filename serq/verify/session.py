@@ -18,6 +18,11 @@ any time. The turn's statements are run by the kernel's own `eval_expr`, `amount
 on those unknowns (one semantics), each branch explored, and z3 shows that every reading observes
 A >= B.
 
+What a session carries from turn to turn, and a hold from an execution a preemption cut to the
+next (its attributes, its cache entries, `computed`), is not any value: each path of the reading
+is a Horn clause over two relations standing for those states, and z3's Spacer finds their
+invariants, or a failure some session reaches (`_Turn`, `_solve`).
+
 The lemma `hold`: from the moment a session's hold joins its queue to the moment its session goes
 on past it, the time is at least c * (ceil(P / B) + D), where P is the work of the hold's prefill
 runs, D that of its decode runs, B the tokens cap and c the least cost of an iteration with a
@@ -30,7 +35,7 @@ work (a preempted run's tokens are given again). The kernel's paths are checked 
 tests/test_verify_session.py."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import z3
@@ -39,7 +44,7 @@ from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.verify import invariant as V
 from serq.verify import search as S
-from serq.verify.sym import Trace
+from serq.verify.sym import Trace, term
 
 NOW = "#now"   # the clock, read by a turn's statements as an attribute of this name
 KERNEL_ATTRS = ("serial", "turn_no")   # naturals the kernel gives every session
@@ -49,6 +54,7 @@ KERNEL_ATTRS = ("serial", "turn_no")   # naturals the kernel gives every session
 class Proof:
     fact: str        # what one turn observes, as the program writes it
     lemma: str       # what a hold's duration was taken to be at least
+    invariants: list = field(default_factory=list)   # (where, what Spacer found a session keeps there)
 
 
 def decompose(e) -> Optional[tuple]:
@@ -114,29 +120,65 @@ def _scope(p: R.Program, names: set) -> Optional[str]:
         if isinstance(n, R.ObserveA) and n.name in names:
             return f"`{n.name}` is observed outside the server"
     holds = [n for n in V._nodes(p.server) if isinstance(n, R.HoldS)]
+    header = set()   # what a hold's header reads at its admission: pools and engines, any natural
     for h in holds:
-        if h.reuse is not None or h.cache is not None or h.content is not None:
-            return "a hold reuses or caches a prefix: its work depends on the other sessions"
-        for st in h.body:
-            if not isinstance(st, (R.RunS, R.HoldS)):
-                return f"a hold's body has a `{type(st).__name__}` (only runs and holds are read per turn)"
+        if h.content is not None:
+            return "a hold on a content pool: what it hits depends on the other sessions' streams"
+        for n in V._nodes(h.body):
+            if not isinstance(n, (R.RunS, R.HoldS, R.SetA, R.DrawA, R.ObserveA, R.BranchS)) and not _is_expr(n) \
+                    and not isinstance(n, (R.HoldPool,)):
+                return f"a hold's body has a `{type(n).__name__}` (only runs, holds, sets, observations and branches are read per turn)"
+            if isinstance(n, R.Ctx) and n.name == "now":
+                return "a hold's body reads `now` (its time inside the hold is not read per turn)"
+        for e in [h.reuse] + [x for hp in h.pools for x in (hp.units, hp.reserve)]:
+            for n in V._nodes(e):
+                if isinstance(n, R.Obs):
+                    why = _obs_scope(p, n)
+                    if why:
+                        return why
+                    header.add(id(n))
+                if isinstance(n, R.Ctx) and n.name == "now":
+                    return "a hold's header reads `now` (its admission's time is not read per turn)"
     for n in V._nodes(p.server):
+        if id(n) in header:
+            continue
         if isinstance(n, (R.StepVar, R.Obs, R.Reg, R.Agg)) or isinstance(n, R.Ctx) and n.name != "now":
             return "the server reads the machine (a step value, a pool, a register or a context value other than `now`)"
-        if isinstance(n, R.Attr) and n.name in ("computed", "cached"):
-            return f"the server reads `{n.name}`, which a preemption changes"
     return None
+
+
+def _is_expr(n) -> bool:
+    return isinstance(n, (R.Num, R.Attr, R.Ctx, R.StepVar, R.Reg, R.Obs, R.Agg, R.Not, R.Bin, R.Ite, R.Fn))
+
+
+def _obs_scope(p: R.Program, n: R.Obs) -> Optional[str]:
+    """Why a header's read of a pool or the engine is not any natural (its value at an admission),
+    or None: the reads the kernel refuses (R002) and a content pool's hit are not."""
+    if n.of == p.engine.name:
+        if n.fn in ("queue", "busy", "work") or n.fn == "budget_left" and p.engine.budget is not None:
+            return None
+    elif n.fn in ("used", "holders", "queued", "cachedin", "free"):
+        i = next(j for j, pl in enumerate(p.pools) if pl.name == n.of)
+        if not (n.fn == "free" and p.pools[i].cap is None or n.fn == "cachedin" and p.pools[i].content):
+            return None
+    return f"a hold's header reads `{n.fn}({n.of})`, which has no natural value there"
+
+
+def _subst(e, f):
+    """The expression with each node x replaced by f(x) (f returns x to keep it and go inside)."""
+    if isinstance(e, tuple):
+        return tuple(_subst(x, f) for x in e)
+    if not hasattr(e, "__dataclass_fields__"):
+        return e
+    y = f(e)
+    if y is not e:
+        return y
+    return type(e)(**{k: _subst(getattr(e, k), f) for k in e.__dataclass_fields__})
 
 
 def _now(e):
     """The expression with `now` an attribute (a turn's clock is one of its unknowns)."""
-    if isinstance(e, R.Ctx) and e.name == "now":
-        return R.Attr(NOW)
-    if isinstance(e, tuple):
-        return tuple(_now(x) for x in e)
-    if hasattr(e, "__dataclass_fields__") and not isinstance(e, R.Attr):
-        return type(e)(**{f: _now(getattr(e, f)) for f in e.__dataclass_fields__})
-    return e
+    return _subst(e, lambda x: R.Attr(NOW) if isinstance(x, R.Ctx) and x.name == "now" else x)
 
 
 def least_cost(p: R.Program, lems: list, left) -> Optional[object]:
@@ -215,13 +257,22 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
 
 
 class _Turn:
-    """One turn's statements on unknowns: the draws `d{k}`, the clock `T`, each hold's duration and
-    each job's `a{k}` (reals >= 0), an earlier turn's attributes (naturals `d{k}` where `naturals`
-    shows them so, else reals `a{k}`), the iterations
-    a hold's prefill needs `k{k}` (naturals), and the kernel's own attributes (naturals)."""
+    """One turn's statements on unknowns, as Horn clauses over what a session carries from turn to
+    turn and from a hold's execution to its next after a preemption (docs/verify.md, *Per session*).
 
-    def __init__(self, p: R.Program, ps: list, names: set, cmin, B):
-        self.p, self.ps, self.names, self.cmin, self.B = p, ps, names, cmin, B
+    Unknowns: the draws `d{k}`, the clock `T`, each hold's duration and each job's `a{k}` (reals
+    >= 0), the iterations a hold's prefill needs `k{k}`, what the pools read at an admission and what
+    it consumed of the cache (naturals), the kernel's own attributes (naturals). Two relations stand
+    for what the paths carry: `T` the session's attributes as a turn begins, `P` a hold's attributes
+    and its computed position as it executes again after a preemption. Each path of a reading is a
+    clause: its condition and the relations it starts from imply the one it reaches (the next turn's
+    `T`, the `P` a preemption leaves), or a failure: `E` the kernel stops, `R` a hold refused as it
+    joins with the turn's observations so far breaking a part, `B` a turn's own observations (or an
+    execution cut by a preemption, read on its own) breaking one. z3's Spacer finds the invariants
+    that show no failure is reachable, or a derivation of one."""
+
+    def __init__(self, p: R.Program, ps: list, names: set, cmin, B, plan: "_Plan"):
+        self.p, self.ps, self.names, self.cmin, self.B, self.plan = p, ps, names, cmin, B, plan
         self.free: set = set()   # the `a{k}` that range over every real
 
     def domain(self, name: str):
@@ -230,17 +281,76 @@ class _Turn:
             return z3.BoolVal(True)
         return v >= 0
 
-    def run(self, inp: S.Inputs):
+    # -- the two readings: a session's start (init, to its first turn), and a turn from `T`
+
+    def start(self, inp: S.Inputs):
+        return self._read(inp, self._start)
+
+    def turn(self, inp: S.Inputs):
+        return self._read(inp, self._turn)
+
+    def _read(self, inp, body):
         self.k = 0
-        self.obs = {n: [] for n in self.names}
-        self.assume = []      # (a hold's duration, the least it lasts)
         self.inp = inp
+        self.apps: list = []      # the relations the path starts from: (name, args)
+        self.assume: list = []    # (a, b): a >= b, what the lemmas say (a path where one fails is none)
+        self.obs = {n: [] for n in self.names}
         with Trace() as tr:
             try:
-                val = self._run()
-            except (X.KernelError, _Refused) as err:
-                val = err
-        return tr.facts, val, None
+                head = body()
+            except _Cut as c:
+                head = c.head
+            except X.KernelError as err:
+                head = ("E", str(err))
+        return tr.facts, (tuple(self.apps), head), None
+
+    def _start(self):
+        p, plan = self.p, self.plan
+        attrs = tuple((n, self._fresh("d")) for n in KERNEL_ATTRS) + (("cached", 0), ("computed", 0))
+        attrs += tuple((f"#entry{i}", 0) for i in sorted(plan.entries))
+        attrs = self._block(p.init, attrs)
+        if plan.loop is None and p.session is not None:
+            # a shape the clauses do not follow: a later turn reads what the session block, the
+            # turns and the server assign as any value an earlier turn left, a natural where every
+            # assignment of it is one
+            for n in sorted(_assigned((p.session, p.turn, p.server)) | {"cached"}) + [
+                    f"#entry{i}" for i in sorted(plan.entries)]:
+                attrs = X.assign(attrs, n, self._fresh("d") if n in plan.nat else self._fresh("a", free=True))
+        else:
+            attrs = self._block(plan.prefix, attrs)
+        return ("T", self._state(attrs, "T"))
+
+    def _turn(self):
+        p, plan = self.p, self.plan
+        attrs = ()
+        xs = []
+        for n in plan.args["T"]:
+            v = self._fresh("d") if n in plan.nat else self._fresh("a", free=True)
+            attrs = X.assign(attrs, n, v)
+            xs.append(v)
+        self.apps.append(("T", xs))
+        for n in KERNEL_ATTRS:
+            attrs = X.assign(attrs, n, self._fresh("d"))
+        attrs = X.assign(attrs, "computed", 0)
+        attrs = X.assign(attrs, NOW, self.inp.value("T"))
+        try:
+            attrs = self._block(p.turn, attrs)
+            attrs = self._block(p.server, attrs)
+        except _Refused:
+            # the session ends at the hold, its turn's observations half made
+            if not self._held():
+                return None
+            return None if all(self._part(x, self.obs) for x in self.ps) else ("R", None)
+        if not self._held():
+            return None
+        if not all(self._part(x, self.obs) for x in self.ps):
+            return ("B", None)
+        if plan.loop is not None and X.guard(p, None, X.Env(attrs), _now(plan.loop.c)):
+            attrs = self._block(plan.between, attrs)
+            return ("T", self._state(attrs, "T"))
+        return None
+
+    # -- values
 
     def _fresh(self, kind: str, free: bool = False):
         name = f"{kind}{self.k}"
@@ -249,31 +359,50 @@ class _Turn:
             self.free.add(name)
         return self.inp.value(name)
 
-    def _run(self):
-        p = self.p
-        attrs = tuple((n, self._fresh("d")) for n in KERNEL_ATTRS) + (("cached", 0), ("computed", 0))
-        attrs = self._block(p.init, attrs)
-        if p.session is not None:
-            # a later turn: what the session block, the turns and the server assign may hold any
-            # value an earlier turn left, a natural where every assignment of it is one
-            nat = naturals(p)
-            for n in sorted(_assigned((p.session, p.turn, p.server))):
-                attrs = X.assign(attrs, n, self._fresh("d") if n in nat else self._fresh("a", free=True))
-        attrs = X.assign(attrs, NOW, self.inp.value("T"))
-        attrs = self._block(p.turn, attrs)
-        attrs = self._block(p.server, attrs)
-        held = all(d >= least for d, least in self.assume)
-        return bool(not held or all(self._part(x) for x in self.ps))
+    def _state(self, attrs, rel: str) -> list:
+        """What the relation carries of the session's attributes, in order (0 for one not assigned
+        yet: the linker keeps a read after its set)."""
+        out = []
+        for n in self.plan.args[rel]:
+            v = X.lookup(attrs, n)
+            out.append(0 if v is None else v)
+        return out
 
-    def _part(self, x) -> bool:
+    def _held(self) -> bool:
+        return all(a >= b for a, b in self.assume)
+
+    def _eval(self, e, attrs, seen=None):
+        """e read in the turn: the clock an unknown; a pool or engine read at an admission (a
+        header's `budget_left(E)`) any natural, each read its own, and `cachedin(P)` what the
+        session's entry on P holds then (`seen`)."""
+        reads: dict = {}
+
+        def sub(x):
+            if isinstance(x, R.Obs) and x.fn == "cachedin" and seen and x.of in seen:
+                name = f"#obs{len(reads)}"
+                reads[name] = seen[x.of]
+                return R.Attr(name)
+            if isinstance(x, R.Obs):
+                name = f"#obs{len(reads)}"
+                reads[name] = self._fresh("d")
+                return R.Attr(name)
+            return x
+        e2 = _subst(_now(e), sub)
+        for n, v in reads.items():
+            attrs = X.assign(attrs, n, v)
+        return X.eval_expr(self.p, None, X.Env(attrs), e2)
+
+    def _part(self, x, obs) -> bool:
         if x[0] == "max":   # each observation of A at most c
-            return all(v <= x[2] for v in self.obs[x[1]])
-        # the turn's share of L - R: each value and each observation weighed
+            return all(v <= x[2] for v in obs[x[1]])
+        # the share of L - R: each value and each observation weighed
         w = x[1]
-        return bool(sum((v * o for n, (v, c) in w.items() for o in self.obs[n]), 0) +
-                    sum(c * len(self.obs[n]) for n, (v, c) in w.items()) >= 0)
+        return bool(sum((v * o for n, (v, c) in w.items() for o in obs[n]), 0) +
+                    sum(c * len(obs[n]) for n, (v, c) in w.items()) >= 0)
 
-    def _block(self, block, attrs):
+    # -- statements
+
+    def _block(self, block, attrs, acc=None):
         for st in block:
             env = X.Env(attrs)
             if isinstance(st, R.DrawA):
@@ -285,44 +414,190 @@ class _Turn:
                 if st.name in self.obs:
                     self.obs[st.name].append(v)
             elif isinstance(st, R.BranchS):
-                attrs = self._block(st.then if X.guard(self.p, None, env, st.c) else st.else_, attrs)
+                attrs = self._block(st.then if X.guard(self.p, None, env, st.c) else st.else_, attrs, acc)
             elif isinstance(st, R.HoldS):
-                attrs = self._hold(st, attrs)
+                attrs = self._hold(st, attrs, acc)
+            elif isinstance(st, R.RunS):
+                attrs = self._run(st, attrs, acc)
             elif isinstance(st, R.JobS):
                 w = X.eval_expr(self.p, None, env, _now(st.work))
                 if w < 0:
                     raise X.KernelError("R007", f"a run's work is an amount, not negative: this one is {w}")
                 attrs = X.assign(attrs, NOW, X.lookup(attrs, NOW) + self._fresh("a"))
-            elif isinstance(st, (R.TurnS, R.WhileS, R.EndS, R.RunS)):
+            elif isinstance(st, (R.TurnS, R.WhileS, R.EndS)):
                 raise AssertionError(st)   # _scope keeps them out of what a turn reads here
         return attrs
 
-    def _hold(self, h: R.HoldS, attrs):
-        """A hold: refused as it joins when a units or reserve it judges then is above the cap (the
-        turn is cut short: no proof); else it lasts its duration, at least what its runs need."""
-        p, env = self.p, X.Env(attrs)
-        pre = dec = 0
-        for hh in [n for n in V._nodes(h) if isinstance(n, R.HoldS)]:
-            if any(X.never_fits(p, None, env, hp) for hp in hh.pools):   # the kernel's own judgement
-                raise _Refused()
-            for st in hh.body:
-                if isinstance(st, R.RunS):
-                    w = X.amount(X.eval_expr(p, None, env, st.work), "a run's work")
-                    if w > 0:
-                        if st.mode == "prefill":
-                            pre = pre + w
-                        else:
-                            dec = dec + w
+    def _run(self, st: R.RunS, attrs, acc: "_Exec"):
+        """A run in a hold's body: its work, counted for the hold's duration; in an execution a
+        preemption cuts, the cut may come while it runs."""
+        w = X.amount(X.eval_expr(self.p, None, X.Env(attrs), st.work), "a run's work")
+        if w > 0:
+            if acc.cut and self._fresh("d") > 0:
+                # preempted while it runs: at its positions, or inside a growing run's work
+                pos = dict(acc.pos)
+                if st.growing in pos:
+                    x = self._fresh("d")
+                    self.assume.append((w - 1, x))
+                    pos[st.growing] = pos[st.growing] + x
+                self._leave(attrs, pos, acc)
+            if st.mode == "prefill":
+                acc.pre = acc.pre + w
+            else:
+                acc.dec = acc.dec + w
+            if st.growing in acc.pos:
+                acc.pos[st.growing] = acc.pos[st.growing] + w
+                acc.adv.add(st.growing)
+        return attrs
+
+    def _leave(self, attrs, pos: dict, acc: "_Exec"):
+        """An execution cut by a preemption: its observations, on their own, must keep each part;
+        its release caches what it computed (its positions); the hold executes again from its
+        attributes and its position on the pool that cut it (`P`)."""
+        if not self._held():
+            raise _Cut(None)
+        if not all(self._part(x, acc.obs) for x in self.ps):
+            raise _Cut(("B", None))
+        attrs = self._release(attrs, acc, pos)
+        raise _Cut((acc.rel, self._state(attrs, acc.rel) + [pos[acc.pool]]))
+
+    def _release(self, attrs, ex: "_Exec", pos: dict, preempted: bool = True):
+        """The hold's release: on each pool, its session's cache entry becomes min(cache, what it
+        computed), in whole blocks (`release`, `computed_of`, `put_cache`)."""
+        if ex.hold.cache is None:
+            return attrs
+        ell = X.amount(X.eval_expr(self.p, None, X.Env(attrs), ex.hold.cache), "a hold's cache")
+        for hp in ex.hold.pools:
+            i = hp.pool
+            if i not in self.plan.entries:
+                continue
+            comp = pos[i] if i in ex.adv else (ex.consumed[i] if preempted else ex.units[i])
+            keep = comp if comp < ell else ell
+            attrs = X.assign(attrs, f"#entry{i}", X.round_down(keep, self.p.pools[i].block))
+        return attrs
+
+    def _hold(self, h: R.HoldS, attrs, outer: "Optional[_Exec]"):
+        """A hold: judged as it joins (refused: the session ends), admitted (its header read, what
+        it consumes of the cache any natural within its units), its body run; it lasts its duration,
+        at least what its runs need (the lemma). A hold a preemption may cut runs again: the path
+        either reads its first execution, or one after a preemption from what an earlier one left
+        (`P`); and either the execution that completes, or one a preemption cuts (`_leave`)."""
+        p = self.p
+        pool = self.plan.preempt.get(id(h))
+        rel = f"P{self.plan.holds.index(id(h))}" if pool is not None else None
+        comp = 0
+        if pool is not None and self._fresh("d") > 0:
+            # an execution after a preemption: what the earlier one set, and its position
+            again = self.plan.body_sets[id(h)] + ["cached"] + [
+                f"#entry{hp.pool}" for hp in h.pools if hp.pool in self.plan.entries]
+            for n in again:
+                attrs = X.assign(attrs, n, self._fresh("d") if n in self.plan.nat else self._fresh("a", free=True))
+            comp = self._fresh("d")
+            self.apps.append((rel, self._state(attrs, rel) + [comp]))
+        attrs = X.assign(attrs, "computed", comp)
+        env = X.Env(attrs)
+        if any(X.never_fits(p, None, env, hp) for hp in h.pools):   # the kernel's own judgement
+            raise _Refused()
+        # what each pool's cache entry of the session holds as it is admitted: at most what its
+        # release left, as others' admissions may have evicted blocks of it since
+        seen = {}
+        for hp in h.pools:
+            i = hp.pool
+            if i in self.plan.entries:
+                e = self._fresh("d")
+                self.assume.append((X.lookup(attrs, f"#entry{i}"), e))
+                seen[p.pools[i].name] = e
+        rho = X.amount(self._eval(h.reuse, attrs, seen), "a hold's reuse") if h.reuse is not None else None
+        ex = _Exec(h, rel, pool, False, {}, set(), {}, {}, 0, 0, {n: [] for n in self.names})
+        for hp in h.pools:
+            i = hp.pool
+            u = X.round_up(X.amount(self._eval(hp.units, attrs, seen), "a hold's units"), p.pools[i].block)
+            if hp.reserve is not None:
+                X.amount(self._eval(hp.reserve, attrs, seen), "a hold's reserve")
+            c = 0
+            if h.cache is not None and i in self.plan.entries:
+                # `consume`: at most its reuse and its units of the entry, in whole blocks; the
+                # rest of the entry is no longer the session's
+                e = seen[p.pools[i].name]
+                take = e if u > e else u
+                if rho is not None and rho < take:
+                    take = rho
+                c = X.round_down(take, p.pools[i].block)
+                attrs = X.assign(attrs, f"#entry{i}", 0)
+            ex.units[i], ex.consumed[i], ex.pos[i] = u, c, c
+        cached = 0
+        for hp in h.pools:
+            c = ex.consumed[hp.pool]
+            cached = c if c > cached else cached   # the kernel's max(got)
+        attrs = X.assign(attrs, "cached", cached)
+        if pool is not None and self._fresh("d") > 0:
+            ex.cut = True   # an execution a preemption cuts: its observations its own
+        saved = self.obs
+        if ex.cut:
+            self.obs = ex.obs
+        attrs = self._block(h.body, attrs, ex)
+        if ex.cut:
+            raise _Cut(None)   # it completed: no preemption cut it
+        self.obs = saved
+        attrs = self._release(attrs, ex, ex.pos, preempted=False)
+        attrs = X.assign(attrs, "computed", 0)
+        if outer is not None:      # inside another hold: its time is the outer hold's
+            outer.pre, outer.dec = outer.pre + ex.pre, outer.dec + ex.dec
+            if outer.cut:
+                self.obs = outer.obs
+            return attrs
         d = self._fresh("a")
         if self.B is None:
-            need = (1 if pre > 0 else 0) + dec
+            need = (1 if ex.pre > 0 else 0) + ex.dec
         else:
             k = self._fresh("k")   # ceil(pre / B): the least k with k * B >= pre
-            self.assume.append((k * self.B, pre))
-            self.assume.append((pre + self.B - 1, k * self.B))
-            need = k + dec
+            self.assume.append((k * self.B, ex.pre))
+            self.assume.append((ex.pre + self.B - 1, k * self.B))
+            need = k + ex.dec
         self.assume.append((d, self.cmin * need))
         return X.assign(attrs, NOW, X.lookup(attrs, NOW) + d)
+
+
+@dataclass
+class _Exec:
+    """A hold's execution as its body runs: the relation its cut reaches, the pool whose preemption
+    cuts it, whether this one is cut, the position on that pool, the work of its runs, and the
+    observations it makes when it is cut (read on their own)."""
+    hold: R.HoldS
+    rel: Optional[str]
+    pool: Optional[int]
+    cut: bool
+    pos: dict        # pool -> its position: what it consumed, advanced by its growing runs
+    adv: set         # the pools a growing run moved
+    consumed: dict   # pool -> what its admission consumed of the cache
+    units: dict      # pool -> its allocation at admission
+    pre: object
+    dec: object
+    obs: dict
+
+
+@dataclass
+class _Plan:
+    """What the clauses follow: the session's attributes (`state`, in order), which are naturals,
+    the session block's statements before its first turn and between two turns (with the loop's
+    guard), and for each hold a preemption may cut: the pool that cuts it and what its body sets."""
+    state: list
+    nat: set
+    prefix: tuple = ()
+    loop: Optional[R.WhileS] = None
+    between: tuple = ()
+    holds: list = field(default_factory=list)
+    preempt: dict = field(default_factory=dict)
+    body_sets: dict = field(default_factory=dict)
+    entries: set = field(default_factory=set)   # the pools a hold caches on: the session's entry there
+    args: dict = field(default_factory=dict)    # relation -> the attributes it carries, in order
+
+
+class _Cut(Exception):
+    """A path's reading ends here: head is the relation it reaches, a failure, or None."""
+
+    def __init__(self, head):
+        self.head = head
 
 
 class _Refused(Exception):
@@ -335,7 +610,8 @@ def naturals(p: R.Program) -> set:
     and maxima, tests, choices and floors of them): by induction over a run, each is a natural
     whenever it has a value. The greatest such set, to a fixpoint."""
     sets = [n for n in V._nodes((p.init, p.turn, p.session or (), p.server)) if isinstance(n, R.SetA)]
-    nat = {n.name for n in sets} | {n.name for n in V._nodes(p) if isinstance(n, R.DrawA)} | set(KERNEL_ATTRS)
+    nat = ({n.name for n in sets} | {n.name for n in V._nodes(p) if isinstance(n, R.DrawA)} | set(KERNEL_ATTRS) |
+           {"cached", "computed"})
     while True:
         out = {s.name for s in sets if s.name in nat and not _natural(s.e, nat)}
         if not out:
@@ -366,6 +642,8 @@ def _natural(e, nat: set, nonneg: bool = False) -> bool:
             return len(e.args) == 1 and _natural(e.args[0], nat, True)
         if e.name in ("min", "max"):
             return all(_natural(a, nat, nonneg) for a in e.args)
+        if e.name == "reusable":   # whole blocks of a natural, a whole block: 0 below 1
+            return all(_natural(a, nat) for a in e.args)
     return False
 
 
@@ -387,28 +665,333 @@ def _fact(x) -> str:
             "the totals and counts add up the turns of every path that ends")
 
 
-def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left) -> Proof | str:
-    t = _Turn(p, ps, names, cmin, B)
-    bad: list = []
+def plan(p: R.Program) -> "_Plan | str":
+    """What the clauses follow (_Plan), or why a hold is not read per turn."""
+    nat = naturals(p)
+    entries = {hp.pool for h in V._nodes(p.server) if isinstance(h, R.HoldS) and h.cache is not None
+               for hp in h.pools}
+    state = sorted((_assigned((p.init, p.session or (), p.turn, p.server)) | {"cached"}) - {"computed"})
+    state += [f"#entry{i}" for i in sorted(entries)]
+    nat = nat | {f"#entry{i}" for i in entries}
+    out = _Plan(state, nat, entries=entries)
+    body = p.session if p.session is not None else (R.TurnS(),)
+    turns = [j for j, st in enumerate(body) if isinstance(st, R.TurnS)]
+    plain = lambda block: not any(isinstance(n, (R.TurnS, R.WhileS, R.EndS, R.HoldS, R.RunS))
+                                  for n in V._nodes(block))
+    if turns and plain(body[:turns[0]]):
+        rest = body[turns[0] + 1:]
+        if not rest:
+            out.prefix = body[:turns[0]]
+        elif (len(rest) == 1 and isinstance(rest[0], R.WhileS) and rest[0].body
+              and isinstance(rest[0].body[-1], R.TurnS) and plain(rest[0].body[:-1])):
+            out.prefix, out.loop, out.between = body[:turns[0]], rest[0], rest[0].body[:-1]
+    for h in [n for n in V._nodes(p.server) if isinstance(n, R.HoldS)]:
+        out.holds.append(id(h))
+        cut = [hp.pool for hp in h.pools if p.pools[hp.pool].preempt is not None]
+        inner = [n for n in V._nodes(h.body) if isinstance(n, R.HoldS)]
+        if len(cut) > 1:
+            return "a hold two of whose pools may preempt it is not read per turn"
+        if cut and inner:
+            return "a hold inside a hold a preemption may cut is not read per turn"
+        if cut:
+            out.preempt[id(h)] = cut[0]
+            out.body_sets[id(h)] = sorted(_assigned(h.body))
+    for h in [n for n in V._nodes(p.server) if isinstance(n, R.HoldS)]:
+        if any(id(n) in out.preempt for n in V._nodes(h.body) if isinstance(n, R.HoldS)):
+            return "a hold inside a hold a preemption may cut is not read per turn"
+    # each relation carries what is read before it is assigned from there on (the rest is
+    # assigned first: any value it had is overwritten), and each session's cache entries
+    keep = [f"#entry{i}" for i in sorted(entries)]
+    after = out.between + ((R.ObserveA("#guard", out.loop.c),) if out.loop is not None else ())
+    live = _live(p.turn + p.server + after)
+    out.args["T"] = [n for n in state if n in live and n not in keep] + keep
+    for j, h in enumerate(p.server):
+        if isinstance(h, R.HoldS) and id(h) in out.preempt:
+            rest = _reads(p.server[j + 1:] + after)
+            want = _live((h,)) | (set(out.body_sets[id(h)]) & rest)
+            out.args[f"P{out.holds.index(id(h))}"] = [n for n in state if n in want and n not in keep] + [
+                f"#entry{hp.pool}" for hp in h.pools if hp.pool in entries]
+    return out
 
-    def see(_facts, val) -> bool:
-        if isinstance(val, _Refused):
-            bad.append("a hold may be refused as it joins (its units above the cap): its session ends mid-turn")
-        elif isinstance(val, X.KernelError):
-            bad.append(f"reading a turn, the kernel stops with {val}")
-        elif not val:
-            bad.append("a turn's own observations may break it with its holds as long as they need")
-        return bool(bad)
+
+def _reads(x) -> set:
+    return {n.name for n in V._nodes(x) if isinstance(n, R.Attr)}
+
+
+def _live(block, defined=None) -> set:
+    """The attributes the statements may read before they assign them (a set in a branch's arm
+    assigns nothing for sure; a hold assigns `computed` as it joins and `cached` as it is admitted,
+    after its header is read)."""
+    defined = set() if defined is None else defined
+    live: set = set()
+    for st in block:
+        if isinstance(st, R.SetA):
+            live |= _reads(st.e) - defined
+            defined.add(st.name)
+        elif isinstance(st, R.DrawA):
+            defined.add(st.name)
+        elif isinstance(st, R.HoldS):
+            defined.add("computed")
+            live |= _reads((st.pools, st.reuse)) - defined
+            defined.add("cached")
+            live |= _live(st.body, defined)
+            live |= _reads(st.cache) - defined
+        else:   # observations, runs, jobs, branches: what they read (a branch's arms all of it)
+            live |= _reads(st) - defined
+    return live
+
+
+def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left) -> Proof | str:
+    pl = plan(p)
+    if isinstance(pl, str):
+        return pl
+    t = _Turn(p, ps, names, cmin, B, pl)
+    paths: list = []
+
+    def see(facts, val) -> bool:
+        paths.append((list(facts), val))
+        return False
+
+    first: list = []
+
+    def fail_first(facts, val) -> bool:
+        paths.append((list(facts), val))
+        why = ft.fails(facts, *val)
+        if why is not None:
+            first.append(why)
+        return bool(first)
 
     try:
-        _, _, undecided = S.explore_with(t.run, t.domain, left, see)
+        undecided = S.explore_with(t.start, t.domain, left, see)[2]
+        ft = _FirstTurn(t, paths, left)
+        undecided += S.explore_with(t.turn, t.domain, left, fail_first)[2]
     except S.Deadline:
-        return "the timeout ran out reading a turn"
-    if bad:
-        return bad[0]
+        return "its share of the timeout (a third) ran out reading a turn"
+    if first:
+        return first[0]
     if undecided:
         return f"z3 could not decide {undecided} branch(es) of a turn"
+    why, inv = _solve(t, pl, paths, left)
+    if why is not None:
+        return why
     per = "iteration" if cmin == 1 else f"iteration of at least {cmin} s"
     lemma = (f"a hold lasts at least an {per} for each decode token and for each {B} prefill tokens (rounded up)"
              if B is not None else f"a hold lasts at least an {per} for its prefill and one for each decode token")
-    return Proof(fact, lemma)
+    return Proof(fact, lemma, inv)
+
+
+FAILS = {
+    "E": "reading a turn, the kernel may stop",
+    "R": "a hold may be refused as it joins (its units above the cap): its session ends mid-turn with its "
+         "observations breaking it",
+    "B": "a turn's own observations may break it with its holds as long as they need",
+}
+
+
+def _solve(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
+    """The paths as Horn clauses, solved by z3's Spacer: (why not, None) when a failure may be
+    reached or z3 cannot say, else (None, the invariants it found, as the program names them)."""
+    rels = {}
+    for name, args in pl.args.items():
+        sorts = [z3.IntSort() if n in pl.nat else z3.RealSort() for n in args]
+        rels[name] = z3.Function(name, *sorts, *([z3.IntSort()] if name != "T" else []), z3.BoolSort())
+    # one failure relation per kind, and one per message the kernel stops with
+    errors = sorted({head[1] for _, (_, head) in paths if head is not None and head[0] == "E"})
+    fails = {k: z3.Bool(k) for k in ("R", "B")}
+    fails.update({("E", m): z3.Bool(f"E{j}") for j, m in enumerate(errors)})
+    fp = z3.Fixedpoint()
+    fp.set(engine="spacer")
+    # the relations kept whole (not inlined into each other), so that their invariants can be read
+    fp.set("xform.inline_linear", False)
+    fp.set("xform.inline_eager", False)
+    fp.set("timeout", S.z3_ms(left))
+    for f in list(rels.values()):
+        fp.register_relation(f)
+    for b in fails.values():
+        fp.register_relation(b.decl())
+
+    def app(name, args):
+        f = rels[name]
+        return f(*[_as(term(v), f.domain(i)) for i, v in enumerate(args)])
+
+    for facts, (apps, head) in paths:
+        if head is None:
+            continue
+        body = list(facts) + [app(n, a) for n, a in apps]
+        key = head if head[0] == "E" else head[0]
+        hd = fails[key] if key in fails else app(*head)
+        vs = _consts(body + [hd])
+        body += [t.domain(str(v)) for v in vs]
+        # each clause quantifies its own unknowns (declare_var would abstract every clause over all)
+        rule = z3.Implies(z3.And(body), hd)
+        fp.add_rule(z3.ForAll(vs, rule) if vs else rule)
+    # every failure in one query (the invariants found once); which one, only when one may be reached
+    anyf = z3.Bool("Fail")   # a failure of any kind (query's several arguments are their conjunction)
+    fp.register_relation(anyf.decl())
+    for b in fails.values():
+        fp.rule(anyf, [b])
+    try:
+        r = fp.query(anyf)
+        if r == z3.unsat:
+            return None, _invariants(fp, rels, pl, t.p)
+        if r == z3.sat:
+            for k, b in fails.items():
+                if fp.query(b) == z3.sat:
+                    return (FAILS[k] if k in FAILS else f"{FAILS['E']} with {k[1]}"), None
+    except z3.Z3Exception as e:   # a timeout, or a term Spacer does not take
+        return f"z3 (Spacer) could not decide whether a turn may fail: {e}", None
+    return f"z3 (Spacer) could not decide whether a turn may fail ({fp.reason_unknown()})", None
+
+
+class _FirstTurn:
+    """A failure on a session's first turn, first execution of its holds: the start's clauses
+    unrolled once, asked of plain z3 as each failing path is run, where Spacer would search for it
+    at length (vLLM's `while (more)` over a draw of 2, R006)."""
+
+    def __init__(self, t: _Turn, paths: list, left):
+        self.t, self.left, self.starts = t, left, []
+        inits = [(facts, head[1]) for facts, (apps, head) in paths if not apps and head is not None and head[0] == "T"]
+        for j, (facts, args) in enumerate(inits):
+            vs = _consts(list(facts) + [term(a) for a in args])
+            ren = [(v, z3.Const(f"{v}!s{j}", v.sort())) for v in vs]
+            conds = [z3.substitute(f, *ren) for f in facts] + [z3.substitute(t.domain(str(v)), *ren) for v in vs]
+            self.starts.append((z3.And(conds) if conds else z3.BoolVal(True),
+                                [z3.substitute(term(a), *ren) for a in args]))
+
+    def fails(self, facts, apps, head) -> Optional[str]:
+        """Why the path is a failure some session's first turn reaches, or None."""
+        if head is None or head[0] not in ("E", "R", "B") or [n for n, _ in apps] != ["T"] or not self.starts:
+            return None
+        xs = [term(x) for x in apps[0][1]]
+        link = z3.Or([z3.And([c] + [x == _as(a, x.sort()) for x, a in zip(xs, args)]) for c, args in self.starts])
+        s = z3.Solver()
+        s.set("timeout", S.z3_ms(self.left))
+        s.add(list(facts) + [self.t.domain(str(v)) for v in _consts(list(facts) + xs)] + [link])
+        if s.check() != z3.sat:
+            return None
+        return FAILS[head[0]] if head[0] != "E" else f"{FAILS['E']} with {head[1]}"
+
+
+def _as(t, sort):
+    if sort == z3.IntSort() and t.is_real():
+        return z3.ToInt(t)
+    if sort == z3.RealSort() and t.is_int():
+        return z3.ToReal(t)
+    return t
+
+
+def _consts(terms) -> list:
+    """The unknowns (uninterpreted constants) the terms name; each shared subterm visited once."""
+    seen, out, todo = set(), [], list(terms)
+    while todo:
+        e = todo.pop()
+        i = e.get_id()
+        if i in seen:
+            continue
+        seen.add(i)
+        if z3.is_const(e):
+            if e.decl().kind() == z3.Z3_OP_UNINTERPRETED and not z3.is_bool(e):
+                out.append(e)
+        elif z3.is_app(e):
+            todo.extend(e.children())
+    return out
+
+
+def _invariants(fp, rels: dict, pl: _Plan, p: R.Program) -> list:
+    """What Spacer found each relation to be, in the program's names: what a session keeps from
+    turn to turn (T) and from a hold's execution to the next after a preemption (P)."""
+    out = []
+    for name, f in rels.items():
+        try:
+            inv = fp.get_cover_delta(-1, f)
+        except z3.Z3Exception:
+            continue
+        names = pl.args[name] + ([] if name == "T" else ["computed"])
+        # the relation's arguments are the bound variables 0, 1, ... in order
+        args = [z3.Const(_shown(n, p), f.domain(i)) for i, n in enumerate(names)]
+        inv = z3.simplify(z3.substitute_vars(inv, *args))
+        if not z3.is_true(inv):
+            try:
+                text = show(inv)
+            except (z3.Z3Exception, RecursionError):   # a form the printer does not know: z3's own
+                text = str(inv)
+            out.append(("as a turn begins" if name == "T" else "as a preempted hold executes again", text))
+    return out
+
+
+def _shown(name: str, p: R.Program) -> str:
+    """An attribute as the text names it: a session's cache entry on pool P is `cachedin(P)`."""
+    if name.startswith("#entry"):
+        return f"cachedin({p.pools[int(name[6:])].name})"
+    return name
+
+
+_FLIP = {z3.Z3_OP_LE: ">", z3.Z3_OP_GE: "<", z3.Z3_OP_LT: ">=", z3.Z3_OP_GT: "<=", z3.Z3_OP_EQ: "!="}
+_CMP = {z3.Z3_OP_LE: "<=", z3.Z3_OP_GE: ">=", z3.Z3_OP_LT: "<", z3.Z3_OP_GT: ">", z3.Z3_OP_EQ: "=="}
+
+
+def show(e, top: bool = True) -> str:
+    """A z3 formula of linear arithmetic as the language writes an expression."""
+    k = e.decl().kind() if z3.is_app(e) else None
+    if k == z3.Z3_OP_AND:
+        return " && ".join(show(c, False) for c in e.children())
+    if k == z3.Z3_OP_OR:
+        s = " || ".join(show(c, False) for c in e.children())
+        return s if top else f"({s})"
+    if k == z3.Z3_OP_NOT:
+        c = e.arg(0)
+        ck = c.decl().kind() if z3.is_app(c) else None
+        if ck in _FLIP:
+            return f"{_sum(c.arg(0))} {_FLIP[ck]} {_sum(c.arg(1))}"
+        return f"!({show(c)})"
+    if k in _CMP:
+        return f"{_sum(e.arg(0))} {_CMP[k]} {_sum(e.arg(1))}"
+    if z3.is_true(e):
+        return "true"
+    if z3.is_false(e):
+        return "false"
+    return _sum(e)
+
+
+def _sum(e) -> str:
+    """A linear term: `a + b - 2 * c`, whole quotients as floor."""
+    terms = e.children() if z3.is_add(e) else [e]
+    out = ""
+    for t in terms:
+        neg, s = _term(t)
+        out += (" - " if neg else " + ") + s if out else ("-" if neg else "") + s
+    return out
+
+
+def _term(t) -> tuple:
+    """(whether it is subtracted, the term without its sign)."""
+    if z3.is_mul(t) and z3.is_int_value(t.arg(0)) or z3.is_mul(t) and z3.is_rational_value(t.arg(0)):
+        c = t.arg(0)
+        v = c.as_fraction() if z3.is_rational_value(c) else c.as_long()
+        rest = " * ".join(_atom(x) for x in t.children()[1:])
+        if v == -1:
+            return True, rest
+        return (v < 0), f"{abs(v)} * {rest}"
+    if z3.is_int_value(t) or z3.is_rational_value(t):
+        v = t.as_fraction() if z3.is_rational_value(t) else t.as_long()
+        return v < 0, str(abs(v))
+    return False, _atom(t)
+
+
+def _atom(t) -> str:
+    if z3.is_app_of(t, z3.Z3_OP_IDIV):
+        return f"floor(({_sum(t.arg(0))}) / {_sum(t.arg(1))})"
+    if z3.is_app_of(t, z3.Z3_OP_TO_REAL) or z3.is_app_of(t, z3.Z3_OP_TO_INT):
+        return _atom(t.arg(0))
+    if z3.is_add(t):
+        return f"({_sum(t)})"
+    if z3.is_mul(t):
+        return " * ".join(_atom(x) for x in t.children())
+    if z3.is_app_of(t, z3.Z3_OP_MOD):
+        return f"({_sum(t.arg(0))} % {_sum(t.arg(1))})"
+    if z3.is_app_of(t, z3.Z3_OP_ITE):
+        return f"({show(t.arg(0))} ? {_sum(t.arg(1))} : {_sum(t.arg(2))})"
+    if z3.is_int_value(t) or z3.is_rational_value(t):
+        neg, s = _term(t)
+        return f"(-{s})" if neg else s
+    return str(t)   # a constant, or a form the language does not write
