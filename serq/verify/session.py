@@ -315,7 +315,7 @@ class _Turn:
             # assignment of it is one
             for n in sorted(_assigned((p.session, p.turn, p.server)) | {"cached"}) + [
                     f"#entry{i}" for i in sorted(plan.entries)]:
-                attrs = X.assign(attrs, n, self._fresh("d") if n in plan.nat else self._fresh("a", free=True))
+                attrs = X.assign(attrs, n, self._any(n))
         else:
             attrs = self._block(plan.prefix, attrs)
         return ("T", self._state(attrs, "T"))
@@ -325,7 +325,7 @@ class _Turn:
         attrs = ()
         xs = []
         for n in plan.args["T"]:
-            v = self._fresh("d") if n in plan.nat else self._fresh("a", free=True)
+            v = self._any(n)
             attrs = X.assign(attrs, n, v)
             xs.append(v)
         self.apps.append(("T", xs))
@@ -358,6 +358,10 @@ class _Turn:
         if free:
             self.free.add(name)
         return self.inp.value(name)
+
+    def _any(self, name: str):
+        """Any value an attribute may hold: a natural where every assignment of it is one, else any real."""
+        return self._fresh("d") if name in self.plan.nat else self._fresh("a", free=True)
 
     def _state(self, attrs, rel: str) -> list:
         """What the relation carries of the session's attributes, in order (0 for one not assigned
@@ -491,7 +495,7 @@ class _Turn:
             again = self.plan.body_sets[id(h)] + ["cached"] + [
                 f"#entry{hp.pool}" for hp in h.pools if hp.pool in self.plan.entries]
             for n in again:
-                attrs = X.assign(attrs, n, self._fresh("d") if n in self.plan.nat else self._fresh("a", free=True))
+                attrs = X.assign(attrs, n, self._any(n))
             comp = self._fresh("d")
             self.apps.append((rel, self._state(attrs, rel) + [comp]))
         attrs = X.assign(attrs, "computed", comp)
@@ -532,19 +536,15 @@ class _Turn:
         attrs = X.assign(attrs, "cached", cached)
         if pool is not None and self._fresh("d") > 0:
             ex.cut = True   # an execution a preemption cuts: its observations its own
-        saved = self.obs
         if ex.cut:
-            self.obs = ex.obs
+            self.obs = ex.obs   # the path ends at the cut (_leave): nothing reads the turn's after it
         attrs = self._block(h.body, attrs, ex)
         if ex.cut:
             raise _Cut(None)   # it completed: no preemption cut it
-        self.obs = saved
         attrs = self._release(attrs, ex, ex.pos, preempted=False)
         attrs = X.assign(attrs, "computed", 0)
         if outer is not None:      # inside another hold: its time is the outer hold's
             outer.pre, outer.dec = outer.pre + ex.pre, outer.dec + ex.dec
-            if outer.cut:
-                self.obs = outer.obs
             return attrs
         d = self._fresh("a")
         if self.B is None:
