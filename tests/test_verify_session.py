@@ -414,3 +414,196 @@ def test_per_session_proofs_hold_on_every_workload_of_generated_programs(k):
     for j, c in enumerate(p.claims):
         if isinstance(session.prove(p, j, lambda: 30.0), session.Proof):
             assert want[c.name] == "proved", (c.name, text)
+
+
+# vLLM's caching request in variants: what a session keeps across a preemption (`kept`, `computed`)
+# and across turns (its cache entry) is what the Horn clauses carry
+CACHE_TEMPLATE = """fn main() {
+  device gpu { kv cap CAP; }
+  engine llm on gpu {
+    reqs cap SEQS;
+    tokens cap TOK;
+    request (prompt, output) {
+      BODY
+    }
+    schedule {
+      SCHED
+    }
+    execute (COST);
+  }
+  pool kv on gpu { block BLK; evict lru; PREEMPT }
+  pool reqs on llm { queue fifo; }
+  workload {
+    arrive ARRIVE;
+    WORKLOAD
+  }
+  server { SERVER }
+  CLAIMS
+}
+"""
+
+VLLM_BODY = """set kept = prompt;
+      at admission {
+        known = max(kept, computed + 1);
+        reused = min(cachedin(kv), reusable(known, blocksize(kv)));
+      }
+      set kept = known;
+      set c = min(cached, reusable(known, blocksize(kv)));
+      observe hit = c > 0;
+      observe fresh = known - c;
+      observe late = known - prompt;
+      observe seen = computed;
+      prefill (known - c) growing kv;
+      decode (output - 1 - (known - prompt)) growing kv;
+      CACHE"""
+
+PLAIN_BODY = """at admission { reused = min(cachedin(kv), reusable(prompt, blocksize(kv))); known = prompt; }
+      set c = min(cached, reusable(prompt, blocksize(kv)));
+      observe hit = c > 0;
+      observe fresh = prompt - c;
+      observe late = 0;
+      observe seen = computed;
+      prefill (prompt - c) growing kv;
+      decode (output) growing kv;
+      CACHE"""
+
+
+def gen_caching_program(rng):
+    """A vLLM-shaped caching program (vLLM's recompute-on-preemption request, or a plain one that
+    restarts its prompt), with claims over what the cache and a preemption leave: (text, draws a
+    session makes)."""
+    body = (VLLM_BODY if rng.random() < 0.7 else PLAIN_BODY).replace(
+        "CACHE", rng.choice(["cache (prompt + output);", "cache (prompt);", "cache (known);"]))
+    take = rng.choice(["kv (min(known, reused + budget_left(llm))) reserve (known)",
+                       "kv (min(known, CAP)) reuse (reused)", "kv (known) reuse (reused)"])
+    sched = rng.choice([
+        "advance running;\n      admit waiting while (running.preempted == 0) taking reqs (1), TAKE;",
+        "advance running each at most (2);\n      admit waiting while (running.preempted == 0) each at most (2) "
+        "taking reqs (1), TAKE;",
+        "admit waiting taking reqs (1), TAKE;\n      advance running;"]).replace("TAKE", take)
+    multi = rng.random() < 0.4
+    if multi:   # the second turn's prompt is the first's history: the cache entry it left
+        wl = ("hidden o;\n    init { set ctx = 0; }\n    turn { Size n = 1 + ~det(2); Size o = 1 + ~det(2); "
+              "set more = turn_no < 1 ? 1 : 0; }\n    session { turn; while (more) { set ctx = ctx + n + o; turn; } }")
+        server = "llm (ctx + n, o);"
+    else:
+        wl = "hidden o;\n    turn { Size n = 1 + ~det(2); Size o = 1 + ~det(2); }"
+        server = "llm (n, o);"
+    k = rng.choice([0, 1, 2])
+    claims = [
+        f"claim k_freshk: at end (total(fresh) >= {k} * count(fresh));",
+        "claim k_hits: at end (largest(hit) <= 1);",
+        f"claim k_late: at end (largest(late) <= {k});",
+        "claim k_allhit: at end (total(hit) >= count(hit));",
+        f"claim k_seen: at end (largest(seen) <= {rng.choice([1, 2, 3, 4])});",
+        "claim k_nohit: at end (largest(hit) <= 0);",
+        f"claim k_lt: at end (total(late) <= {k} * count(late));",
+    ]
+    rng.shuffle(claims)
+    claims = ["claim k_fresh0: at end (total(fresh) >= 0);"] + claims[:3]   # known - c >= 1: always proved
+    # a body above the cap would preempt itself forever (the reference's *Engines*): the largest
+    # prompt and output fit
+    cap = rng.choice([12, 16] if multi else [6, 8, 12])
+    text = (CACHE_TEMPLATE.replace("BODY", body).replace("SCHED", sched).replace("CAP", str(cap))
+            .replace("SEQS", str(rng.choice([1, 2]))).replace("TOK", str(rng.choice([2, 3, 4])))
+            .replace("COST", rng.choice(["1", "0.5 + batch.tokens / 4"])).replace("BLK", str(rng.choice([1, 2, 3])))
+            .replace("PREEMPT", rng.choice(["preempt lifo;", "preempt none;"]))
+            .replace("ARRIVE", rng.choice(["batch(2)", "renewal(1)"]))
+            .replace("WORKLOAD", wl).replace("SERVER", server).replace("CLAIMS", "\n  ".join(claims)))
+    return text, 4 if multi else 2
+
+
+@pytest.mark.parametrize("k", range(max(1, CASES // 6)))
+def test_per_session_proofs_of_generated_caching_programs_hold_on_every_workload(k):
+    """vLLM-shaped caching programs drawn at random (vLLM's request or one that restarts, what it
+    caches, what its admission takes, schedules with a threshold, preemption or none, one turn or a
+    second one on the first's history, blocks of 1 to 3) with claims over what the cache and a
+    preemption leave (`hit`, `known - c`, `known - prompt`, `computed`): each claim proved per
+    session holds on every workload of 2 sessions, draws 0..2, on the kernel. Campaign: seeds
+    500-511 and 2000-2047 here, 60 programs, none false."""
+    import random
+    rng = random.Random(2000 + k + int(SEED or 0))
+    text, draws = gen_caching_program(rng)
+    p = convert(api.load_text(text, "g.sq"))
+    want = expected(p, 2, 2, draws)
+    for j, c in enumerate(p.claims):
+        got = session.prove(p, j, lambda: 40.0)
+        if isinstance(got, session.Proof):
+            assert want[c.name] == "proved", (c.name, text)
+        # a prefill is at least the one token the cache never supplies: the reading proves it
+        assert c.name != "k_fresh0" or isinstance(got, session.Proof), (got, text)
+
+
+def test_a_long_z3_call_stops_when_its_cpu_time_is_spent():
+    """Spacer's query is one z3 call: z3's own timeout is wall time with slack, so a watchdog keeps
+    the CPU time instead (search.cpu_deadline). A query z3 cannot finish (x³ + y³ = z³ over the
+    positive integers) stops within a fraction of a second of the time left."""
+    import time
+    import z3
+    from serq.verify import search as S
+    x, y, z = z3.Ints("x y z")
+    s = z3.Solver()
+    s.add(x > 0, y > 0, z > 0, x * x * x + y * y * y == z * z * z)
+    t0 = time.process_time()
+    with S.cpu_deadline(lambda: 0.5 - (time.process_time() - t0)) as w:
+        r = s.check()
+    spent = time.process_time() - t0
+    assert r == z3.unknown and w.fired and spent < 2.0, (r, w.fired, spent)
+    # a call that ends first is not touched, nor is the next one after the watchdog stops
+    with S.cpu_deadline(lambda: 10.0) as w:
+        s2 = z3.Solver()
+        s2.add(x > 2, x < 4)
+        assert s2.check() == z3.sat
+    assert not w.fired and s2.check() == z3.sat
+
+
+def _vllm_chat(tmp):
+    """examples/multi-turn/vllm_chat.sq with two claims at end, its conversation going on while
+    `more > 0`: the example's `while (more)` over a `~bernoulli` drawn 2 in the family stops the
+    kernel (R006), which no proof can get past (test_a_draw_a_while_reads_is_a_run_error_...)."""
+    text = open(os.path.join(ROOT, "examples", "multi-turn", "vllm_chat.sq")).read()
+    assert "while (more) {" in text and "  gauge kv_used = used(kv);" in text
+    text = text.replace("while (more) {", "while (more > 0) {").replace(
+        "  gauge kv_used = used(kv);",
+        "  gauge kv_used = used(kv);\n"
+        "  claim fresh: at end (total(prefill_tokens) >= count(prefill_tokens));\n"
+        "  claim hits: at end (largest(hit) <= 1);")
+    path = os.path.join(tmp, "vllm_chat.sq")
+    with open(path, "w") as fh:
+        fh.write(text)
+    return path
+
+
+def test_vllm_chat_claims_at_end_are_proved_per_session(tmp_path, capsys):
+    """vLLM's multi-turn chat (growing KV, `preempt lifo`, the prefix cache across turns, chunked
+    prefill with a threshold, `budget_left` units): each turn prefills at least a token, and a hit is
+    0 or 1, proved for every number of sessions within the default timeout's share (a third of 60 s),
+    with what a session keeps across turns and preemptions printed. The interpreter agrees on loaded
+    runs where requests are preempted and the cache hits (its own floats: an independent reading)."""
+    import json
+    import random
+    import time
+    from serq.cli import main
+    path = _vllm_chat(str(tmp_path))
+    t0 = time.process_time()
+    with tempfile.TemporaryDirectory() as out:
+        assert main(["verify", path, "--json", "--out", out]) == 0
+    assert time.process_time() - t0 < 60
+    got = json.loads(capsys.readouterr().out)["claims"]
+    for name in ("fresh", "hits"):
+        assert (got[name]["verdict"], got[name]["by"]) == ("proved", "per session"), got[name]
+        kept = dict(x.split(": ", 1) for x in got[name]["per_session"][2:])
+        assert set(kept) == {"as a turn begins", "as a preempted hold executes again"}, kept
+    prog = api.load(path, inputs={"blocks": 40, "chunk_cap": 64})
+    for seed_ in range(3):
+        rng = random.Random(seed_)
+        sess, t = [], 0.0
+        for _ in range(10):
+            t += rng.choice([0, 0, 0.01, 0.5])
+            draws = []
+            for turn in range(6):
+                draws += [rng.randrange(60), rng.randrange(120), int(rng.random() < 0.7 and turn < 5), rng.choice([0, 1, 3])]
+            sess.append({"arrival": t, "draws": draws})
+        rep = api.run(prog, None, None, {"sessions": sess})
+        assert rep["pools"]["kv"]["preempted"] > 0 and rep["observe"]["hit"]["max"] == 1
+        assert {n: c["status"] for n, c in rep["claims"].items()} == {"fresh": "held", "hits": "held"}

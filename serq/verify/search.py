@@ -81,6 +81,35 @@ def z3_ms(left) -> int:
     return max(1000, int(left() * 1000) * WALL_SLACK)
 
 
+class cpu_deadline:
+    """While a long z3 call runs (Spacer's fixedpoint query: one call, however long), a watchdog
+    thread reads the CPU time left (left()) and interrupts z3 once it is spent: z3's own timeout is
+    wall time, which a single-threaded solve spends at the CPU's pace, so the slack its queries get
+    (WALL_SLACK) would let one call run several times the timeout. z3 raises then (`canceled`)."""
+
+    def __init__(self, left, ctx=None):
+        self.left, self.ctx = left, ctx or z3.main_ctx()
+        self.fired = False
+
+    def _watch(self):
+        while not self.done.wait(0.05):
+            if self.left() <= 0:
+                self.fired = True
+                self.ctx.interrupt()
+                return
+
+    def __enter__(self):
+        import threading
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+
+
 # z3's resource units (deterministic, unlike its clock) a flip may take on the path's incremental
 # solver, about a second; past it the query is asked afresh, where z3 preprocesses what incremental
 # solving does not (a query of bari_tiling.sq's every-state search ran 100 s incrementally and is
@@ -428,7 +457,8 @@ def afresh(conds: list, left) -> tuple:
     s = z3.Solver()
     s.set("timeout", z3_ms(left))
     s.add(conds)
-    r = s.check()
+    with cpu_deadline(left):
+        r = s.check()
     return r, s.model() if r == z3.sat else None
 
 
