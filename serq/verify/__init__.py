@@ -195,8 +195,9 @@ class _Search:
         """A claim at end that sums over sessions, proved one turn at a time, for every number of
         sessions (serq/verify/session.py)."""
         v = cs.v
-        # at most a third of the timeout: a claim it does not prove goes on to the paths
-        start, share = self.budget.left(v.name), self.budget.timeout / 3
+        # at most half of the timeout: a claim it does not prove goes on to the paths (a claim at end on
+        # a multi-turn program is seldom decided there: vLLM's chat is proved per session in 10-17 s)
+        start, share = self.budget.left(v.name), self.budget.timeout / 2
 
         def left() -> float:
             now = self.budget.left(v.name)

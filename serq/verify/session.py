@@ -796,7 +796,7 @@ def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left) -> Proof
         ft = _FirstTurn(t, paths, left)
         undecided += S.explore_with(t.turn, t.domain, left, fail_first)[2]
     except S.Deadline:
-        return "its share of the timeout (a third) ran out reading a turn"
+        return "its share of the timeout (half) ran out reading a turn"
     if first:
         return first[0]
     if undecided:
@@ -889,7 +889,7 @@ def _solve(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
                         return (FAILS[k] if k in FAILS else f"{FAILS['E']} with {k[1]}"), None
     except z3.Z3Exception as e:   # a timeout, or a term Spacer does not take
         if watch.fired or left() <= 0:
-            return "its share of the timeout (a third) ran out solving a turn's clauses (z3's Spacer)", None
+            return "its share of the timeout (half) ran out solving a turn's clauses (z3's Spacer)", None
         return f"z3 (Spacer) could not decide whether a turn may fail: {e}", None
     return f"z3 (Spacer) could not decide whether a turn may fail ({fp.reason_unknown()})", None
 
