@@ -829,16 +829,6 @@ def _solve(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
     errors = sorted({head[1] for _, (_, head) in paths if head is not None and head[0] == "E"})
     fails = {k: z3.Bool(k) for k in ("R", "B")}
     fails.update({("E", m): z3.Bool(f"E{j}") for j, m in enumerate(errors)})
-    fp = z3.Fixedpoint()
-    fp.set(engine="spacer")
-    # the relations kept whole (not inlined into each other), so that their invariants can be read
-    fp.set("xform.inline_linear", False)
-    fp.set("xform.inline_eager", False)
-    fp.set("timeout", S.z3_ms(left))
-    for f in list(rels.values()):
-        fp.register_relation(f)
-    for b in fails.values():
-        fp.register_relation(b.decl())
 
     def app(name, args):
         f = rels[name]
@@ -854,7 +844,9 @@ def _solve(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
         body = [app(n, a) for n, a in apps]
         gk = (tuple(b.sexpr() for b in body), key if key in fails else head[0])
         groups.setdefault(gk, (body, key, []))[2].append((facts, head))
-    for body, key, members in groups.values():
+    rules = []
+    # in an order of their own, not the order the exploration met them (which z3's models decide)
+    for _, (body, key, members) in sorted(groups.items(), key=lambda g: str(g[0])):
         if key in fails:
             hd, hargs = fails[key], []
         else:   # the head's arguments are unknowns of their own, each path saying what they are
@@ -865,32 +857,75 @@ def _solve(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
         for facts, head in members:
             eqs = [] if key in fails else [h == _as(term(v), h.sort()) for h, v in zip(hargs, head[1])]
             conj = _no_ite(list(facts) + eqs)
-            conj += [t.domain(str(v)) for v in _consts(conj) if not str(v).startswith("#h") and not str(v).startswith("#i")]
+            conj += [t.domain(str(v)) for v in _consts(conj) if not str(v).startswith(("#h", "#i"))]
             alts.append(z3.And(conj) if conj else z3.BoolVal(True))
+        alts.sort(key=lambda a: a.hash())   # z3's structural hash: the same whatever the context
         whole = body + [t.domain(str(v)) for v in _consts(body)] + [z3.Or(alts)]
         vs = _consts(whole + [hd])
         # each clause quantifies its own unknowns (declare_var would abstract every clause over all)
         rule = z3.Implies(z3.And(whole), hd)
-        fp.add_rule(z3.ForAll(vs, rule) if vs else rule)
+        rules.append(z3.ForAll(vs, rule) if vs else rule)
+    # Spacer's time on the same clauses goes from seconds to minutes with its seed (vLLM's request:
+    # one claim 10 s with one seed, none in 50 s with another, the other claim the reverse): a few
+    # seeds, each a slice of the time left, the last all of it; the same clauses, the same answers
+    why = None
+    for seed in range(SEEDS):
+        start, share = left(), left() / (SEEDS - seed)
+
+        def slice_left(start=start, share=share) -> float:
+            return min(left(), share - (start - left()))
+        why, inv = _spacer(t, pl, rels, fails, rules, seed, slice_left)
+        if why is None or not why.startswith(_SLICE):
+            return why, inv
+        if left() <= 0:
+            break
+    return "its share of the timeout (half) ran out solving a turn's clauses (z3's Spacer)", None
+
+
+SEEDS = 3
+_SLICE = "ran out"
+
+
+def _spacer(t: _Turn, pl: _Plan, rels: dict, fails: dict, rules: list, seed: int, left) -> tuple:
+    """One attempt of Spacer on the clauses, with its seed, in a z3 context of its own (the clauses
+    translated into it in order: in the shared one, the terms' identities, and so Spacer's search,
+    depended on what was asked before)."""
+    ctx = z3.Context()
+    fp = z3.Fixedpoint(ctx=ctx)
+    fp.set(engine="spacer")
+    fp.set("spacer.random_seed", seed)
+    # the relations kept whole (not inlined into each other), so that their invariants can be read
+    fp.set("xform.inline_linear", False)
+    fp.set("xform.inline_eager", False)
+    fp.set("timeout", S.z3_ms(left))
+    mine = {n: f.translate(ctx) for n, f in rels.items()}
+    for f in mine.values():
+        fp.register_relation(f)
+    for b in fails.values():
+        fp.register_relation(b.decl().translate(ctx))
+    for r in rules:
+        fp.add_rule(r.translate(ctx))
     # every failure in one query (the invariants found once); which one, only when one may be reached
-    anyf = z3.Bool("Fail")   # a failure of any kind (query's several arguments are their conjunction)
+    anyf = z3.Bool("Fail", ctx)   # a failure of any kind (query's several arguments are their conjunction)
     fp.register_relation(anyf.decl())
     for b in fails.values():
-        fp.rule(anyf, [b])
-    watch = S.cpu_deadline(left)   # Spacer's query is one call: its CPU time kept by a watchdog
+        fp.rule(anyf, [b.translate(ctx)])
+    watch = S.cpu_deadline(left, ctx)   # Spacer's query is one call: its CPU time kept by a watchdog
     try:
         with watch:
             r = fp.query(anyf)
             if r == z3.unsat:
-                return None, _invariants(fp, rels, pl, t.p)
+                return None, _invariants(fp, mine, pl, t.p)
             if r == z3.sat:
                 for k, b in fails.items():
-                    if fp.query(b) == z3.sat:
+                    if fp.query(b.translate(ctx)) == z3.sat:
                         return (FAILS[k] if k in FAILS else f"{FAILS['E']} with {k[1]}"), None
     except z3.Z3Exception as e:   # a timeout, or a term Spacer does not take
         if watch.fired or left() <= 0:
-            return "its share of the timeout (half) ran out solving a turn's clauses (z3's Spacer)", None
+            return _SLICE, None
         return f"z3 (Spacer) could not decide whether a turn may fail: {e}", None
+    if watch.fired or left() <= 0:
+        return _SLICE, None
     return f"z3 (Spacer) could not decide whether a turn may fail ({fp.reason_unknown()})", None
 
 
