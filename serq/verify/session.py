@@ -44,7 +44,7 @@ from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.verify import invariant as V
 from serq.verify import search as S
-from serq.verify.sym import SymNum, Trace, term
+from serq.verify.sym import SymNum, Trace, concrete, term
 
 NOW = "#now"   # the clock, read by a turn's statements as an attribute of this name
 KERNEL_ATTRS = ("serial", "turn_no")   # naturals the kernel gives every session
@@ -575,9 +575,8 @@ class _IteMinMax:
                     if a.is_real() != b.is_real():
                         a, b = _as(a, z3.RealSort()), _as(b, z3.RealSort())
                     keep = a <= b if name == "min" else a >= b
-                    c = out.c if isinstance(out, SymNum) else out
-                    d = v.c if isinstance(v, SymNum) else v
-                    cv = (c if c <= d else d) if name == "min" else (c if c >= d else d)
+                    # the value is the kernel's own function of the concrete values
+                    cv = self.kernel(name, [concrete(out), concrete(v)])
                     out = SymNum(cv, z3.If(keep, a, b))
                 return out
             return self.kernel(name, vs)
@@ -868,14 +867,13 @@ def _solve(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
     # Spacer's time on the same clauses goes from seconds to minutes with its seed (vLLM's request:
     # one claim 10 s with one seed, none in 50 s with another, the other claim the reverse): a few
     # seeds, each a slice of the time left, the last all of it; the same clauses, the same answers
-    why = None
     for seed in range(SEEDS):
         start, share = left(), left() / (SEEDS - seed)
 
         def slice_left(start=start, share=share) -> float:
             return min(left(), share - (start - left()))
         why, inv = _spacer(t, pl, rels, fails, rules, seed, slice_left)
-        if why is None or not why.startswith(_SLICE):
+        if why != _SLICE:
             return why, inv
         if left() <= 0:
             break
@@ -972,14 +970,16 @@ def _no_ite(conds: list) -> list:
         if i in cache:
             return cache[i]
         if z3.is_app(e) and e.num_args() > 0:
-            kids = [walk(k) for k in e.children()]
+            old = e.children()   # each call wraps every child anew: most of this walk's time
+            kids = [walk(k) for k in old]
             if z3.is_app_of(e, z3.Z3_OP_ITE) and not z3.is_bool(e):
                 v = z3.Const(f"#i{len(defs)}", e.sort())
                 c, a, b = kids
                 defs.append(z3.Or(z3.And(c, v == a), z3.And(z3.Not(c), v == b)))
                 out = v
-            else:
-                out = e.decl()(*kids) if any(k is not o for k, o in zip(kids, e.children())) else e
+            else:   # rebuilt only where a child changed (a wrapper's identity says nothing: its id does)
+                same = all(k.get_id() == o.get_id() for k, o in zip(kids, old))
+                out = e if same else e.decl()(*kids)
         else:
             out = e
         cache[i] = out
