@@ -7,6 +7,7 @@ import random
 import re
 
 from serq import api, ref
+import serq.verify as verify_mod
 from serq.verify import _Search, verify
 from serq.verify import search as S
 from test_verify import expected
@@ -123,6 +124,42 @@ def test_a_claim_at_end_broken_on_a_prefix_is_found_by_unrolling():
     d = v.workload["sessions"][0]["draws"]
     assert d[0] + d[1] >= 28
     assert api.run(prog, None, None, v.workload)["claims"]["first_fast"]["status"] == "failed"
+
+
+def test_a_claim_at_end_no_prefix_decides_is_guessed_on_a_prefix_and_checked_whole():
+    """A total of a program's observation may fall (a negative value), so a prefix whose total is
+    past the bound decides nothing (not `stable`); it is a guess: the whole path of the same inputs
+    is run, and a counterexample named only where it fails at the end. A lone agent whose first
+    prompt is 232 tokens (values of 16) and whose second turn prefills 9 or more is past 240: found
+    at depth 2, where the search's paths of one agent at values 0..1 never reach 240."""
+    prog = _vllm("  claim few_prefilled: at end (total(prefill_tokens) <= 240);\n")
+    p = ref.convert(prog)
+    s = _Search(prog, p, None, 1, 16, 60)
+    s.induction()
+    s.unroll()
+    v = s.res.claims["few_prefilled"]
+    assert (v.verdict, v.by, v.unrolled, v.iteration, v.sessions) == ("counterexample", "unrolled", 2, None, 1)
+    got = api.run(prog, None, None, v.workload)
+    assert got["claims"]["few_prefilled"]["status"] == "failed"
+    d = v.workload["sessions"][0]["draws"]
+    assert d[3] == 1 and 200 + d[0] + d[1] <= 240   # a second turn (`more`): the first alone is within it
+
+
+def test_a_guess_that_keeps_missing_is_read_no_more_and_claims_no_depth(monkeypatch):
+    """A bound below is broken by a prefix too short to have observed enough (`count(response) >= 1`:
+    no turn has answered as the first iteration starts) and met at the end: each such guess is run
+    whole and not named, and after GUESS_MISSES of them the claim is read on prefixes no more (each
+    costs a whole path). Its `unknown` says nothing of a depth: no prefix decides it."""
+    monkeypatch.setattr(verify_mod, "GUESS_MISSES", 2)
+    prog = _vllm("  claim answered: at end (count(response) >= 1);\n")
+    p = ref.convert(prog)
+    s = _Search(prog, p, None, 1, 16, 60)
+    s.induction()
+    s.unroll()
+    cs = s.cs[-1]
+    assert cs.v.verdict is None and cs.misses == 2 and not s.unrollable()
+    s.verdicts()
+    assert cs.v.verdict == "unknown" and "unrolled to" not in cs.v.reason
 
 
 def test_which_claims_at_end_a_prefix_decides():

@@ -98,6 +98,7 @@ class _Claim:
     not_induction: Optional[str] = None  # why the kernel's invariants do not prove it
     unreplayed: Optional[dict] = None   # a deciding workload whose replay ran out of the timeout
     unroll_short: Optional[int] = None  # the first depth unrolled at which its readings were not all read
+    misses: int = 0                 # a guess's prefixes (not `stable`) that broke it where its whole path did not
 
     @property
     def open(self) -> bool:
@@ -124,6 +125,7 @@ class _Search:
         self.depth: Optional[int] = None   # the depth being unrolled
         self.unrolled_to = 0        # every prefix of this many iterations of every workload was read
         self.ends: tuple = ()       # the claims at end unrolling reads (search.stable)
+        self.guesses: tuple = ()    # the other claims at end: a prefix that breaks one is a guess
 
     def open(self) -> list:
         return [cs for cs in self.cs if cs.open]
@@ -251,7 +253,8 @@ class _Search:
     # ------------------------------------------------------------ unrolled
 
     def unroll(self, share: Optional[float] = None, deepest: Optional[int] = None):
-        """Counterexamples and witnesses of claims over iterations by unrolling: every path's first
+        """Counterexamples and witnesses by unrolling (claims at end too: search.stable, or a guess
+        checked on its whole path): every path's first
         d iterations, for d = 1, 2, 4, ..., at the whole bound (values 0..M, every number of sessions).
         A run stops as its d-th iteration starts, so the branches the kernel takes after it do not
         multiply the paths: the search runs every prefix of d iterations once, each covering every
@@ -264,6 +267,7 @@ class _Search:
         share = UNROLL_SHARE if share is None else share
         deepest = UNROLL_MAX if deepest is None else deepest
         self.ends = tuple(cs.j for cs in self.cs if cs.c.form == "end" and S.stable(cs.c.e))
+        self.guesses = tuple(cs.j for cs in self.cs if cs.c.form == "end" and cs.j not in self.ends)
         if not self.unrollable() or share <= 0 or deepest < 1:
             return
         self.finding = "unrolled"
@@ -290,7 +294,8 @@ class _Search:
         done, d, clean = 0, 1, True
         while d <= deepest and self.unrollable():
             self.depth = d
-            fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace, depth=d, ends=self.ends)
+            fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace, depth=d, ends=self.ends,
+                           guesses=self.guesses)
             deeper, short = [], []
 
             def visit(path: S.Path) -> bool:
@@ -316,16 +321,21 @@ class _Search:
         return done
 
     def unrollable(self) -> bool:
-        """Whether an open claim is one unrolling reads: over iterations, or at end and `stable`."""
-        return any(cs.c.form != "end" or cs.j in self.ends for cs in self.open())
+        """Whether an open claim is one unrolling reads: all are (a claim at end not `stable` is
+        read on a prefix as a guess, checked on the whole path)."""
+        return any(self.unrolls(cs) for cs in self.open())
+
+    def unrolls(self, cs: _Claim) -> bool:
+        # a guess whose prefixes keep breaking it where the whole path does not (a bound below, which
+        # every prefix too short meets) is read no more: each guess costs a whole path
+        return cs.c.form != "end" or cs.j in self.ends or cs.misses < GUESS_MISSES
 
     def within_prefix(self, fam: S.Family):
-        """On each prefix: every open claim over iterations' readings; one that fails (or is
-        witnessed) there is decided on the whole path of the same inputs."""
+        """On each prefix: every open claim's readings (a claim at end's as `stable` or as a guess);
+        one that fails (or is witnessed) there is decided on the whole path of the same inputs."""
         def within(path: S.Path, under) -> bool:
             for cs in self.open():
-                if (cs.c.form == "end" and cs.j not in self.ends) or path.error is not None \
-                        or self.budget.left(cs.v.name) <= 0:
+                if path.error is not None or self.budget.left(cs.v.name) <= 0 or not self.unrolls(cs):
                     continue
                 name = cs.v.name
 
@@ -339,7 +349,9 @@ class _Search:
                         # the prefix is the whole path's beginning: the same reading at the same iteration
                         if o2 is not None and (o2.status, o2.iteration) == (o.status, o.iteration):
                             self.decide(cs, "counterexample" if o.status == "failed" else "witnessed", whole, full, o2)
-                    return cs.v.verdict is not None
+                        else:
+                            cs.misses += 1
+                    return cs.v.verdict is not None or not self.unrolls(cs)
 
                 with self.budget.charge(name):
                     try:
@@ -575,6 +587,7 @@ SAMPLES = 32        # workloads of each number of sessions drawn at random
 SAMPLE_SEED = 28    # their seed: the same workloads for the same program
 SAMPLE_SHARE = 0.05  # of the timeout, the most they may take
 PROBE_SHARE = 0.1   # of the timeout, the most the first look at values 0..1 may take
+GUESS_MISSES = 8    # a claim at end not `stable`: the prefixes that break it in vain before it is read no more
 UNROLL_SHARE = 0.2  # of the timeout, the most unrolling may take
 UNROLL_MAX = 1024   # the deepest prefix unrolled (iterations)
 EARLY_SHARE = 0.03  # of the timeout, the most the shallow unrolling before the first look may take
