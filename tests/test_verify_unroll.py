@@ -53,15 +53,20 @@ def test_a_prefix_is_the_beginning_of_its_whole_path():
 
 def test_unrolling_decides_as_enumeration_does():
     """On a tiny bound, unrolling alone (every depth until no path is left) names a counterexample or
-    a witness exactly for the claims enumeration refutes or witnesses, each on a workload the plain
-    kernel reads so, and leaves the others open, said unrolled to the depth every path ended by."""
+    a witness exactly for the claims enumeration refutes or witnesses, over iterations and at end
+    (stable, or guessed on a prefix and checked whole), each on a workload the plain kernel reads
+    so, and leaves the others open, said unrolled to the depth every path ended by."""
     prog = api.load_text(V1.replace("arrive poisson(1)", "arrive batch(2)").replace("CLAIMS", """
   claim budget: every iteration of vllm (tokens <= 8);
   claim tight: every iteration of vllm (used(kv) <= 8);
   claim pair: some iteration of vllm (residents == 2);
   claim seven: every iteration of vllm (tokens <= 7);
   claim never: some iteration of vllm (queue(vllm) > 2);
-  claim late: some iteration of vllm (kv_decode >= 9);"""), "enum.sq")
+  claim late: some iteration of vllm (kv_decode >= 9);
+  claim quick: at end (largest(response) <= 3);
+  claim slowest: at end (smallest(response) >= 3);
+  claim mean: at end (total(response) <= 3 * count(response) + 1);
+  claim fine: at end (total(response) <= 30 * count(response));"""), "enum.sq")
     p = ref.convert(prog)
     want = expected(p, 2, 3, 2)
     s = _Search(prog, p, None, 2, 3, 600)
@@ -77,8 +82,12 @@ def test_unrolling_decides_as_enumeration_does():
         wl = ref.workload(p, len(sess), arrivals=[x["arrival"] for x in sess], draws=[x["draws"] for x in sess])
         o = ref.evaluate(p, wl).claims[v.name]
         assert o.status == {"counterexample": "failed", "witnessed": "witnessed"}[v.verdict]
-        assert o.iteration == v.iteration < v.unrolled
+        assert o.iteration == v.iteration and (v.iteration is None or v.iteration < v.unrolled)
     assert s.unrolled_to >= 8   # every path ended by then: deeper reads no more
+    # the claims at end a prefix decides (stable), and those it guesses, both ways on this family
+    assert (want["quick"], want["slowest"], want["mean"], want["fine"]) == \
+        ("counterexample", "counterexample", "counterexample", "proved")
+    assert S.stable(p.claims[6].e) and not any(S.stable(c.e) for c in p.claims[7:])
 
 
 def test_a_large_lone_session_is_as_near_as_small_ones():
