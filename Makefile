@@ -21,7 +21,8 @@ DIFF_CASES   ?= 5000
 # and the verifier's induction on STEP_CASES generated programs: every move of the kernel an encoded
 # move, the lemmas held at every iteration and proved (docs/verify.md, *The step as a formula*), each
 # completed run at least the iterations a hold's lemma counts, each proof per session true on every
-# workload of a tiny bound (*Per session*), on the per-session programs and on vLLM-shaped caching ones
+# workload of a tiny bound (*Per session*), on the per-session programs and on vLLM-shaped caching ones,
+# and serq verify's every verdict on vLLM-shaped programs the one enumeration gives (STEP_CASES / 6 programs)
 STEP_CASES   ?= 300
 
 $(STAMP): pyproject.toml
@@ -79,7 +80,8 @@ fuzz: $(STAMP)
 		tests/test_verify_invariant.py::test_the_lemmas_hold_at_every_iteration_and_imply_the_invariant_claims \
 		tests/test_verify_session.py::test_a_run_lasts_at_least_its_iterations \
 		tests/test_verify_session.py::test_per_session_proofs_hold_on_every_workload_of_generated_programs \
-		tests/test_verify_session.py::test_per_session_proofs_of_generated_caching_programs_hold_on_every_workload; \
+		tests/test_verify_session.py::test_per_session_proofs_of_generated_caching_programs_hold_on_every_workload \
+		tests/test_verify_campaign.py; \
 	c=$$?; test $$a = 0 -a $$b = 0 -a $$c = 0
 
 schema: $(STAMP)

@@ -566,6 +566,7 @@ def test_one_session_at_the_whole_bound_comes_before_several_at_small_values(tmp
     # the levels' order, without them
     import serq.verify as VF
     monkeypatch.setattr(VF, "SAMPLES", 0)
+    monkeypatch.setattr(VF, "EXTREMES", 0)
     # the first iterations of every workload at the whole bound, before the first look (*Unrolled*)
     res = verify(api.load(path), 3, 16, timeout=60)
     v = res.claims["alone_big"]
@@ -578,6 +579,53 @@ def test_one_session_at_the_whole_bound_comes_before_several_at_small_values(tmp
     v = res.claims["alone_big"]
     assert v.verdict == "witnessed" and v.sessions == 1 and v.workload["sessions"][0]["draws"][0] >= 7
     assert seen[:4] == [(1, 1), (2, 1), (3, 1), (1, 16)], seen
+
+
+def test_a_claim_only_the_largest_values_break_is_found_on_an_extreme_workload(tmp_path):
+    """A response past 8 steps: 3 of the 6 561 workloads of this caching, preempting two-turn
+    program of 2 sessions at draws 0..2 reach it, each with (nearly) every draw at 2, and the
+    search's paths ran out of 20 s before them. The extreme workload, every draw M, is sampled after
+    the random ones (docs/verify.md, *Sampled workloads*): found there, replayed failing."""
+    prog = api.load(program(tmp_path, """
+  device gpu { kv cap 12; }
+  engine llm on gpu {
+    reqs cap 2;
+    tokens cap 3;
+    request (prompt, output) {
+      set kept = prompt;
+      at admission {
+        known = max(kept, computed + 1);
+        reused = min(cachedin(kv), reusable(known, blocksize(kv)));
+      }
+      set kept = known;
+      set c = min(cached, reusable(known, blocksize(kv)));
+      prefill (known - c) growing kv;
+      decode (output - 1 - (known - prompt)) growing kv;
+      cache (prompt + output);
+    }
+    schedule {
+      admit waiting taking reqs (1), kv (min(known, 12)) reuse (reused);
+      advance running;
+    }
+    execute (0.5 + batch.tokens / 4);
+  }
+  pool kv on gpu { block 1; evict lru; preempt lifo; }
+  pool reqs on llm { queue fifo; }
+  workload {
+    arrive renewal(1);
+    hidden o;
+    init { set ctx = 0; }
+    turn { Size n = 1 + ~det(2); Size o = 1 + ~det(2); set more = turn_no < 1 ? 1 : 0; }
+    session { turn; while (more) { set ctx = ctx + n + o; turn; } }
+  }
+  server { llm (ctx + n, o); }
+  claim quick: at end (largest(response) <= 8);
+""", "extreme.sq"))
+    res = verify(prog, 2, 2, timeout=20)
+    v = res.claims["quick"]
+    assert (v.verdict, v.by, v.sessions) == ("counterexample", "sample", 2)
+    assert [s["draws"] for s in v.workload["sessions"]] == [[2, 2, 2, 2], [2, 2, 2, 2]]
+    assert api.run(prog, None, None, v.workload)["claims"]["quick"]["status"] == "failed"
 
 
 def test_an_arrival_mid_iteration_is_in_the_family(tmp_path):

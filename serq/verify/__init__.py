@@ -232,23 +232,28 @@ class _Search:
         rng = random.Random(SAMPLE_SEED)
         limit = self.budget.kernel() + self.timeout * SAMPLE_SHARE
         left = self.kernel_left(limit)
-        for _ in range(SAMPLES):
-            for n in range(1, self.sessions + 1):
-                if not self.open() or left() <= 0:
-                    return
-                fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace)
-                try:
-                    path = S.run_path(fam, S.Inputs(_Sampled(rng, self.values, self.values)), left)
-                except S.Deadline:
-                    return
-                self.res.paths += 1
-                if path.error is not None:
-                    continue
-                for cs in self.open():
-                    o = path.outcomes.get(cs.v.name)
-                    if o is not None and o.status in ("failed", "witnessed") and self.budget.left(cs.v.name) > 0:
-                        with self.budget.charge(cs.v.name):
-                            self.decide(cs, "counterexample" if o.status == "failed" else "witnessed", fam, path, o)
+        # the random workloads, then the extreme ones: every draw at the bound M (the largest
+        # prompts and outputs), the sessions arriving together or a whole gap apart
+        drawn = [(n, lambda: _Sampled(rng, self.values, self.values)) for _ in range(SAMPLES)
+                 for n in range(1, self.sessions + 1)]
+        extreme = [(n, lambda g=g: _Extreme(self.values, g)) for g in (0, self.values)[:EXTREMES]
+                   for n in range(1, self.sessions + 1)]
+        for n, inputs in drawn + extreme:
+            if not self.open() or left() <= 0:
+                return
+            fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace)
+            try:
+                path = S.run_path(fam, S.Inputs(inputs()), left)
+            except S.Deadline:
+                return
+            self.res.paths += 1
+            if path.error is not None:
+                continue
+            for cs in self.open():
+                o = path.outcomes.get(cs.v.name)
+                if o is not None and o.status in ("failed", "witnessed") and self.budget.left(cs.v.name) > 0:
+                    with self.budget.charge(cs.v.name):
+                        self.decide(cs, "counterexample" if o.status == "failed" else "witnessed", fam, path, o)
 
     # ------------------------------------------------------------ unrolled
 
@@ -584,6 +589,7 @@ UNENDED_LIVE = "sessions are still live when nothing more happens (a deadlock or
 UNENDED_FUEL = f"the path runs past {S.FUEL} kernel steps (it may end later, or never)"
 UNENDED_CLOSED = "a closed population never ends: each session that ends is followed by another"
 SAMPLES = 32        # workloads of each number of sessions drawn at random
+EXTREMES = 2        # and extreme ones: every draw M, the sessions together, then a whole gap apart
 SAMPLE_SEED = 28    # their seed: the same workloads for the same program
 SAMPLE_SHARE = 0.05  # of the timeout, the most they may take
 PROBE_SHARE = 0.1   # of the timeout, the most the first look at values 0..1 may take
@@ -628,6 +634,17 @@ class _Sampled(dict):
                 r.randint(0, self.values)
         self[name] = v
         return v
+
+
+class _Extreme(dict):
+    """An extreme workload's inputs: every draw M, each arrival `gap` after the one before."""
+
+    def __init__(self, values: int, gap: int):
+        super().__init__()
+        self.values, self.gap = values, gap
+
+    def get(self, name, default=None):
+        return self.gap * int(name[1:]) if S.real(name) else self.values
 
 
 class _Stop(Exception):
