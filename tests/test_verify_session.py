@@ -174,6 +174,36 @@ def test_a_preempting_caching_vllm_request_per_session_agrees_with_enumeration(n
         assert isinstance(got, str) and got.startswith("a turn's own observations may break it"), got
 
 
+@pytest.mark.parametrize("claim,proved", [("0 <= smallest(fresh) && largest(hit) <= 1", True),
+                                         ("smallest(back) >= 0", False), ("smallest(back) >= -9", True)])
+def test_a_bound_below_on_the_smallest_is_read_per_turn(claim, proved):
+    """`smallest(A) >= c` with c <= 0 (smallest of none is 0, the reference's *Claims*) holds on a
+    path that ends when each turn observes A at least c: vLLM's request after a preemption knows
+    more than its prompt (`back = prompt - known` is negative then), at most the KV cap of 8 more
+    (its position is within its allocation), whatever the draws. Proved per session exactly where
+    every workload of 2 sessions, draws 0..2, on the kernel holds it."""
+    text = open(CACHE_TINY).read().replace("observe late = known - prompt;",
+                                           "observe late = known - prompt;\n      observe back = prompt - known;")
+    text = text.replace("  claim fresh_tokens:", f"  claim least: at end ({claim});\n  claim fresh_tokens:")
+    p = convert(api.load_text(text, CACHE_TINY))
+    got = session.prove(p, 0, lambda: 120.0)
+    want = expected(p, 2, 2, 2)["least"]
+    assert want == ("proved" if proved else "counterexample")
+    if proved:
+        assert isinstance(got, session.Proof), got
+        assert got.fact.startswith("each turn observes") or "smallest" not in claim.split("&&")[0]
+    else:
+        assert isinstance(got, str) and got.startswith("a turn's own observations may break it"), got
+
+
+def test_a_bound_above_0_on_the_smallest_is_not_read_per_turn():
+    """`smallest(A) >= 1` needs an observation on the path (of none it is 0), which no turn read
+    alone promises: left to the paths, saying so."""
+    text = open(CACHE_TINY).read().replace("  claim fresh_tokens:", "  claim least: at end (smallest(fresh) >= 1);\n  claim fresh_tokens:")
+    got = session.prove(convert(api.load_text(text, CACHE_TINY)), 0, lambda: 10.0)
+    assert isinstance(got, str) and got.startswith("not a sum over sessions") and "`smallest(A) >= c`, c <= 0" in got
+
+
 def test_a_draw_a_while_reads_is_a_run_error_on_the_first_turn():
     """examples/multi-turn/vllm.sq: `more` is a draw of any natural in the family, and a `while`
     over a 2 stops the kernel (R006): found on the first turn, before Spacer is asked."""

@@ -8,7 +8,8 @@ excludes). So the claim is proved for every workload of any number of sessions w
 read on its own, observes A >= B whatever the others do. Likewise any `L >= R` whose sides sum
 multiples of totals and counts of observations and numbers: L - R is the sum of each turn's share
 and of its numbers, so it holds when those are 0 or more and every turn's share is. And
-`largest(A) <= c` (c >= 0) when each turn observes A at most c; a conjunction when each part holds.
+`largest(A) <= c` (c >= 0) when each turn observes A at most c, `smallest(A) >= c` (c <= 0) when
+each observes A at least c; a conjunction when each part holds.
 
 What the others do reaches a turn only through the time its holds take. A hold lasts at least the
 iterations its runs need, each at least the least an iteration costs (the lemma `hold`, below),
@@ -208,17 +209,34 @@ def least_cost(p: R.Program, lems: list, left) -> Optional[object]:
     return None
 
 
+def _constant(e):
+    """The value of a sum, difference or product of numbers (`-9` is `0 - 9`), else None."""
+    if isinstance(e, R.Num):
+        return e.v
+    if isinstance(e, R.Bin) and e.op in ("+", "-", "*"):
+        a, b = _constant(e.l), _constant(e.r)
+        if a is not None and b is not None:
+            return a + b if e.op == "+" else a - b if e.op == "-" else a * b
+    return None
+
+
 def parts(e) -> Optional[list]:
     """The claim as conjuncts each read per turn: ("sum", weights, constant) for a decomposed `L >= R`
     (decompose), ("max", A, c) for `largest(A) <= c` with c >= 0 (every observation of A at most c;
-    of none it is 0); None when one is neither."""
+    of none it is 0), ("min", A, c) for `smallest(A) >= c` with c <= 0; None when a conjunct is none of these."""
     if isinstance(e, R.Bin) and e.op == "&&":
         a, b = parts(e.l), parts(e.r)
         return None if a is None or b is None else a + b
     if isinstance(e, R.Bin) and e.op in ("<=", ">="):
-        agg, bound = (e.l, e.r) if e.op == "<=" else (e.r, e.l)
-        if isinstance(agg, R.Agg) and agg.fn == "largest" and agg.name not in R.CLIENT_METRICS:
-            return [("max", agg.name, bound.v)] if isinstance(bound, R.Num) and bound.v >= 0 else None
+        lo, hi = (e.l, e.r) if e.op == "<=" else (e.r, e.l)   # lo <= hi
+        if isinstance(lo, R.Agg) and lo.fn == "largest" and lo.name not in R.CLIENT_METRICS:
+            c = _constant(hi)
+            return [("max", lo.name, c)] if c is not None and c >= 0 else None
+        # smallest of none is 0 (the reference's *Claims*): a bound above 0 needs an observation,
+        # which no turn read alone promises
+        if isinstance(hi, R.Agg) and hi.fn == "smallest" and hi.name not in R.CLIENT_METRICS:
+            c = _constant(lo)
+            return [("min", hi.name, c)] if c is not None and c <= 0 else None
     d = decompose(e)
     if d is None:
         return None
@@ -232,7 +250,7 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
     ps = parts(c.e)
     if ps is None:
         return ("not a sum over sessions (`L >= R`, each side a sum of multiples of totals and counts of the "
-                "program's observations and of numbers; `largest(A) <= c`; their `&&`)")
+                "program's observations and of numbers; `largest(A) <= c`, c >= 0; `smallest(A) >= c`, c <= 0; their `&&`)")
     if any(x[0] == "sum" and x[2] < 0 for x in ps):
         return "its numbers do not sum to 0 or more on the greater side: no sum of turns gives it"
     names = {n for x in ps for n in (x[1] if x[0] == "sum" else (x[1],))}
@@ -399,6 +417,8 @@ class _Turn:
     def _part(self, x, obs) -> bool:
         if x[0] == "max":   # each observation of A at most c
             return all(v <= x[2] for v in obs[x[1]])
+        if x[0] == "min":   # each observation of A at least c
+            return all(v >= x[2] for v in obs[x[1]])
         # the share of L - R: each value and each observation weighed
         w = x[1]
         return bool(sum((v * o for n, (v, c) in w.items() for o in obs[n]), 0) +
@@ -686,6 +706,8 @@ def _fact(x) -> str:
     sum's totals add up the turns, a largest value is one turn's."""
     if x[0] == "max":
         return f"each turn observes {x[1]} <= {x[2]}: the largest on a path that ends is one turn's, or 0"
+    if x[0] == "min":
+        return f"each turn observes {x[1]} >= {x[2]}: the smallest on a path that ends is one turn's, or 0"
     w = x[1]
     if set(w.values()) == {(1, 0), (-1, 0)} and len(w) == 2:
         a, b = sorted(w, key=lambda n: -w[n][0])
