@@ -196,12 +196,27 @@ def test_a_bound_below_on_the_smallest_is_read_per_turn(claim, proved):
         assert isinstance(got, str) and got.startswith("a turn's own observations may break it"), got
 
 
-def test_a_bound_above_0_on_the_smallest_is_not_read_per_turn():
-    """`smallest(A) >= 1` needs an observation on the path (of none it is 0), which no turn read
-    alone promises: left to the paths, saying so."""
-    text = open(CACHE_TINY).read().replace("  claim fresh_tokens:", "  claim least: at end (smallest(fresh) >= 1);\n  claim fresh_tokens:")
-    got = session.prove(convert(api.load_text(text, CACHE_TINY)), 0, lambda: 10.0)
-    assert isinstance(got, str) and got.startswith("not a sum over sessions") and "`smallest(A) >= c`, c <= 0" in got
+def test_a_bound_above_0_on_the_smallest_needs_an_observation_at_each_turn_s_end():
+    """`smallest(A) >= 1`: of none it is 0, so a path needs an observation; each turn, as it ends
+    (completed, or its hold refused as it joins), must have made one. vLLM's request that reserves
+    its prompt is refused when the prompt is above the cap: a lone session with a prompt of 9 ends
+    with nothing observed, and the claim fails there (the bound's draws 0..2 never reach it). Taking
+    at most the cap, no hold is refused: proved, as every workload of the bound agrees. A session
+    block that may run no turn is not read so."""
+    base = open(CACHE_TINY).read().replace("  claim fresh_tokens:", "  claim least: at end (smallest(fresh) >= 1);\n  claim fresh_tokens:")
+    p = convert(api.load_text(base, CACHE_TINY))
+    got = session.prove(p, 0, lambda: 30.0)
+    assert isinstance(got, str) and got.startswith("a hold may be refused as it joins"), got
+    wl = ref.workload(p, 1, draws=[[8, 0]])
+    assert ref.evaluate(p, wl).claims["least"].status == "failed"
+    capped = base.replace("kv (min(known, reused + budget_left(llm))) reserve (known);", "kv (min(known, 8)) reuse (reused);")
+    p = convert(api.load_text(capped, CACHE_TINY))
+    got = session.prove(p, 0, lambda: 60.0)
+    assert isinstance(got, session.Proof) and "each turn observes fresh, and fresh >= 1" in got.fact, got
+    assert expected(p, 2, 2, 2)["least"] == "proved"
+    maybe = capped.replace("turn { Size n", "init { Size a = ~det(1); }\n    session { while (a > 0) { set a = 0; turn; } }\n    turn { Size n")
+    got = session.prove(convert(api.load_text(maybe, CACHE_TINY)), 0, lambda: 30.0)
+    assert isinstance(got, str) and got.startswith("a session may run no turn"), got
 
 
 def test_a_draw_a_while_reads_is_a_run_error_on_the_first_turn():

@@ -8,8 +8,8 @@ excludes). So the claim is proved for every workload of any number of sessions w
 read on its own, observes A >= B whatever the others do. Likewise any `L >= R` whose sides sum
 multiples of totals and counts of observations and numbers: L - R is the sum of each turn's share
 and of its numbers, so it holds when those are 0 or more and every turn's share is. And
-`largest(A) <= c` (c >= 0) when each turn observes A at most c, `smallest(A) >= c` (c <= 0) when
-each observes A at least c; a conjunction when each part holds.
+`largest(A) <= c` (c >= 0) when each turn observes A at most c, `smallest(A) >= c` when each
+observes A at least c (above 0, at least once); a conjunction when each part holds.
 
 What the others do reaches a turn only through the time its holds take. A hold lasts at least the
 iterations its runs need, each at least the least an iteration costs (the lemma `hold`, below),
@@ -223,7 +223,8 @@ def _constant(e):
 def parts(e) -> Optional[list]:
     """The claim as conjuncts each read per turn: ("sum", weights, constant) for a decomposed `L >= R`
     (decompose), ("max", A, c) for `largest(A) <= c` with c >= 0 (every observation of A at most c;
-    of none it is 0), ("min", A, c) for `smallest(A) >= c` with c <= 0; None when a conjunct is none of these."""
+    of none it is 0), ("min", A, c) for `smallest(A) >= c` (above 0, each turn observes A); None when a
+    conjunct is none of these."""
     if isinstance(e, R.Bin) and e.op == "&&":
         a, b = parts(e.l), parts(e.r)
         return None if a is None or b is None else a + b
@@ -232,11 +233,11 @@ def parts(e) -> Optional[list]:
         if isinstance(lo, R.Agg) and lo.fn == "largest" and lo.name not in R.CLIENT_METRICS:
             c = _constant(hi)
             return [("max", lo.name, c)] if c is not None and c >= 0 else None
-        # smallest of none is 0 (the reference's *Claims*): a bound above 0 needs an observation,
-        # which no turn read alone promises
+        # smallest of none is 0 (the reference's *Claims*): above 0 a path needs an observation, so
+        # each turn as it ends must have made one (a path that ends has a session, whose turns ended)
         if isinstance(hi, R.Agg) and hi.fn == "smallest" and hi.name not in R.CLIENT_METRICS:
             c = _constant(lo)
-            return [("min", hi.name, c)] if c is not None and c <= 0 else None
+            return [("min", hi.name, c)] if c is not None else None
     d = decompose(e)
     if d is None:
         return None
@@ -250,7 +251,7 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
     ps = parts(c.e)
     if ps is None:
         return ("not a sum over sessions (`L >= R`, each side a sum of multiples of totals and counts of the "
-                "program's observations and of numbers; `largest(A) <= c`, c >= 0; `smallest(A) >= c`, c <= 0; their `&&`)")
+                "program's observations and of numbers; `largest(A) <= c`, c >= 0; `smallest(A) >= c`; their `&&`)")
     if any(x[0] == "sum" and x[2] < 0 for x in ps):
         return "its numbers do not sum to 0 or more on the greater side: no sum of turns gives it"
     names = {n for x in ps for n in (x[1] if x[0] == "sum" else (x[1],))}
@@ -358,10 +359,10 @@ class _Turn:
             # the session ends at the hold, its turn's observations half made
             if not self._held():
                 return None
-            return None if all(self._part(x, self.obs) for x in self.ps) else ("R", None)
+            return None if all(self._part(x, self.obs, True) for x in self.ps) else ("R", None)
         if not self._held():
             return None
-        if not all(self._part(x, self.obs) for x in self.ps):
+        if not all(self._part(x, self.obs, True) for x in self.ps):
             return ("B", None)
         if plan.loop is not None and X.guard(p, None, X.Env(attrs), _now(plan.loop.c)):
             attrs = self._block(plan.between, attrs)
@@ -414,11 +415,13 @@ class _Turn:
             attrs = X.assign(attrs, n, v)
         return X.eval_expr(self.p, None, X.Env(attrs), e2)
 
-    def _part(self, x, obs) -> bool:
+    def _part(self, x, obs, ends: bool = False) -> bool:
+        """Whether the observations keep part x; `ends`: they are a turn's as it ends (completed, or
+        its hold refused), not an execution's a preemption cut."""
         if x[0] == "max":   # each observation of A at most c
             return all(v <= x[2] for v in obs[x[1]])
-        if x[0] == "min":   # each observation of A at least c
-            return all(v >= x[2] for v in obs[x[1]])
+        if x[0] == "min":   # each observation of A at least c, and one at least where c > 0
+            return all(v >= x[2] for v in obs[x[1]]) and (x[2] <= 0 or not ends or bool(obs[x[1]]))
         # the share of L - R: each value and each observation weighed
         w = x[1]
         return bool(sum((v * o for n, (v, c) in w.items() for o in obs[n]), 0) +
@@ -640,6 +643,7 @@ class _Plan:
     body_sets: dict = field(default_factory=dict)
     entries: set = field(default_factory=set)   # the pools a hold caches on: the session's entry there
     args: dict = field(default_factory=dict)    # relation -> the attributes it carries, in order
+    turns: bool = False   # every session runs a turn (its block's first statements are plain, then one)
 
 
 class _Cut(Exception):
@@ -706,6 +710,9 @@ def _fact(x) -> str:
     sum's totals add up the turns, a largest value is one turn's."""
     if x[0] == "max":
         return f"each turn observes {x[1]} <= {x[2]}: the largest on a path that ends is one turn's, or 0"
+    if x[0] == "min" and x[2] > 0:
+        return (f"each turn observes {x[1]}, and {x[1]} >= {x[2]}: the smallest on a path that ends is one "
+                "turn's, and it has a turn")
     if x[0] == "min":
         return f"each turn observes {x[1]} >= {x[2]}: the smallest on a path that ends is one turn's, or 0"
     w = x[1]
@@ -730,6 +737,7 @@ def plan(p: R.Program) -> "_Plan | str":
     plain = lambda block: not any(isinstance(n, (R.TurnS, R.WhileS, R.EndS, R.HoldS, R.RunS))
                                   for n in V._nodes(block))
     if turns and plain(body[:turns[0]]):
+        out.turns = True
         rest = body[turns[0] + 1:]
         if not rest:
             out.prefix = body[:turns[0]]
@@ -796,6 +804,9 @@ def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left) -> Proof
     pl = plan(p)
     if isinstance(pl, str):
         return pl
+    if not pl.turns and any(x[0] == "min" and x[2] > 0 for x in ps):
+        return ("a session may run no turn (its block's first statements are not plain, then a turn): "
+                "`smallest` above 0 needs an observation")
     t = _Turn(p, ps, names, cmin, B, pl)
     paths: list = []
 
