@@ -586,41 +586,15 @@ def test_a_claim_only_the_largest_values_break_is_found_on_an_extreme_workload(t
     program of 2 sessions at draws 0..2 reach it, each with (nearly) every draw at 2, and the
     search's paths ran out of 20 s before them. The extreme workload, every draw M, is sampled after
     the random ones (docs/verify.md, *Sampled workloads*): found there, replayed failing."""
-    prog = api.load(program(tmp_path, """
-  device gpu { kv cap 12; }
-  engine llm on gpu {
-    reqs cap 2;
-    tokens cap 3;
-    request (prompt, output) {
-      set kept = prompt;
-      at admission {
-        known = max(kept, computed + 1);
-        reused = min(cachedin(kv), reusable(known, blocksize(kv)));
-      }
-      set kept = known;
-      set c = min(cached, reusable(known, blocksize(kv)));
-      prefill (known - c) growing kv;
-      decode (output - 1 - (known - prompt)) growing kv;
-      cache (prompt + output);
-    }
-    schedule {
-      admit waiting taking reqs (1), kv (min(known, 12)) reuse (reused);
-      advance running;
-    }
-    execute (0.5 + batch.tokens / 4);
-  }
-  pool kv on gpu { block 1; evict lru; preempt lifo; }
-  pool reqs on llm { queue fifo; }
-  workload {
-    arrive renewal(1);
-    hidden o;
-    init { set ctx = 0; }
-    turn { Size n = 1 + ~det(2); Size o = 1 + ~det(2); set more = turn_no < 1 ? 1 : 0; }
-    session { turn; while (more) { set ctx = ctx + n + o; turn; } }
-  }
-  server { llm (ctx + n, o); }
-  claim quick: at end (largest(response) <= 8);
-""", "extreme.sq"))
+    from test_verify_session import CACHE_TEMPLATE, VLLM_BODY
+    text = (CACHE_TEMPLATE.replace("BODY", VLLM_BODY.replace("CACHE", "cache (prompt + output);"))
+            .replace("SCHED", "admit waiting taking reqs (1), kv (min(known, 12)) reuse (reused);\n      advance running;")
+            .replace("CAP", "12").replace("SEQS", "2").replace("TOK", "3").replace("COST", "0.5 + batch.tokens / 4")
+            .replace("BLK", "1").replace("PREEMPT", "preempt lifo;").replace("ARRIVE", "renewal(1)")
+            .replace("WORKLOAD", "hidden o;\n    init { set ctx = 0; }\n    turn { Size n = 1 + ~det(2); Size o = 1 + ~det(2); "
+                     "set more = turn_no < 1 ? 1 : 0; }\n    session { turn; while (more) { set ctx = ctx + n + o; turn; } }")
+            .replace("SERVER", "llm (ctx + n, o);").replace("CLAIMS", "claim quick: at end (largest(response) <= 8);"))
+    prog = api.load_text(text, os.path.join(tmp_path, "extreme.sq"))
     res = verify(prog, 2, 2, timeout=20)
     v = res.claims["quick"]
     assert (v.verdict, v.by, v.sessions) == ("counterexample", "sample", 2)
