@@ -118,6 +118,23 @@ def test_an_unknown_claim_says_how_deep_every_workload_was_read():
     assert m and int(m.group(1)) >= 1, v.reason
 
 
+def test_a_claim_out_of_time_stops_counting_while_the_others_go_on():
+    """Each claim has the whole timeout, of which the kernel's paths (shared) and its own work: a
+    claim that spent more of its own runs out first, and is closed there, its seconds what it had
+    spent; the paths go on for the others, and count against them alone (it was said to take 74 s
+    of a 60 s timeout, the kernel's later paths counted against it)."""
+    prog = _vllm("  claim room: every iteration of vllm (tokens <= 1000);\n"
+                 "  claim more_room: every iteration of vllm (tokens <= 1001);\n")
+    p = ref.convert(prog)
+    s = _Search(prog, p, None, 3, 16, 4)
+    s.budget.own["room"] += 2.0    # as if its own work had taken 2 s
+    res = s.run()
+    room, more = res.claims["room"], res.claims["more_room"]
+    assert room.verdict == more.verdict == "unknown"
+    assert "ran out" in room.reason and room.seconds <= 4.3, room.seconds
+    assert more.seconds >= 3.9
+
+
 def test_a_claim_at_end_broken_on_a_prefix_is_found_by_unrolling():
     """`largest(ttft) <= X` only grows false: a prefix whose turn's first token came later than X is
     a counterexample whenever its path ends (search.stable). On vLLM under agents, a lone agent's

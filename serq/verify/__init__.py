@@ -98,6 +98,7 @@ class _Claim:
     not_induction: Optional[str] = None  # why the kernel's invariants do not prove it
     unreplayed: Optional[dict] = None   # a deciding workload whose replay ran out of the timeout
     unroll_short: Optional[int] = None  # the first depth unrolled at which its readings were not all read
+    spent: Optional[float] = None   # its seconds as its search was closed
     misses: int = 0                 # a guess's prefixes (not `stable`) that broke it where its whole path did not
 
     @property
@@ -126,6 +127,7 @@ class _Search:
         self.unrolled_to = 0        # every prefix of this many iterations of every workload was read
         self.ends: tuple = ()       # the claims at end unrolling reads (search.stable)
         self.guesses: tuple = ()    # the other claims at end: a prefix that breaks one is a guess
+        self.fam: Optional[S.Family] = None   # the family the kernel explores now (a claim out of time says it)
 
     def open(self) -> list:
         return [cs for cs in self.cs if cs.open]
@@ -134,6 +136,9 @@ class _Search:
         """left() for the kernel's exploration: while an open claim has time, within the phase's
         share of the kernel's time when it has one."""
         def left():
+            for cs in self.open():   # closed as soon as its time is out: its seconds stop there
+                if self.budget.left(cs.v.name) <= 0:
+                    self.close(cs, self.ran_out_text(self.fam, ""))
             t = self.budget.left_any([cs.c.name for cs in self.open()])
             return t if limit is None else min(t, limit - self.budget.kernel())
         return left
@@ -241,7 +246,7 @@ class _Search:
         for n, inputs in drawn + extreme:
             if not self.open() or left() <= 0:
                 return
-            fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace)
+            fam = self.fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace)
             try:
                 path = S.run_path(fam, S.Inputs(inputs()), left)
             except S.Deadline:
@@ -299,8 +304,8 @@ class _Search:
         done, d, clean = 0, 1, True
         while d <= deepest and self.unrollable():
             self.depth = d
-            fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace, depth=d, ends=self.ends,
-                           guesses=self.guesses)
+            fam = self.fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace, depth=d,
+                                      ends=self.ends, guesses=self.guesses)
             deeper, short = [], []
 
             def visit(path: S.Path) -> bool:
@@ -414,7 +419,7 @@ class _Search:
         def within(path: S.Path, under) -> bool:
             for cs in self.open():
                 if self.budget.left(cs.v.name) <= 0:
-                    cs.closed, cs.ran_out = True, self.ran_out_text(fam, "")
+                    self.close(cs, self.ran_out_text(fam, ""))
                 elif path.error is None:
                     self.readings(cs, fam, path, under)
             return not self.open()
@@ -439,14 +444,17 @@ class _Search:
                 count, _, undecided = S.explore_claim(fam, path, name, lambda: self.budget.left(name), see, under)
             except S.Deadline as d:
                 self.res.paths += max(0, d.args[0] - 1) if d.args else 0
-                cs.closed, cs.ran_out = True, self.ran_out_text(fam, "")
+                self.close(cs, self.ran_out_text(fam, ""))
                 return
         self.res.paths += count - 1      # the path itself is the kernel's, counted there
         cs.undecided += undecided
 
-    def ran_out_text(self, fam: S.Family, _why: str) -> str:
-        return (f"the timeout ({self.timeout:g} s) ran out exploring workloads of {fam.n} session(s) "
-                f"with values 0..{fam.values} after {self.res.paths} path(s)")
+    def ran_out_text(self, fam: Optional[S.Family], _why: str) -> str:
+        if fam is None:
+            return f"the timeout ({self.timeout:g} s) ran out before any path"
+        what = (f"unrolling the first {fam.depth} iteration(s) of the workloads of {fam.n} session(s)"
+                if fam.depth is not None else f"exploring workloads of {fam.n} session(s)")
+        return f"the timeout ({self.timeout:g} s) ran out {what} with values 0..{fam.values} after {self.res.paths} path(s)"
 
     def level(self, lv: int, ns, limit: Optional[float] = None) -> bool:
         """Every path of values 0..lv, of each number of sessions in `ns` not yet done: whether the
@@ -456,7 +464,7 @@ class _Search:
                 break
             if n in self.finished:
                 continue
-            fam = S.Family(self.p, self.size(n), lv, lv, self.trace)
+            fam = self.fam = S.Family(self.p, self.size(n), lv, lv, self.trace)
             try:
                 count, conds, names, stopped, undecided = S.explore(fam, self.kernel_left(limit), self.visit(fam),
                                                                     self.within(fam))
@@ -464,7 +472,7 @@ class _Search:
                 self.res.paths += d.args[0] if d.args else 0
                 for cs in self.open():
                     if self.budget.left(cs.v.name) <= 0:
-                        cs.closed, cs.ran_out = True, self.ran_out_text(fam, "")
+                        self.close(cs, self.ran_out_text(fam, ""))
                 return bool(self.open())     # the phase's share ran out, not the claims' time
             self.res.paths += count
             if stopped:
@@ -530,7 +538,14 @@ class _Search:
     def stop_troubled(self, _stop: int):
         for cs in self.open():
             if cs.trouble is not None:
-                cs.closed = True
+                self.close(cs)
+
+    def close(self, cs: _Claim, ran_out: Optional[str] = None):
+        """The claim's search is over: its seconds are what it had spent then (the kernel's paths
+        may go on for the other claims, and would count against it after)."""
+        cs.closed, cs.spent = True, self.budget.timeout - self.budget.left(cs.v.name)
+        if ran_out is not None:
+            cs.ran_out = ran_out
 
     def verdicts(self) -> Result:
         covered = self.all_covered()
@@ -539,7 +554,7 @@ class _Search:
             v = cs.v
             if v.verdict is not None:
                 continue
-            v.seconds = self.budget.timeout - self.budget.left(v.name)
+            v.seconds = cs.spent if cs.spent is not None else self.budget.timeout - self.budget.left(v.name)
             undecided = kernel_undecided + cs.undecided
             if cs.ran_out is not None or self.trouble or cs.trouble or undecided or len(self.finished) < self.sessions:
                 v.verdict = "unknown"
