@@ -126,13 +126,13 @@ def test_a_claim_out_of_time_stops_counting_while_the_others_go_on():
     prog = _vllm("  claim room: every iteration of vllm (tokens <= 1000);\n"
                  "  claim more_room: every iteration of vllm (tokens <= 1001);\n")
     p = ref.convert(prog)
-    s = _Search(prog, p, None, 3, 16, 4)
-    s.budget.own["room"] += 2.0    # as if its own work had taken 2 s
+    s = _Search(prog, p, None, 3, 16, 2.5)
+    s.budget.own["room"] += 1.25    # as if its own work had taken 1.25 s
     res = s.run()
     room, more = res.claims["room"], res.claims["more_room"]
     assert room.verdict == more.verdict == "unknown"
-    assert "ran out" in room.reason and room.seconds <= 4.3, room.seconds
-    assert more.seconds >= 3.9
+    assert "ran out" in room.reason and room.seconds <= 2.7, room.seconds
+    assert more.seconds >= 2.4
 
 
 def test_a_claim_at_end_broken_on_a_prefix_is_found_by_unrolling():
