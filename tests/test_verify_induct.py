@@ -259,7 +259,7 @@ def test_random_programs_in_scope_agree_with_enumeration(tmp_path):
     from test_verify import expected
     rng = random.Random(int(os.environ.get("SERQ_FUZZ_SEED", "11")))
     by_state = 0
-    for k in range(int(os.environ.get("SERQ_FUZZ_CASES", "8"))):
+    for k in range(int(os.environ.get("SERQ_FUZZ_CASES", "5"))):
         src = _random_program(rng)
         prog = api.load(_program(tmp_path, src))
         assert I.scope(convert(prog))[0] is not None

@@ -3,7 +3,7 @@ docs/verify.md, *Induction*): the lemmas hold at every iteration of random paths
 programs (tests/fragment_programs.py) and of the examples; a claim they imply is proved, and held on
 every such path; one they do not is left to the paths, which refute it where it is false.
 
-SERQ_FUZZ_CASES=N runs N generated cases instead of the suite's 30 (`make fuzz`: 300)."""
+SERQ_FUZZ_CASES=N runs N generated cases instead of the suite's 20 (`make fuzz`: 300)."""
 from __future__ import annotations
 
 import json
@@ -22,7 +22,7 @@ from serq.verify import verify
 from fragment_programs import Case, cases, write
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CASES = int(os.environ.get("SERQ_FUZZ_CASES", "30"))
+CASES = int(os.environ.get("SERQ_FUZZ_CASES", "20"))
 SEED = os.environ.get("SERQ_FUZZ_SEED")
 
 
