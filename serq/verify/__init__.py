@@ -125,8 +125,7 @@ class _Search:
         self.finding = "search"     # how a deciding workload is being found: "sample", "unrolled" or "search"
         self.depth: Optional[int] = None   # the depth being unrolled
         self.unrolled_to = 0        # every prefix of this many iterations of every workload was read
-        self.ends: tuple = ()       # the claims at end unrolling reads (search.stable)
-        self.guesses: tuple = ()    # the other claims at end: a prefix that breaks one is a guess
+        self.ends: tuple = ()       # the claims at end a prefix decides (search.stable); the others it guesses
         self.fam: Optional[S.Family] = None   # the family the kernel explores now (a claim out of time says it)
 
     def open(self) -> list:
@@ -138,7 +137,7 @@ class _Search:
         def left():
             for cs in self.open():   # closed as soon as its time is out: its seconds stop there
                 if self.budget.left(cs.v.name) <= 0:
-                    self.close(cs, self.ran_out_text(self.fam, ""))
+                    self.close(cs, self.ran_out_text(self.fam))
             t = self.budget.left_any([cs.c.name for cs in self.open()])
             return t if limit is None else min(t, limit - self.budget.kernel())
         return left
@@ -277,7 +276,6 @@ class _Search:
         share = UNROLL_SHARE if share is None else share
         deepest = UNROLL_MAX if deepest is None else deepest
         self.ends = tuple(cs.j for cs in self.cs if cs.c.form == "end" and S.stable(cs.c.e))
-        self.guesses = tuple(cs.j for cs in self.cs if cs.c.form == "end" and cs.j not in self.ends)
         if not self.unrollable() or share <= 0 or deepest < 1:
             return
         self.finding = "unrolled"
@@ -304,8 +302,7 @@ class _Search:
         done, d, clean = 0, 1, True
         while d <= deepest and self.unrollable():
             self.depth = d
-            fam = self.fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace, depth=d,
-                                      ends=self.ends, guesses=self.guesses)
+            fam = self.fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace, depth=d)
             deeper, short = [], []
 
             def visit(path: S.Path) -> bool:
@@ -419,7 +416,7 @@ class _Search:
         def within(path: S.Path, under) -> bool:
             for cs in self.open():
                 if self.budget.left(cs.v.name) <= 0:
-                    self.close(cs, self.ran_out_text(fam, ""))
+                    self.close(cs, self.ran_out_text(fam))
                 elif path.error is None:
                     self.readings(cs, fam, path, under)
             return not self.open()
@@ -444,12 +441,12 @@ class _Search:
                 count, _, undecided = S.explore_claim(fam, path, name, lambda: self.budget.left(name), see, under)
             except S.Deadline as d:
                 self.res.paths += max(0, d.args[0] - 1) if d.args else 0
-                self.close(cs, self.ran_out_text(fam, ""))
+                self.close(cs, self.ran_out_text(fam))
                 return
         self.res.paths += count - 1      # the path itself is the kernel's, counted there
         cs.undecided += undecided
 
-    def ran_out_text(self, fam: Optional[S.Family], _why: str) -> str:
+    def ran_out_text(self, fam: Optional[S.Family]) -> str:
         if fam is None:
             return f"the timeout ({self.timeout:g} s) ran out before any path"
         what = (f"unrolling the first {fam.depth} iteration(s) of the workloads of {fam.n} session(s)"
@@ -472,7 +469,7 @@ class _Search:
                 self.res.paths += d.args[0] if d.args else 0
                 for cs in self.open():
                     if self.budget.left(cs.v.name) <= 0:
-                        self.close(cs, self.ran_out_text(fam, ""))
+                        self.close(cs, self.ran_out_text(fam))
                 return bool(self.open())     # the phase's share ran out, not the claims' time
             self.res.paths += count
             if stopped:

@@ -183,8 +183,6 @@ class Family:
     gap: int
     trace: Optional[list] = None
     depth: Optional[int] = None   # unrolled: each run stops as its depth-th iteration starts
-    ends: tuple = ()              # unrolled: the claims at end read on the prefix (`stable`)
-    guesses: tuple = ()           # unrolled: the other claims at end, a prefix that breaks them a guess
 
 
 def number(v):
@@ -264,9 +262,9 @@ def run_path(f: Family, inp: Inputs, left, claims=None) -> Path:
             with Trace() as ct:
                 try:  # a claim whose reading fails on the path (F016, say) fails alone
                     out[c.name] = C.outcome(f.prog, run, j)
-                    if cut and (j in f.ends or j in f.guesses) and out[c.name].status == "not_evaluated":
-                        # false on the prefix, false at its end (`stable`): failed, if the path ends;
-                        # a guess's is checked on the whole path of the same inputs before it is named
+                    if cut and c.form == "end" and out[c.name].status == "not_evaluated":
+                        # read on the prefix: false there is false at the end when the claim is
+                        # `stable`, else a guess; either is checked on the whole path before it is named
                         if X.eval_expr(f.prog, run.machine, X.Env(), c.e) == 0:
                             out[c.name] = C.Outcome("failed", at=run.machine.now)
                 except X.KernelError as e:

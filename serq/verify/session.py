@@ -210,14 +210,9 @@ def least_cost(p: R.Program, lems: list, left) -> Optional[object]:
 
 
 def _constant(e):
-    """The value of a sum, difference or product of numbers (`-9` is `0 - 9`), else None."""
-    if isinstance(e, R.Num):
-        return e.v
-    if isinstance(e, R.Bin) and e.op in ("+", "-", "*"):
-        a, b = _constant(e.l), _constant(e.r)
-        if a is not None and b is not None:
-            return a + b if e.op == "+" else a - b if e.op == "-" else a * b
-    return None
+    """The value of an expression of numbers alone (`-9` is `0 - 9`), else None."""
+    lin = _linear(e)
+    return lin[1] if lin is not None and not lin[0] else None
 
 
 def parts(e) -> Optional[list]:
