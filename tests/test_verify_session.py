@@ -56,6 +56,8 @@ ALONE = """fn main() {
   claim slack: at end (2 + total(done) + count(done) >= total(alone) + 0 * count(alone));
   claim most: at end (largest(alone) <= 4);
   claim both: at end (largest(one) <= 1 && total(done) >= total(alone));
+  claim same: at end (count(done) == count(alone) + 0);
+  claim equal: at end (total(done) == total(alone));
 }
 """
 
@@ -75,7 +77,8 @@ def test_per_session_proofs_agree_with_enumeration(arrive, sessions, values):
     got = {k: v.verdict for k, v in res.claims.items()}
     assert got == expected(res.prog, sessions, values, 2)
     assert got == {"no_sooner": "proved", "twice": "proved", "over": "counterexample", "moved": "proved",
-                   "slack": "proved", "most": "proved", "both": "proved"}
+                   "slack": "proved", "most": "proved", "both": "proved", "same": "proved",
+                   "equal": "counterexample"}
     # `largest(alone) <= 4` holds within the bound only (a prompt of any size breaks it): the paths
     assert res.claims["most"].by == "every path"
     most = [c.name for c in res.prog.claims].index("most")
@@ -83,7 +86,7 @@ def test_per_session_proofs_agree_with_enumeration(arrive, sessions, values):
     assert res.claims["both"].per_session[0] == (
         "each turn observes one <= 1: the largest on a path that ends is one turn's, or 0; "
         "each turn observes done >= alone: the totals add up the turns of every path that ends")
-    for name in ("no_sooner", "twice", "moved", "slack", "both"):
+    for name in ("no_sooner", "twice", "moved", "slack", "both", "same"):
         v = res.claims[name]
         assert (v.by, v.every_sessions, v.every_value) == ("per session", True, True)
         assert name in res.bound["every_sessions"]
@@ -91,6 +94,10 @@ def test_per_session_proofs_agree_with_enumeration(arrive, sessions, values):
         assert res.claims[name].per_session[0] == ("each turn observes done >= alone: the totals add up the turns "
                                                    "of every path that ends")
     assert res.claims["slack"].per_session[0].startswith("each turn's own observations satisfy it")
+    # `==` is two bounds, each read per turn: a turn that waits for another breaks the second
+    assert res.claims["same"].per_session[0].startswith("each turn's own observations satisfy it")
+    equal = [c.name for c in res.prog.claims].index("equal")
+    assert session.prove(res.prog, equal, lambda: 30.0).startswith("a turn's own observations may break it")
     # a number on the lesser side is no sum of turns: each turn may meet it and the sum fail
     assert session.prove(res.prog, 2, lambda: 30.0).startswith("its numbers do not sum to 0 or more")
 
@@ -434,6 +441,8 @@ def gen_program(rng):
         f"claim c3: at end ({k} + total(done) >= total(alone));",
         "claim c4: at end (largest(size) <= 4 && total(done) >= total(alone));",
         f"claim c5: at end (2 * total(done) >= total(alone) + {k} * count(alone));",
+        f"claim c6: at end (total(done) == total(alone) + {k} * count(alone));",
+        "claim c7: at end (count(after) == count(done) && total(size) >= 0);",
     ])
     cap = rng.choice([8, 16])
     text = (GEN_TEMPLATE.replace("CAP", str(cap)).replace("SEQS", str(rng.choice([1, 2, 4]))).replace("tokens cap B", f"tokens cap {B}")

@@ -217,12 +217,15 @@ def _constant(e):
 
 def parts(e) -> Optional[list]:
     """The claim as conjuncts each read per turn: ("sum", weights, constant) for a decomposed `L >= R`
-    (decompose), ("max", A, c) for `largest(A) <= c` with c >= 0 (every observation of A at most c;
+    (decompose; `L == R` is two), ("max", A, c) for `largest(A) <= c` with c >= 0 (every observation of A at most c;
     of none it is 0), ("min", A, c) for `smallest(A) >= c` (above 0, each turn observes A); None when a
     conjunct is none of these."""
     if isinstance(e, R.Bin) and e.op == "&&":
         a, b = parts(e.l), parts(e.r)
         return None if a is None or b is None else a + b
+    # `L == R` is `L >= R && R >= L`: each turn's share of L - R is 0
+    if isinstance(e, R.Bin) and e.op == "==" and decompose(R.Bin(">=", e.l, e.r)) is not None:
+        return parts(R.Bin(">=", e.l, e.r)) + parts(R.Bin(">=", e.r, e.l))
     if isinstance(e, R.Bin) and e.op in ("<=", ">="):
         lo, hi = (e.l, e.r) if e.op == "<=" else (e.r, e.l)   # lo <= hi
         if isinstance(lo, R.Agg) and lo.fn == "largest" and lo.name not in R.CLIENT_METRICS:
@@ -245,8 +248,8 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
     c = p.claims[j]
     ps = parts(c.e)
     if ps is None:
-        return ("not a sum over sessions (`L >= R`, each side a sum of multiples of totals and counts of the "
-                "program's observations and of numbers; `largest(A) <= c`, c >= 0; `smallest(A) >= c`; their `&&`)")
+        return ("not a sum over sessions (`L >= R` or `L == R`, each side a sum of multiples of totals and "
+                "counts of the program's observations and of numbers; `largest(A) <= c`, c >= 0; `smallest(A) >= c`; their `&&`)")
     if any(x[0] == "sum" and x[2] < 0 for x in ps):
         return "its numbers do not sum to 0 or more on the greater side: no sum of turns gives it"
     names = {n for x in ps for n in (x[1] if x[0] == "sum" else (x[1],))}
@@ -267,7 +270,7 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
     B = sh.budget if p.engine.budget is not None else None
     if p.engine.budget is not None and B is None:
         return "the tokens cap is not a constant"
-    return _turn(p, ps, names, "; ".join(_fact(x) for x in ps), cmin, B, left)
+    return _turn(p, ps, names, "; ".join(dict.fromkeys(_fact(x) for x in ps)), cmin, B, left)
 
 
 class _Turn:
