@@ -237,8 +237,14 @@ def test_a_draw_a_while_reads_is_a_run_error_on_the_first_turn():
     j = [c.name for c in p.claims].index("fresh")
     t0 = time.process_time()
     got = session.prove(p, j, lambda: 60.0)
-    assert got == "reading a turn, the kernel may stop with R006: a guard is 0 or 1, not 2"
+    assert got == ("reading a turn, the kernel may stop with R006: a guard is 0 or 1, not 2 (the family draws "
+                   "every natural, whatever the distribution: a flag drawn 2 guards a `while` or `branch`; "
+                   "`while (more > 0)` reads every natural)")
     assert time.process_time() - t0 < 30
+    # read as a count, the flag's every natural is a turn more: proved per session
+    got = session.prove(convert(api.load_text(text.replace("while (more) {", "while (more > 0) {"), "vllm.sq")), j,
+                        lambda: 60.0)
+    assert isinstance(got, session.Proof), got
 
 
 def test_the_paper_claim_for_every_number_of_sessions(capsys):

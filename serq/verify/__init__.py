@@ -583,7 +583,7 @@ class _Search:
 def _stops(err: str) -> str:
     """How the kernel ended a run: a refusal (F016: no natural is the interpreter's value) or a
     run error of the program."""
-    return f"refuses {err}" if err.startswith("F") else f"stops with {err}"
+    return f"refuses {err}" if err.startswith("F") else f"stops with {err}{S.stop_hint(err)}"
 
 
 class Disagreement(Exception):

@@ -134,6 +134,16 @@ class Draws:
         return self.inputs.value(f"d{self.sid}_{i}")
 
 
+def stop_hint(err: str) -> str:
+    """What a run error in the family means for the program, where it is the family's doing: every
+    draw takes every natural whatever its distribution (docs/verify.md, *The bound*), so a
+    `~bernoulli` flag drawn 2 is a guard of 2 (R006)."""
+    if err.startswith("R006"):
+        return (" (the family draws every natural, whatever the distribution: a flag drawn 2 guards a "
+                "`while` or `branch`; `while (more > 0)` reads every natural)")
+    return ""
+
+
 def real(name: str) -> bool:
     """Whether an unknown ranges over the reals: an arrival time (`aK`) or the clock (`T`); the
     others (draws, tokens left, counts) are naturals."""

@@ -948,7 +948,7 @@ def _spacer(t: _Turn, pl: _Plan, rels: dict, fails: dict, rules: list, seed: int
             if r == z3.sat:
                 for k, b in fails.items():
                     if fp.query(b.translate(ctx)) == z3.sat:
-                        return (FAILS[k] if k in FAILS else f"{FAILS['E']} with {k[1]}"), None
+                        return (FAILS[k] if k in FAILS else f"{FAILS['E']} with {k[1]}{S.stop_hint(k[1])}"), None
     except z3.Z3Exception as e:   # a timeout, or a term Spacer does not take
         if watch.fired or left() <= 0:
             return _SLICE, None
@@ -986,7 +986,7 @@ class _FirstTurn:
             r = s.check()
         if r != z3.sat:
             return None
-        return FAILS[head[0]] if head[0] != "E" else f"{FAILS['E']} with {head[1]}"
+        return FAILS[head[0]] if head[0] != "E" else f"{FAILS['E']} with {head[1]}{S.stop_hint(head[1])}"
 
 
 def _no_ite(conds: list) -> list:
