@@ -517,7 +517,8 @@ DEADLOCK = """
   pool reqs on llm { queue fifo; }
   workload { arrive batch(2); turn { Size p = ~det(2); } }
   server { observe asked = 1; llm (p + 1, 4); observe answered = 1; }
-  claim all_answered: at end (count(answered) == count(asked));
+  claim all_answered: at end (count(answered) == count(asked) || largest(asked) > 1);
+  claim per_turn: at end (count(answered) == count(asked));
 """
 
 
@@ -529,8 +530,11 @@ def test_a_path_that_never_ends_is_named(tmp_path, capsys):
     path = program(tmp_path, DEADLOCK, "dl.sq")
     out = os.path.join(tmp_path, "w")
     assert main(["verify", path, "--sessions", "2", "--values", "4", "--out", out, "--json"]) == 0
-    c = json.loads(capsys.readouterr().out)["claims"]["all_answered"]
+    got = json.loads(capsys.readouterr().out)["claims"]
+    c = got["all_answered"]   # an `||`: not read per session, the paths decide it
     assert c["verdict"] == "proved" and c["unended"] is not None and "deadlock" in c["unended"]["why"]
+    # each turn observes both: proved per session, which reads no path and names none that does not end
+    assert (got["per_turn"]["verdict"], got["per_turn"]["by"], got["per_turn"]["unended"]) == ("proved", "per session", None)
     assert c["unended"]["replay"][:3] == ["serq", "run", path]
     with open(c["unended"]["workload"], encoding="utf-8") as fh:
         wl = json.load(fh)

@@ -18,7 +18,7 @@ from serq.ref import claims as C
 from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.ref.num import q
-from serq.verify.sym import SymNum, Trace, concrete, numeral
+from serq.verify.sym import SymNum, Trace, assert_into, concrete, negation, numeral
 
 # the timeout is CPU time (the process's, z3's solving included): the verdicts a timeout allows do not
 # depend on what else the machine runs
@@ -432,7 +432,7 @@ def explore_with(run, domain, left, visit, base=(), start=None, within=None, und
                     continue
                 if depth <= j < last:
                     s.push()
-                    s.add(z3.Not(b))
+                    assert_into(s, negation(b))
                     r, mdl = s.check(), None
                     if r == z3.sat:
                         mdl = s.model()
@@ -449,7 +449,7 @@ def explore_with(run, domain, left, visit, base=(), start=None, within=None, und
                 elif j >= last and within is None:
                     break
                 seen.add(key)
-                s.add(b)
+                assert_into(s, b)
                 held.append(b)
             stop = within(res, (s, held)) if within is not None else False
             s.pop()

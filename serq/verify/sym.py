@@ -13,6 +13,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 import z3
+from z3 import z3core as _C
+from z3.z3types import Ast as _Ast
 
 from serq.ref.num import q, qdiv
 
@@ -67,6 +69,49 @@ def _c(x):
     return x.c if isinstance(x, SymNum) else x
 
 
+# The terms of + - * and of comparisons of two terms of one sort, made by z3's C API as z3py makes
+# them (the same function on the same arguments: the same term), without z3py's coercions and
+# sort checks, which were half of a search's time; terms of two sorts go through z3py
+def _add(a, b):
+    return z3.ArithRef(_C.Z3_mk_add(a.ctx.ref(), 2, (_Ast * 2)(a.ast, b.ast)), a.ctx)
+
+
+def _sub(a, b):
+    return z3.ArithRef(_C.Z3_mk_sub(a.ctx.ref(), 2, (_Ast * 2)(a.ast, b.ast)), a.ctx)
+
+
+def _mul(a, b):
+    return z3.ArithRef(_C.Z3_mk_mul(a.ctx.ref(), 2, (_Ast * 2)(a.ast, b.ast)), a.ctx)
+
+
+def _rel(f):
+    return lambda a, b: z3.BoolRef(f(a.ctx.ref(), a.ast, b.ast), a.ctx)
+
+
+def _ne(a, b):
+    return z3.BoolRef(_C.Z3_mk_distinct(a.ctx.ref(), 2, (_Ast * 2)(a.ast, b.ast)), a.ctx)
+
+
+_LT, _LE, _GT, _GE, _EQ = (_rel(f) for f in (_C.Z3_mk_lt, _C.Z3_mk_le, _C.Z3_mk_gt, _C.Z3_mk_ge, _C.Z3_mk_eq))
+
+
+def _not(t):
+    return z3.BoolRef(_C.Z3_mk_not(t.ctx.ref(), t.ast), t.ctx)
+
+
+def negation(b):
+    """z3.Not(b) of a z3 boolean, made by the C API (the same term)."""
+    return _not(b) if isinstance(b, z3.BoolRef) else z3.Not(b)
+
+
+def assert_into(s: z3.Solver, b):
+    """s.add(b) of one z3 boolean, without z3py's cast (the same assertion)."""
+    if isinstance(b, z3.BoolRef):
+        _C.Z3_solver_assert(s.ctx.ref(), s.solver, b.ast)
+    else:
+        s.add(b)
+
+
 def _real(t):
     return t if t.is_real() else z3.ToReal(t)
 
@@ -82,7 +127,7 @@ class SymBool:
         self.c, self.t = c, t
 
     def __bool__(self):
-        _record(self.t if self.c else z3.Not(self.t))
+        _record(self.t if self.c else _not(self.t))
         return self.c
 
     def __int__(self):
@@ -112,26 +157,28 @@ class SymNum:
         self.c, self.t = q(c), t
         self.r = t.is_real() if r is None else r
 
-    def _bin(self, o, f, g, real=False):
+    def _bin(self, o, f, g, real=False, fast=None):
         if not _ok(o):
             return NotImplemented
-        r = real or self.r or (o.r if isinstance(o, SymNum) else type(o) is Fraction)
-        return SymNum(f(self.c, _c(o)), g(self.t, _t(o, self.r)), r)
+        ro = o.r if isinstance(o, SymNum) else (self.r or type(o) is Fraction)
+        r = real or self.r or ro
+        t = (fast if fast is not None and ro == self.r else g)(self.t, _t(o, self.r))
+        return SymNum(f(self.c, _c(o)), t, r)
 
     def __add__(self, o):
-        return self._bin(o, lambda a, b: a + b, lambda a, b: a + b)
+        return self._bin(o, lambda a, b: a + b, lambda a, b: a + b, fast=_add)
 
     def __radd__(self, o):
-        return self._bin(o, lambda a, b: b + a, lambda a, b: b + a)
+        return self._bin(o, lambda a, b: b + a, lambda a, b: b + a, fast=lambda a, b: _add(b, a))
 
     def __sub__(self, o):
-        return self._bin(o, lambda a, b: a - b, lambda a, b: a - b)
+        return self._bin(o, lambda a, b: a - b, lambda a, b: a - b, fast=_sub)
 
     def __rsub__(self, o):
-        return self._bin(o, lambda a, b: b - a, lambda a, b: b - a)
+        return self._bin(o, lambda a, b: b - a, lambda a, b: b - a, fast=lambda a, b: _sub(b, a))
 
     def __mul__(self, o):
-        return self._bin(o, lambda a, b: a * b, lambda a, b: a * b)
+        return self._bin(o, lambda a, b: a * b, lambda a, b: a * b, fast=_mul)
 
     __rmul__ = __mul__
 
@@ -170,31 +217,33 @@ class SymNum:
     def __ceil__(self):
         return SymNum(-(-self.c // 1), _whole(self.t, self.r, True), False)
 
-    def _cmp(self, o, f, g):
+    def _cmp(self, o, f, g, fast):
         if not _ok(o):
             return NotImplemented
-        return SymBool(f(self.c, _c(o)), g(self.t, _t(o, self.r)))
+        ro = o.r if isinstance(o, SymNum) else (self.r or type(o) is Fraction)
+        return SymBool(f(self.c, _c(o)), (fast if ro == self.r else g)(self.t, _t(o, self.r)))
 
     def __lt__(self, o):
-        return self._cmp(o, lambda a, b: a < b, lambda a, b: a < b)
+        return self._cmp(o, lambda a, b: a < b, lambda a, b: a < b, _LT)
 
     def __le__(self, o):
-        return self._cmp(o, lambda a, b: a <= b, lambda a, b: a <= b)
+        return self._cmp(o, lambda a, b: a <= b, lambda a, b: a <= b, _LE)
 
     def __gt__(self, o):
-        return self._cmp(o, lambda a, b: a > b, lambda a, b: a > b)
+        return self._cmp(o, lambda a, b: a > b, lambda a, b: a > b, _GT)
 
     def __ge__(self, o):
-        return self._cmp(o, lambda a, b: a >= b, lambda a, b: a >= b)
+        return self._cmp(o, lambda a, b: a >= b, lambda a, b: a >= b, _GE)
 
     def __eq__(self, o):
-        return self._cmp(o, lambda a, b: a == b, lambda a, b: a == b)
+        return self._cmp(o, lambda a, b: a == b, lambda a, b: a == b, _EQ)
 
     def __ne__(self, o):
-        return self._cmp(o, lambda a, b: a != b, lambda a, b: a != b)
+        return self._cmp(o, lambda a, b: a != b, lambda a, b: a != b, _ne)
 
     def __bool__(self):
-        _record(self.t != 0 if self.c != 0 else self.t == 0)
+        zero = numeral(0, self.r)
+        _record(_ne(self.t, zero) if self.c != 0 else _EQ(self.t, zero))
         return self.c != 0
 
     def __int__(self):  # a concrete use (an index, a count): the run relies on the value itself
