@@ -243,7 +243,7 @@ class _Search:
         extreme = [(n, lambda g=g: _Extreme(self.values, g)) for g in (0, self.values)[:EXTREMES]
                    for n in range(1, self.sessions + 1)]
         for n, inputs in drawn + extreme:
-            if not self.open() or left() <= 0:
+            if not (self.open() or self.vacuous()) or left() <= 0:
                 return
             fam = self.fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace)
             try:
@@ -253,6 +253,9 @@ class _Search:
             self.res.paths += 1
             if path.error is not None:
                 continue
+            for cs in self.vacuous():   # a path past the fuel may yet end: only one that stopped
+                if path.done:
+                    self.unended(cs, fam, path)
             for cs in self.open():
                 o = path.outcomes.get(cs.v.name)
                 if o is not None and o.status in ("failed", "witnessed") and self.budget.left(cs.v.name) > 0:
@@ -402,14 +405,25 @@ class _Search:
                 self.trouble.append(f"a path of {fam.n} session(s) runs past {S.FUEL} steps: "
                                     f"{S.concrete_workload(fam, path)}")
             for cs in self.open():
-                if cs.c.form == "end" and cs.v.unended is None and path.error is None:
-                    o = path.outcomes.get(cs.v.name)
-                    if not path.done or (o is not None and o.status == "not_evaluated"):
-                        # the claim says nothing of a path that never reaches its end: the user is told
-                        cs.v.unended = (S.concrete_workload(fam, path), UNENDED_FUEL if not path.done else
-                                        UNENDED_CLOSED if self.p.arrive == "closed" else UNENDED_LIVE)
+                if cs.c.form == "end" and path.error is None:
+                    self.unended(cs, fam, path)
             return False
         return visit
+
+    def unended(self, cs: _Claim, fam: S.Family, path: S.Path):
+        """A claim at end says nothing of a path that never reaches its end: the first such path
+        is named to the user (docs/verify.md, *Paths that never end*)."""
+        if cs.v.unended is not None:
+            return
+        o = path.outcomes.get(cs.v.name)
+        if not path.done or (o is not None and o.status == "not_evaluated"):
+            cs.v.unended = (S.concrete_workload(fam, path), UNENDED_FUEL if not path.done else
+                            UNENDED_CLOSED if self.p.arrive == "closed" else UNENDED_LIVE)
+
+    def vacuous(self) -> list:
+        """The claims at end proved per session, which read no path, whose sampled paths are still
+        looked at for one that does not end: the proof says nothing of it, and the user is told."""
+        return [cs for cs in self.cs if cs.v.by == "per session" and cs.v.unended is None]
 
     def within(self, fam: S.Family):
         """On each path, once the solver holds its condition: every open claim's readings."""
