@@ -131,14 +131,14 @@ class _Search:
     def open(self) -> list:
         return [cs for cs in self.cs if cs.open]
 
-    def kernel_left(self, limit: Optional[float] = None):
-        """left() for the kernel's exploration: while an open claim has time, within the phase's
-        share of the kernel's time when it has one."""
+    def kernel_left(self, limit: Optional[float] = None, also=None):
+        """left() for the kernel's exploration: while an open claim (or one of `also`) has time,
+        within the phase's share of the kernel's time when it has one."""
         def left():
             for cs in self.open():   # closed as soon as its time is out: its seconds stop there
                 if self.budget.left(cs.v.name) <= 0:
                     self.close(cs, self.ran_out_text(self.fam))
-            t = self.budget.left_any([cs.c.name for cs in self.open()])
+            t = self.budget.left_any([cs.c.name for cs in self.open() + (also() if also else [])])
             return t if limit is None else min(t, limit - self.budget.kernel())
         return left
 
@@ -235,7 +235,7 @@ class _Search:
     def _sample(self):
         rng = random.Random(SAMPLE_SEED)
         limit = self.budget.kernel() + self.timeout * SAMPLE_SHARE
-        left = self.kernel_left(limit)
+        left = self.kernel_left(limit, self.vacuous)
         # the random workloads, then the extreme ones: every draw at the bound M (the largest
         # prompts and outputs), the sessions arriving together or a whole gap apart
         drawn = [(n, lambda: _Sampled(rng, self.values, self.values)) for _ in range(SAMPLES)
