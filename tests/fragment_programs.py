@@ -186,11 +186,14 @@ def iter_claims(c: Case) -> str:
 """
 
 
-def write(c: Case, folder: str) -> str:
-    """The program and its trace in folder; the program's path."""
+def write(c: Case, folder: str, claims: str = "") -> str:
+    """The program, with `claims` (lines of claims) added at its end, and its trace in folder; the
+    program's path."""
     path = os.path.join(folder, "prog.sq")
+    prog = text(c)
+    i = prog.rindex("}")
     with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text(c))
+        fh.write(prog[:i] + claims + prog[i:])
     with open(os.path.join(folder, "trace.csv"), "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         content = c.keyed and c.content == "trace"

@@ -38,13 +38,7 @@ def invariant_claims(c: Case) -> str:
 
 
 def run_case(c: Case, folder: str):
-    path = write(c, folder)
-    with open(path, encoding="utf-8") as fh:
-        text = fh.read()
-    i = text.rindex("}")
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text[:i] + invariant_claims(c) + text[i:])
-    p = ref.convert(api.load(path))
+    p = ref.convert(api.load(write(c, folder, invariant_claims(c))))
     trace = ref.read_trace(os.path.join(folder, "trace.csv"))
     arrivals = [of_decimal(t) for t in c.times] if c.arrive == "poisson" else None
     wl = ref.workload(p, c.n, trace=trace, arrivals=arrivals)
