@@ -6,6 +6,7 @@ by concolic execution of the reference kernel with z3 (serq/verify/search.py).
 """
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -238,11 +239,12 @@ class _Search:
         left = self.kernel_left(limit, self.vacuous)
         # the random workloads, then the extreme ones: every draw at the bound M (the largest
         # prompts and outputs), the sessions arriving together or a whole gap apart
-        drawn = [(n, lambda: _Sampled(rng, self.values, self.values)) for _ in range(SAMPLES)
-                 for n in range(1, self.sessions + 1)]
-        extreme = [(n, lambda g=g: _Extreme(self.values, g)) for g in (0, self.values)[:EXTREMES]
-                   for n in range(1, self.sessions + 1)]
-        for n, inputs in drawn + extreme:
+        # made as they are run: a bound of a million sessions has 32 million of them
+        drawn = ((n, lambda: _Sampled(rng, self.values, self.values)) for _ in range(SAMPLES)
+                 for n in range(1, self.sessions + 1))
+        extreme = ((n, lambda g=g: _Extreme(self.values, g)) for g in (0, self.values)[:EXTREMES]
+                   for n in range(1, self.sessions + 1))
+        for n, inputs in itertools.chain(drawn, extreme):
             if not (self.open() or self.vacuous()) or left() <= 0:
                 return
             fam = self.fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace)
