@@ -69,9 +69,21 @@ def _c(x):
     return x.c if isinstance(x, SymNum) else x
 
 
-# The terms of + - * and of comparisons of two terms of one sort, made by z3's C API as z3py makes
-# them (the same function on the same arguments: the same term), without z3py's coercions and
-# sort checks, which were half of a search's time; terms of two sorts go through z3py
+# The terms of + - * and of comparisons, made by z3's C API as z3py makes them (the same function on
+# the same arguments, an Int beside a Real first made Real: the same term), without z3py's
+# coercions and sort checks, which were half of a search's time
+def _one_sort(a, ra: bool, b, rb: bool) -> tuple:
+    """Two terms (ra, rb: of z3's Real sort) in one sort, as z3py's coercion gives them: an Int term
+    beside a Real one is ToReal of it."""
+    if ra == rb:
+        return a, b
+    return (a if ra else _to_real(a)), (b if rb else _to_real(b))
+
+
+def _to_real(t):
+    return z3.ArithRef(_C.Z3_mk_int2real(t.ctx.ref(), t.ast), t.ctx)
+
+
 def _add(a, b):
     return z3.ArithRef(_C.Z3_mk_add(a.ctx.ref(), 2, (_Ast * 2)(a.ast, b.ast)), a.ctx)
 
@@ -157,28 +169,31 @@ class SymNum:
         self.c, self.t = q(c), t
         self.r = t.is_real() if r is None else r
 
-    def _bin(self, o, f, g, real=False, fast=None):
+    def _terms(self, o) -> tuple:
+        """This term and o's, in one sort, and whether o's is Real."""
+        ro = o.r if isinstance(o, SymNum) else (self.r or type(o) is Fraction)
+        return _one_sort(self.t, self.r, _t(o, self.r), ro) + (ro,)
+
+    def _bin(self, o, f, g, real=False):
         if not _ok(o):
             return NotImplemented
-        ro = o.r if isinstance(o, SymNum) else (self.r or type(o) is Fraction)
-        r = real or self.r or ro
-        t = (fast if fast is not None and ro == self.r else g)(self.t, _t(o, self.r))
-        return SymNum(f(self.c, _c(o)), t, r)
+        a, b, ro = self._terms(o)
+        return SymNum(f(self.c, _c(o)), g(a, b), real or self.r or ro)
 
     def __add__(self, o):
-        return self._bin(o, lambda a, b: a + b, lambda a, b: a + b, fast=_add)
+        return self._bin(o, lambda a, b: a + b, _add)
 
     def __radd__(self, o):
-        return self._bin(o, lambda a, b: b + a, lambda a, b: b + a, fast=lambda a, b: _add(b, a))
+        return self._bin(o, lambda a, b: b + a, lambda a, b: _add(b, a))
 
     def __sub__(self, o):
-        return self._bin(o, lambda a, b: a - b, lambda a, b: a - b, fast=_sub)
+        return self._bin(o, lambda a, b: a - b, _sub)
 
     def __rsub__(self, o):
-        return self._bin(o, lambda a, b: b - a, lambda a, b: b - a, fast=lambda a, b: _sub(b, a))
+        return self._bin(o, lambda a, b: b - a, lambda a, b: _sub(b, a))
 
     def __mul__(self, o):
-        return self._bin(o, lambda a, b: a * b, lambda a, b: a * b, fast=_mul)
+        return self._bin(o, lambda a, b: a * b, _mul)
 
     __rmul__ = __mul__
 
@@ -217,29 +232,29 @@ class SymNum:
     def __ceil__(self):
         return SymNum(-(-self.c // 1), _whole(self.t, self.r, True), False)
 
-    def _cmp(self, o, f, g, fast):
+    def _cmp(self, o, f, g):
         if not _ok(o):
             return NotImplemented
-        ro = o.r if isinstance(o, SymNum) else (self.r or type(o) is Fraction)
-        return SymBool(f(self.c, _c(o)), (fast if ro == self.r else g)(self.t, _t(o, self.r)))
+        a, b, _ = self._terms(o)
+        return SymBool(f(self.c, _c(o)), g(a, b))
 
     def __lt__(self, o):
-        return self._cmp(o, lambda a, b: a < b, lambda a, b: a < b, _LT)
+        return self._cmp(o, lambda a, b: a < b, _LT)
 
     def __le__(self, o):
-        return self._cmp(o, lambda a, b: a <= b, lambda a, b: a <= b, _LE)
+        return self._cmp(o, lambda a, b: a <= b, _LE)
 
     def __gt__(self, o):
-        return self._cmp(o, lambda a, b: a > b, lambda a, b: a > b, _GT)
+        return self._cmp(o, lambda a, b: a > b, _GT)
 
     def __ge__(self, o):
-        return self._cmp(o, lambda a, b: a >= b, lambda a, b: a >= b, _GE)
+        return self._cmp(o, lambda a, b: a >= b, _GE)
 
     def __eq__(self, o):
-        return self._cmp(o, lambda a, b: a == b, lambda a, b: a == b, _EQ)
+        return self._cmp(o, lambda a, b: a == b, _EQ)
 
     def __ne__(self, o):
-        return self._cmp(o, lambda a, b: a != b, lambda a, b: a != b, _ne)
+        return self._cmp(o, lambda a, b: a != b, _ne)
 
     def __bool__(self):
         zero = numeral(0, self.r)
