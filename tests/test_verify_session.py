@@ -663,3 +663,16 @@ def test_vllm_chat_claims_at_end_are_proved_per_session(tmp_path, capsys):
         assert rep["pools"]["kv"]["preempted"] > 0 and rep["observe"]["hit"]["max"] == 1
         assert {n: c["status"] for n, c in rep["claims"].items()} == {
             "within_budget": "held", "within_slots": "held", "within_memory": "held", "prefills": "held", "hits": "held"}
+
+
+def test_a_proof_per_session_does_not_follow_what_was_asked_before():
+    """z3's models, and so the paths a turn's reading takes and the clauses Spacer is given, follow
+    what its context was asked before: the turn is read in a context of its own, so that a claim's
+    proof (and the invariants printed) is the same whatever claims were proved before it, in either
+    order (vLLM's chat proved `hits` first and ran out after two other claims)."""
+    p = convert(api.load(CACHE_TINY))
+    names = ["fresh_one", "fresh_tokens", "hits"]
+    ahead = {n: session.prove(p, [c.name for c in p.claims].index(n), lambda: 60.0) for n in names}
+    back = {n: session.prove(p, [c.name for c in p.claims].index(n), lambda: 60.0) for n in reversed(names)}
+    assert all(isinstance(g, session.Proof) for g in ahead.values()), ahead
+    assert ahead == back, (ahead, back)

@@ -18,7 +18,7 @@ from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.ref.fragment import convert
 from serq.ref.num import of_decimal
-from serq.verify import induct, invariant, robust, search as S, session
+from serq.verify import induct, invariant, robust, search as S, session, sym
 from serq.verify.search import clock
 from serq.verify.sym import concrete
 
@@ -78,7 +78,8 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
     bound = {"sessions": sessions, "values": values, "arrive": p.arrive, "fuel": S.FUEL}
     if p.arrive == "poisson":
         bound["gap"] = gap
-    res = _Search(prog, p, trace, sessions, values, timeout).run()
+    with sym.own_context():   # the same verdicts whatever the process verified before
+        res = _Search(prog, p, trace, sessions, values, timeout).run()
     res.bound = bound
     bound["every_value"] = [v.name for v in res.claims.values() if v.every_value]
     bound["every_sessions"] = [v.name for v in res.claims.values() if v.every_sessions]

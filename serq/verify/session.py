@@ -45,7 +45,7 @@ from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.verify import invariant as V
 from serq.verify import search as S
-from serq.verify.sym import SymNum, Trace, concrete, term
+from serq.verify.sym import SymNum, Trace, concrete, own_context, term
 
 NOW = "#now"   # the clock, read by a turn's statements as an attribute of this name
 KERNEL_ATTRS = ("serial", "turn_no")   # naturals the kernel gives every session
@@ -270,7 +270,11 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
     B = sh.budget if p.engine.budget is not None else None
     if p.engine.budget is not None and B is None:
         return "the tokens cap is not a constant"
-    return _turn(p, ps, names, "; ".join(dict.fromkeys(_fact(x) for x in ps)), cmin, B, left)
+    # the turn read in a z3 context of its own: its models, and so the paths read and the clauses Spacer
+    # is given, would follow what was asked before (the claims before it, this program's step checked
+    # in the same call or not), and Spacer's answer with them (`sym.own_context`)
+    with own_context():
+        return _turn(p, ps, names, "; ".join(dict.fromkeys(_fact(x) for x in ps)), cmin, B, left)
 
 
 class _Turn:

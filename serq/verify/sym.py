@@ -10,9 +10,11 @@ products, floors) and of its Real sort once a real unknown or a quotient enters 
 itself is an int or a Fraction (serq/ref/num.py); z3 mixes the two sorts by ToReal where they meet."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from fractions import Fraction
 
 import z3
+import z3.z3 as _z3
 from z3 import z3core as _C
 from z3.z3types import Ast as _Ast
 
@@ -41,6 +43,24 @@ def _record(term):
 
 
 _NUMERALS: dict = {}
+
+
+@contextmanager
+def own_context():
+    """The terms made inside it (z3py's default context) in a z3 context of their own, dropped after.
+    z3's answers (models, and so the paths explored and the clauses Spacer is given, and Spacer's
+    success) follow what its context was asked before: a claim's verdict must not follow the claims,
+    files or tests a process verified earlier (vLLM's chat proved `hits` per session first, and not
+    after two other claims)."""
+    saved, numerals = _z3._main_ctx, dict(_NUMERALS)
+    _z3._main_ctx = z3.Context()
+    _NUMERALS.clear()
+    try:
+        yield
+    finally:
+        _z3._main_ctx = saved
+        _NUMERALS.clear()
+        _NUMERALS.update(numerals)
 
 
 def numeral(x, real: bool = False):
