@@ -676,3 +676,22 @@ def test_a_proof_per_session_does_not_follow_what_was_asked_before():
     back = {n: session.prove(p, [c.name for c in p.claims].index(n), lambda: 60.0) for n in reversed(names)}
     assert all(isinstance(g, session.Proof) for g in ahead.values()), ahead
     assert ahead == back, (ahead, back)
+
+
+def test_an_invariant_is_printed_as_the_language_reads_it():
+    """Spacer's invariants are printed as expressions of the language, whose `%` binds tighter than
+    `+` (as Python's): the remainder of a sum is parenthesized (it printed `9 + history % 16` for
+    `(9 + history) % 16`). The printed text, read with those precedences, is z3's formula at every
+    value tried."""
+    import z3
+    h, c = z3.Int("history"), z3.Int("cachedin(kv)")
+    e = z3.simplify(z3.And(z3.Or((9 + h) % 16 - (10 + h) % 16 < -1, c - (10 + h) % 16 < 1),
+                           c - 16 * ((9 + h) / 16) <= h % 16))
+    text = session.show(e)
+    assert "(9 + history) % 16" in text and "floor((9 + history) / 16)" in text, text
+    py = text.replace("cachedin(kv)", "c").replace("&&", "and").replace("||", "or").replace(
+        "floor(", "(").replace("/", "//")
+    for hv in range(0, 40):
+        for cv in range(-3, 20):
+            want = z3.is_true(z3.simplify(z3.substitute(e, (h, z3.IntVal(hv)), (c, z3.IntVal(cv)))))
+            assert eval(py, {"history": hv, "c": cv}) == want, (text, hv, cv)

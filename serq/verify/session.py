@@ -1139,7 +1139,7 @@ def _atom(t) -> str:
     if z3.is_mul(t):
         return " * ".join(_atom(x) for x in t.children())
     if z3.is_app_of(t, z3.Z3_OP_MOD):
-        return f"({_sum(t.arg(0))} % {_sum(t.arg(1))})"
+        return f"({_atom(t.arg(0))} % {_atom(t.arg(1))})"   # (9 + h) % 16, not 9 + h % 16
     if z3.is_app_of(t, z3.Z3_OP_ITE):
         return f"({show(t.arg(0))} ? {_sum(t.arg(1))} : {_sum(t.arg(2))})"
     if z3.is_int_value(t) or z3.is_rational_value(t):
