@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 
 import pytest
@@ -535,10 +536,10 @@ PLAIN_BODY = """at admission { reused = min(cachedin(kv), reusable(prompt, block
       CACHE"""
 
 
-def gen_caching_program(rng):
+def gen_caching_program(rng, content: bool = False):
     """A vLLM-shaped caching program (vLLM's recompute-on-preemption request, or a plain one that
     restarts its prompt), with claims over what the cache and a preemption leave: (text, draws a
-    session makes)."""
+    session makes). `content`: on a pool that caches by content."""
     body = (VLLM_BODY if rng.random() < 0.7 else PLAIN_BODY).replace(
         "CACHE", rng.choice(["cache (prompt + output);", "cache (prompt);", "cache (known);"]))
     take = rng.choice(["kv (min(known, reused + budget_left(llm))) reserve (known)",
@@ -577,6 +578,13 @@ def gen_caching_program(rng):
             .replace("PREEMPT", rng.choice(["preempt lifo;", "preempt none;"]))
             .replace("ARRIVE", rng.choice(["batch(2)", "renewal(1)"]))
             .replace("WORKLOAD", wl).replace("SERVER", server).replace("CLAIMS", "\n  ".join(claims)))
+    # drawn last, so the programs above are unchanged: vLLM's cache keyed by content (a hit is any
+    # session's published blocks of the stream): one stream every session shares, a stream a
+    # session, or a session's stream under a common prefix (vLLM's system prompt)
+    if content:
+        c = rng.choice([" content (1)", " content (serial)", " content (serial + 1, 0, 2)", " content (serial + 5, 2, 3)"])
+        text = text.replace("evict lru;", "evict lru; cache content;")
+        text = re.sub(r"(\n      cache \([^;]*\));", lambda m: m.group(1) + c + ";", text)
     return text, 4 if multi else 2
 
 
@@ -604,6 +612,63 @@ def test_per_session_proofs_of_generated_caching_programs_hold_on_every_workload
         assert c.name != "k_fresh0" or isinstance(got, session.Proof), (got, text)
 
 
+# the suite's one program on a content pool (a program whose enumeration takes 0.1 s); a campaign
+# (SERQ_FUZZ_CASES, make fuzz) runs programs 0, 1, ...
+@pytest.mark.parametrize("k", range(CASES // 6) if "SERQ_FUZZ_CASES" in os.environ else [2])
+def test_per_session_proofs_on_a_cache_keyed_by_content_hold_on_every_workload(k):
+    """The generated caching programs on a pool that caches by content: one stream every session
+    shares (a session hits what another published), a stream a session, a session's stream under a
+    common prefix. The reading takes a hit as any whole blocks within the units and the reuse, so
+    each claim proved per session holds on every workload of 2 sessions, draws 0..2, on the kernel,
+    whatever the others published. Campaign: seed 0, 60 programs, none false."""
+    import random
+    rng = random.Random(2000 + k + int(SEED or 0))
+    text, draws = gen_caching_program(rng, content=True)
+    assert "cache content;" in text and ") content (" in text, text
+    p = convert(api.load_text(text, "g.sq"))
+    want = expected(p, 2, 2, draws)
+    for j, c in enumerate(p.claims):
+        got = session.prove(p, j, lambda: 40.0)
+        if isinstance(got, session.Proof):
+            assert want[c.name] == "proved", (c.name, text)
+        # with `reuse` the hit is within what the request knows: its prefill is at least a token
+        assert c.name != "k_fresh0" or "reuse (" not in text or isinstance(got, session.Proof), (got, text)
+
+
+@pytest.mark.parametrize("content,proved", [
+    ("content (serial + 1, 0, 2)", True), ("content (serial)", True), ("content (3)", True),
+    # session 0's stream would begin with its own tokens: the kernel stops (R045) on a lone session
+    ("content (serial, 0, 2)", False),
+    # each session names stream 1, defined by its own `at`: two sessions define it otherwise (R045)
+    ("content (1, 0, 1 + serial)", False),
+])
+def test_a_content_another_session_may_define_otherwise_is_left_to_the_paths(content, proved):
+    """Two sessions defining one stream otherwise stop the kernel (R045), which no turn read alone
+    meets: a content with a parent is read per turn only in the form every session names a stream
+    of its own by, alike (`content (serial + c, p0, at)`, p0 < c). Where it is not, a workload of the
+    bound stops the kernel so."""
+    import itertools
+    import random
+    from serq.ref.exec import KernelError
+    text, _ = gen_caching_program(random.Random(2002), content=True)
+    text = re.sub(r"content \([^;]*\);", content + ";", text)
+    p = convert(api.load_text(text, "g.sq"))
+    got = session.prove(p, 0, lambda: 40.0)   # k_fresh0
+    if proved:
+        assert isinstance(got, session.Proof), (got, text)
+        return
+    assert isinstance(got, str) and got.startswith("a hold's content names a parent"), got
+    stops = []
+    for n in (1, 2):   # every workload of 1 and 2 sessions, draws 0..1
+        for vals in itertools.product(range(2), repeat=2 * n):
+            try:
+                ref.evaluate(p, ref.workload(p, n, arrivals=[0] * n, draws=[vals[2 * k:2 * k + 2] for k in range(n)]),
+                             fuel=5000)
+            except KernelError as e:
+                stops.append(e.code)
+    assert stops and set(stops) == {"R045"}, stops
+
+
 def test_a_long_z3_call_stops_when_its_cpu_time_is_spent():
     """Spacer's query is one z3 call: z3's own timeout is wall time with slack, so a watchdog keeps
     the CPU time instead (search.cpu_deadline). A query z3 cannot finish (x³ + y³ = z³ over the
@@ -627,7 +692,8 @@ def test_a_long_z3_call_stops_when_its_cpu_time_is_spent():
     assert not w.fired and s2.check() == z3.sat
 
 
-def test_vllm_chat_claims_at_end_are_proved_per_session(tmp_path, capsys):
+@pytest.mark.parametrize("example", ["vllm_chat.sq", "vllm_chat_shared.sq"])
+def test_vllm_chat_claims_at_end_are_proved_per_session(example, capsys):
     """vLLM's multi-turn chat (growing KV, `preempt lifo`, the prefix cache across turns, chunked
     prefill with a threshold, `budget_left` units): each turn prefills at least a token, and a hit is
     0 or 1, proved for every number of sessions within the default timeout's share (half of 60 s),
@@ -638,7 +704,8 @@ def test_vllm_chat_claims_at_end_are_proved_per_session(tmp_path, capsys):
     from serq.cli import main
     # the example's `while (more > 0)`: a bare `while (more)` over a flag drawn 2 stops the kernel
     # (R006), which no proof gets past (test_a_draw_a_while_reads_is_a_run_error_on_the_first_turn)
-    path = os.path.join(ROOT, "examples", "multi-turn", "vllm_chat.sq")
+    # (the shared chat: a cache keyed by content, the system prompt's blocks any conversation's)
+    path = os.path.join(ROOT, "examples", "multi-turn", example)
     with tempfile.TemporaryDirectory() as out:
         assert main(["verify", path, "--json", "--out", out]) == 0
     got = json.loads(capsys.readouterr().out)["claims"]
@@ -648,8 +715,11 @@ def test_vllm_chat_claims_at_end_are_proved_per_session(tmp_path, capsys):
         # per session: within its share of the default timeout, whatever the paths would do after
         assert (got[name]["verdict"], got[name]["by"]) == ("proved", "per session"), got[name]
         kept = dict(x.split(": ", 1) for x in got[name]["per_session"][2:])
-        assert set(kept) == {"as a turn begins", "as a preempted hold executes again"}, kept
-    prog = api.load(path, inputs={"blocks": 40, "chunk_cap": 64})
+        # (on a cache keyed by content a session carries no entry from turn to turn: nothing to say
+        # as a turn begins)
+        assert set(kept) == {"as a turn begins", "as a preempted hold executes again"} - (
+            {"as a turn begins"} if "shared" in example else set()), kept
+    prog = api.load(path, inputs={"blocks": 40} if "shared" in example else {"blocks": 40, "chunk_cap": 64})
     for seed_ in range(3):
         rng = random.Random(seed_)
         sess, t = [], 0.0

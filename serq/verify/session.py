@@ -122,9 +122,10 @@ def _scope(p: R.Program, names: set) -> Optional[str]:
             return f"`{n.name}` is observed outside the server"
     holds = [n for n in V._nodes(p.server) if isinstance(n, R.HoldS)]
     header = set()   # what a hold's header reads at its admission: pools and engines, any natural
+    why = _streams_why(p, holds)
+    if why is not None:
+        return why
     for h in holds:
-        if h.content is not None:
-            return "a hold on a content pool: what it hits depends on the other sessions' streams"
         for n in V._nodes(h.body):
             if not isinstance(n, (R.RunS, R.HoldS, R.SetA, R.DrawA, R.ObserveA, R.BranchS)) and not _is_expr(n) \
                     and not isinstance(n, (R.HoldPool,)):
@@ -148,19 +149,44 @@ def _scope(p: R.Program, names: set) -> Optional[str]:
     return None
 
 
+def _streams_why(p: R.Program, holds: list) -> Optional[str]:
+    """Why the holds' contents may be defined otherwise by two sessions (a run error, R045, that no
+    turn read alone meets), or None. A content with no parent is always its stream's own tokens. With
+    a parent, every content must be the same `content (serial + c, p0, at)`, p0 and at numbers, p0 <
+    c: each session names a stream of its own, always alike, and the parent is none of them (vLLM's
+    system prompt shared by every conversation)."""
+    contents = {(repr(h.content.stream), repr(h.content.parent), repr(h.content.common))
+                for h in holds if h.content is not None}
+    if all(h.content.parent is None for h in holds if h.content is not None):
+        return None
+    bad = "a hold's content names a parent, and two sessions' contents may define a stream otherwise (R045)"
+    if len(contents) > 1 or "serial" in _assigned((p.init, p.session or (), p.turn, p.server)):
+        return bad
+    c = next(h.content for h in holds if h.content is not None and h.content.parent is not None)
+    e = c.stream
+    sides = ((e.l, e.r), (e.r, e.l)) if isinstance(e, R.Bin) and e.op == "+" else ()
+    off = 0 if isinstance(e, R.Attr) and e.name == "serial" else next(
+        (n.v for n, a in sides if isinstance(n, R.Num) and isinstance(a, R.Attr) and a.name == "serial"), None)
+    p0, at = _constant(c.parent), _constant(c.common)
+    if off is None or p0 is None or at is None or not p0 < off:
+        return bad
+    return None
+
+
 def _is_expr(n) -> bool:
     return isinstance(n, (R.Num, R.Attr, R.Ctx, R.StepVar, R.Reg, R.Obs, R.Agg, R.Not, R.Bin, R.Ite, R.Fn))
 
 
 def _obs_scope(p: R.Program, n: R.Obs) -> Optional[str]:
     """Why a header's read of a pool or the engine is not any natural (its value at an admission),
-    or None: the reads the kernel refuses (R002) and a content pool's hit are not."""
+    or None: the reads the kernel refuses (R002) are not (a content pool's `cachedin` is the run of
+    blocks its stream finds published: any natural, whatever the others published)."""
     if n.of == p.engine.name:
         if n.fn in ("queue", "busy", "work") or n.fn == "budget_left" and p.engine.budget is not None:
             return None
     elif n.fn in ("used", "holders", "queued", "cachedin", "free"):
         i = next(j for j, pl in enumerate(p.pools) if pl.name == n.of)
-        if not (n.fn == "free" and p.pools[i].cap is None or n.fn == "cachedin" and p.pools[i].content):
+        if not (n.fn == "free" and p.pools[i].cap is None):
             return None
     return f"a hold's header reads `{n.fn}({n.of})`, which has no natural value there"
 
@@ -527,6 +553,11 @@ class _Turn:
         env = X.Env(attrs)
         if any(X.never_fits(p, None, env, hp) for hp in h.pools):   # the kernel's own judgement
             raise _Refused()
+        if h.content is not None:   # read as it joins (`define_stream`): where it may stop the kernel
+            self._eval(h.content.stream, attrs)
+            if h.content.parent is not None:
+                if X.amount(self._eval(h.content.common, attrs), "a content's `at`") > 0:
+                    self._eval(h.content.parent, attrs)
         # what each pool's cache entry of the session holds as it is admitted: at most what its
         # release left, as others' admissions may have evicted blocks of it since
         seen = {}
@@ -544,7 +575,12 @@ class _Turn:
             if hp.reserve is not None:
                 X.amount(self._eval(hp.reserve, attrs, seen), "a hold's reserve")
             c = 0
-            if h.cache is not None and i in self.plan.entries:
+            if h.content is not None and p.pools[i].content:
+                # the run of its stream's blocks others or it published (content.md, *The hit*): any
+                # whole blocks within its units and its reuse, whatever the other sessions did
+                c = self._fresh("d") * p.pools[i].block
+                self.assume += [(u, c)] + ([(rho, c)] if rho is not None else [])
+            elif h.cache is not None and i in self.plan.entries:
                 # `consume`: at most its reuse and its units of the entry, in whole blocks; the
                 # rest of the entry is no longer the session's
                 e = seen[p.pools[i].name]
@@ -728,8 +764,9 @@ def _fact(x) -> str:
 def plan(p: R.Program) -> "_Plan | str":
     """What the clauses follow (_Plan), or why a hold is not read per turn."""
     nat = naturals(p)
+    # a content pool's cache is no session's (put_cache): no entry carried there
     entries = {hp.pool for h in V._nodes(p.server) if isinstance(h, R.HoldS) and h.cache is not None
-               for hp in h.pools}
+               for hp in h.pools if not p.pools[hp.pool].content}
     state = sorted((_assigned((p.init, p.session or (), p.turn, p.server)) | {"cached"}) - {"computed"})
     state += [f"#entry{i}" for i in sorted(entries)]
     nat = nat | {f"#entry{i}" for i in entries}
