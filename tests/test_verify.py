@@ -821,3 +821,25 @@ def test_a_bound_of_a_million_sessions_keeps_the_timeout(tmp_path):
         assert v.seconds <= 2.5, (v.name, v.seconds)
         if v.verdict == "unknown":
             assert "the timeout (2 s) ran out" in v.reason, v.reason
+
+
+def test_the_verdicts_do_not_follow_the_order_the_claims_are_stated_in(tmp_path):
+    """Claims are declarations: stated in the reverse order, each gets the same verdict, by the same
+    means, on the same workload (the paths run for all of them together, and each proof per session
+    in a z3 context of its own)."""
+    import json
+    src = open(program(tmp_path, CLAIMS)).read()
+    lines = src.split("\n")
+    at = [i for i, line in enumerate(lines) if line.strip().startswith("claim ")]
+    for i, line in zip(at, reversed([lines[i] for i in at])):
+        lines[i] = line
+    back = tmp_path / "back.sq"
+    back.write_text("\n".join(lines))
+
+    def verdicts(path):
+        res = verify(api.load(str(path)), 2, 1, timeout=20)
+        return {k: (v.verdict, v.by, json.dumps(v.workload, sort_keys=True)) for k, v in res.claims.items()}
+    ahead, behind = verdicts(tmp_path / "p.sq"), verdicts(back)
+    assert list(behind) == list(reversed(list(ahead)))   # stated in the reverse order indeed
+    assert ahead == behind
+    assert {v[0] for v in ahead.values()} >= {"counterexample", "witnessed", "proved"}, ahead
