@@ -635,6 +635,22 @@ def test_per_session_proofs_on_a_cache_keyed_by_content_hold_on_every_workload(k
         assert c.name != "k_fresh0" or "reuse (" not in text or isinstance(got, session.Proof), (got, text)
 
 
+def test_a_hit_by_content_with_no_reuse_may_run_past_what_the_request_knows():
+    """vLLM's request with no `reuse` on a pool keyed by content: the reading takes the hit as any
+    whole blocks within the units, which may exceed what a request knows after a preemption, and
+    then the decode's work `output - 1 - (known - prompt)` is negative. The claim is left to the
+    paths, the reason says why and what bounds it; with `reuse (reused)` (vLLM's hit is at most
+    num_tokens - 1) it is proved."""
+    import random
+    text, _ = gen_caching_program(random.Random(2007), content=True)
+    assert "reserve (known);" in text and "reuse (" not in text, text
+    got = session.prove(convert(api.load_text(text, "g.sq")), 0, lambda: 40.0)   # k_fresh0
+    assert isinstance(got, str) and "R007" in got and "with no `reuse` it may run past" in got, got
+    text = text.replace("reserve (known);", "reserve (known) reuse (reused);")
+    got = session.prove(convert(api.load_text(text, "g.sq")), 0, lambda: 40.0)
+    assert isinstance(got, session.Proof), got
+
+
 @pytest.mark.parametrize("content,proved", [
     ("content (serial + 1, 0, 2)", True), ("content (serial)", True), ("content (3)", True),
     # session 0's stream would begin with its own tokens: the kernel stops (R045) on a lone session

@@ -989,7 +989,7 @@ def _spacer(t: _Turn, pl: _Plan, rels: dict, fails: dict, rules: list, seed: int
             if r == z3.sat:
                 for k, b in fails.items():
                     if fp.query(b.translate(ctx)) == z3.sat:
-                        return (FAILS[k] if k in FAILS else f"{FAILS['E']} with {k[1]}{S.stop_hint(k[1])}"), None
+                        return (FAILS[k] if k in FAILS else f"{FAILS['E']} with {k[1]}{_hint(t.p, k[1])}"), None
     except z3.Z3Exception as e:   # a timeout, or a term Spacer does not take
         if watch.fired or left() <= 0:
             return _SLICE, None
@@ -1027,7 +1027,20 @@ class _FirstTurn:
             r = s.check()
         if r != z3.sat:
             return None
-        return FAILS[head[0]] if head[0] != "E" else f"{FAILS['E']} with {head[1]}{S.stop_hint(head[1])}"
+        return FAILS[head[0]] if head[0] != "E" else f"{FAILS['E']} with {head[1]}{_hint(self.t.p, head[1])}"
+
+
+def _hint(p: R.Program, err: str) -> str:
+    """What a stop the reading meets may owe to the reading itself, besides the family's (stop_hint):
+    a content pool's hit is read as any whole blocks within the units, past what the request knows
+    where no `reuse` bounds it (docs/verify.md, *A cache keyed by content*)."""
+    if err.startswith("R007") and any(isinstance(h, R.HoldS) and h.content is not None and h.reuse is None
+                                      and any(p.pools[hp.pool].content for hp in h.pools)
+                                      for h in V._nodes(p.server)):
+        return (" (a hit on a pool keyed by content is read as any whole blocks within the hold's units "
+                "whatever the other sessions published: with no `reuse` it may run past what the request "
+                "knows; vLLM's `reuse (reused)` bounds it)")
+    return S.stop_hint(err)
 
 
 def _no_ite(conds: list) -> list:
