@@ -9,7 +9,8 @@ STAMP  := $(VENV)/.serq-installed
 # a fuzz campaign (tools/fuzz.py): FUZZ_CASES cases, FUZZ_JOBS workers, FUZZ_TIMEOUT seconds of CPU a case (a case over it runs again alone with 3 times that before it is a hang;
 # one that serq run's own note says is too slow to finish is a slow program, listed in FUZZ_OUT/slow.txt, not a failure);
 # each failure's cause and smallest reproducer go to FUZZ_OUT; FUZZ_ARGS more options of tools/fuzz.py
-# (e.g. FUZZ_ARGS="--profile suite --on nan_arith": is that family fixed?)
+# (e.g. FUZZ_ARGS="--profile suite --on nan_arith": is that family fixed?); then FUZZ_CASES / 10 cases of
+# serq verify on mutated programs with claims (a small bound, 3 s a claim), their failures in FUZZ_OUT/verify
 FUZZ_CASES   ?= 2000
 FUZZ_JOBS    ?= 2
 FUZZ_TIMEOUT ?= 10
@@ -73,6 +74,8 @@ golden: $(STAMP)
 fuzz: $(STAMP)
 	$(BIN)/python tools/fuzz.py --cases $(FUZZ_CASES) --jobs $(FUZZ_JOBS) --timeout $(FUZZ_TIMEOUT) \
 		--seed $(FUZZ_SEED) --out $(FUZZ_OUT) $(FUZZ_ARGS); a=$$?; \
+	$(BIN)/python tools/fuzz.py --cases $$(( $(FUZZ_CASES) / 10 )) --jobs $(FUZZ_JOBS) --timeout 120 --target verify \
+		--seed $(FUZZ_SEED) --out $(FUZZ_OUT)/verify $(FUZZ_ARGS) || a=1; \
 	SERQ_FUZZ_CASES=$(DIFF_CASES) SERQ_FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest -q tests/test_ref_differential.py; \
 	b=$$?; \
 	SERQ_FUZZ_CASES=$(STEP_CASES) SERQ_FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest -q \
@@ -81,6 +84,7 @@ fuzz: $(STAMP)
 		tests/test_verify_session.py::test_a_run_lasts_at_least_its_iterations \
 		tests/test_verify_session.py::test_per_session_proofs_hold_on_every_workload_of_generated_programs \
 		tests/test_verify_session.py::test_per_session_proofs_of_generated_caching_programs_hold_on_every_workload \
+		tests/test_verify_session.py::test_per_session_proofs_on_a_cache_keyed_by_content_hold_on_every_workload \
 		tests/test_verify_campaign.py; \
 	c=$$?; test $$a = 0 -a $$b = 0 -a $$c = 0
 

@@ -150,6 +150,7 @@ RUNNABLE = [s for s in SEEDS if s.horizon]
 _FLOWS = re.compile(r"\b(pull|push|transfer)\b|\brun \w+(\[\w+\])?\s*,")
 WITHOUT_FLOWS = [s for s in RUNNABLE if not _FLOWS.search(s.text)]
 BY_NAME = {s.name: s for s in SEEDS}
+WITH_CLAIMS = [s for s in RUNNABLE if re.search(r"\bclaim\b", s.text)]   # what `serq verify` decides
 
 
 # ------------------------------------------------------------------------------------ value classes
@@ -299,13 +300,16 @@ def ir_mutations(d, g: Gen) -> list[list]:
 
 def case(d, g: Gen, target: str | None = None) -> dict:
     """One case: a seed program, mutated; for "run" and "ir" a seed that runs."""
-    target = target or d.choice(["check", "run", "ir"])
-    seed = d.choice(SEEDS if target == "check" else RUNNABLE if g.flows else WITHOUT_FLOWS)
-    text, changes = mutate_program(d, g, seed.text, {"check": 1, "run": 9, "ir": 0}[target])
+    target = target or d.choice(["check", "run", "ir"])   # "verify" only when asked for
+    seed = d.choice(SEEDS if target == "check" else WITH_CLAIMS if target == "verify"
+                    else RUNNABLE if g.flows else WITHOUT_FLOWS)
+    text, changes = mutate_program(d, g, seed.text, {"check": 1, "run": 9, "ir": 0, "verify": 9}[target])
     c = {"target": target, "seed": seed.name, "changes": changes, "program": text,
          "files": dict(seed.files), "argv": []}
     if target == "run":
         c["argv"] = run_argv(d, g, seed)
+    elif target == "verify":   # a small bound: every verdict's workload is replayed by the interpreter
+        c["argv"] = ["--sessions", str(d.integer(1, 2)), "--values", str(d.integer(1, 3)), "--timeout", "3", "--json"]
     elif target == "ir":
         c["ir"] = ir_mutations(d, g)
         c["argv"] = ["--horizon", repr(seed.horizon / 2), "--seed", str(d.integer(1, 50)), "--json"]

@@ -249,6 +249,8 @@ def execute(case: dict, workdir: str) -> dict:
             serq_(["check", prog])
         elif case["target"] == "run":
             serq_(["run", prog, "--quiet"] + case["argv"], want_json="--json" in case["argv"])
+        elif case["target"] == "verify":   # exit 3: a workload the interpreter replays otherwise
+            serq_(["verify", prog] + case["argv"] + ["--out", workdir], want_json=True)
         else:
             code, out, _ = serq_(["ir", prog], want_json=True)
             if code != 0:
@@ -567,6 +569,8 @@ def command(case: dict, verdict: dict | None = None) -> str:
         return "serq check case.sq"
     if case["target"] == "run":
         return "serq run case.sq --quiet " + " ".join(case["argv"])
+    if case["target"] == "verify":
+        return "serq verify case.sq " + " ".join(case["argv"])
     return "serq check mutated.json && serq run mutated.json --quiet " + " ".join(case["argv"])
 
 

@@ -1,4 +1,4 @@
-"""Fuzz cases (tests/fuzzgen.py) for the checker, the runner and the IR reader, each in a worker
+"""Fuzz cases (tests/fuzzgen.py) for the checker, the runner, the IR reader and the verifier, each in a worker
 under a time budget (tests/fuzzrun.py): a case ends in a report, a diagnostic or a usage error,
 and one over its budget fails with its program printed instead of hanging the suite.
 
@@ -52,6 +52,15 @@ def test_running_programs_with_other_numbers_and_settings_ends_in_a_report_or_a_
 @settings(FUZZ, max_examples=50)
 @given(case=fuzzgen.strategy(fuzzgen.SUITE, "ir"))
 def test_mutated_ir_files_are_checked_and_run_to_a_report_or_a_diagnostic(worker, case):
+    judge(worker, case)
+
+
+@settings(FUZZ, max_examples=20)
+@given(case=fuzzgen.strategy(fuzzgen.SUITE, "verify"))
+def test_verifying_mutated_programs_ends_in_verdicts_or_a_diagnostic(worker, case):
+    """`serq verify` at a small bound on mutated programs with claims: verdicts in strict JSON or a
+    diagnostic, never a traceback, and every deciding workload replayed by the interpreter as the
+    kernel ran it (exit 3 otherwise). `tools/fuzz.py --target verify` for a campaign."""
     judge(worker, case)
 
 

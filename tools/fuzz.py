@@ -1,7 +1,7 @@
 """A fuzz campaign: many cases of tests/fuzzgen.py in a pool of workers, each under a time budget.
 
     python tools/fuzz.py --cases 20000 --jobs 2 --timeout 10 --out fuzz-out [--seed S]
-                         [--profile full|suite] [--on SWITCH]... [--target check|run|ir]
+                         [--profile full|suite] [--on SWITCH]... [--target check|run|ir|verify]
 
 Each case ends with a report, a diagnostic or a usage error, or is a failure: a traceback, JSON
 that a strict parser refuses, or a hang. A case's budget is --timeout seconds of its worker's CPU
@@ -119,7 +119,8 @@ def main(argv=None) -> int:
     p.add_argument("--on", action="append", default=[], choices=switches, metavar="SWITCH",
                    help="turn a switch of tests/fuzzgen.Gen on over the profile (with --profile suite: "
                         "is a family fixed?)")
-    p.add_argument("--target", choices=["check", "run", "ir"], help="only this target")
+    p.add_argument("--target", choices=["check", "run", "ir", "verify"],
+                   help="only this target (verify: only when asked, a program with claims, a small bound)")
     p.add_argument("--shrink", type=int, default=60, help="runs spent shrinking each cause's case")
     p.add_argument("--retry-factor", type=float, default=fuzzrun.RETRY_FACTOR,
                    help="a case over its budget is run again alone with this many times the budget "
