@@ -588,51 +588,36 @@ def gen_caching_program(rng, content: bool = False):
     return text, 4 if multi else 2
 
 
-# the suite's one program (the first took 14 s of the suite's few minutes of verify); a campaign
-# (SERQ_FUZZ_CASES, make fuzz) runs programs 0, 1, ...
-@pytest.mark.parametrize("k", range(CASES // 6) if "SERQ_FUZZ_CASES" in os.environ else [1])
-def test_per_session_proofs_of_generated_caching_programs_hold_on_every_workload(k):
+# the suite's one program of each kind (the first took 14 s of the suite's few minutes of verify; on a
+# content pool, one whose enumeration takes 0.1 s); a campaign (SERQ_FUZZ_CASES, make fuzz) runs
+# programs 0, 1, ... of each
+@pytest.mark.parametrize("content,k", [(c, k) for c, one in ((False, 1), (True, 2))
+                                       for k in (range(CASES // 6) if "SERQ_FUZZ_CASES" in os.environ else [one])])
+def test_per_session_proofs_of_generated_caching_programs_hold_on_every_workload(content, k):
     """vLLM-shaped caching programs drawn at random (vLLM's request or one that restarts, what it
     caches, what its admission takes, schedules with a threshold, preemption or none, one turn or a
     second one on the first's history, blocks of 1 to 3) with claims over what the cache and a
     preemption leave (`hit`, `known - c`, `known - prompt`, `computed`): each claim proved per
     session holds on every workload of 2 sessions, draws 0..2, on the kernel. Campaign:
     SERQ_FUZZ_CASES=288 SERQ_FUZZ_SEED=100, 48 programs, none false (with 192 of the programs above). Campaign: seeds
-    500-511 and 2000-2047 here, 60 programs, none false."""
+    500-511 and 2000-2047 here, 60 programs, none false. `content`: the same on a pool that caches
+    by content (one stream every session shares, so that a session hits what another published; a
+    stream a session; a session's stream under a common prefix): the reading takes a hit as any
+    whole blocks within the units and the reuse, whatever the others published. Campaign: seed 0, 60
+    programs, 143 proofs, none false."""
     import random
     rng = random.Random(2000 + k + int(SEED or 0))
-    text, draws = gen_caching_program(rng)
+    text, draws = gen_caching_program(rng, content)
+    assert not content or "cache content;" in text and ") content (" in text, text
     p = convert(api.load_text(text, "g.sq"))
     want = expected(p, 2, 2, draws)
     for j, c in enumerate(p.claims):
         got = session.prove(p, j, lambda: 40.0)
         if isinstance(got, session.Proof):
             assert want[c.name] == "proved", (c.name, text)
-        # a prefill is at least the one token the cache never supplies: the reading proves it
-        assert c.name != "k_fresh0" or isinstance(got, session.Proof), (got, text)
-
-
-# the suite's one program on a content pool (a program whose enumeration takes 0.1 s); a campaign
-# (SERQ_FUZZ_CASES, make fuzz) runs programs 0, 1, ...
-@pytest.mark.parametrize("k", range(CASES // 6) if "SERQ_FUZZ_CASES" in os.environ else [2])
-def test_per_session_proofs_on_a_cache_keyed_by_content_hold_on_every_workload(k):
-    """The generated caching programs on a pool that caches by content: one stream every session
-    shares (a session hits what another published), a stream a session, a session's stream under a
-    common prefix. The reading takes a hit as any whole blocks within the units and the reuse, so
-    each claim proved per session holds on every workload of 2 sessions, draws 0..2, on the kernel,
-    whatever the others published. Campaign: seed 0, 60 programs, none false."""
-    import random
-    rng = random.Random(2000 + k + int(SEED or 0))
-    text, draws = gen_caching_program(rng, content=True)
-    assert "cache content;" in text and ") content (" in text, text
-    p = convert(api.load_text(text, "g.sq"))
-    want = expected(p, 2, 2, draws)
-    for j, c in enumerate(p.claims):
-        got = session.prove(p, j, lambda: 40.0)
-        if isinstance(got, session.Proof):
-            assert want[c.name] == "proved", (c.name, text)
-        # with `reuse` the hit is within what the request knows: its prefill is at least a token
-        assert c.name != "k_fresh0" or "reuse (" not in text or isinstance(got, session.Proof), (got, text)
+        # a prefill is at least the one token the cache never supplies: the reading proves it (by
+        # content, where `reuse` keeps the hit within what the request knows)
+        assert c.name != "k_fresh0" or content and "reuse (" not in text or isinstance(got, session.Proof), (got, text)
 
 
 def test_a_hit_by_content_with_no_reuse_may_run_past_what_the_request_knows():
