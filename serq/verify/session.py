@@ -22,7 +22,9 @@ A >= B.
 What a session carries from turn to turn, and a hold from an execution a preemption cut to the
 next (its attributes, its cache entries, `computed`), is not any value: each path of the reading
 is a Horn clause over two relations standing for those states, and z3's Spacer finds their
-invariants, or a failure some session reaches (`_Turn`, `_solve`).
+invariants, or a failure some session reaches (`_Turn`, `_solve`). On a cache keyed by content,
+which is no session's, a hit is any whole blocks within the hold's units and reuse: whatever the
+others published (`_streams_why` keeps out the contents two sessions may define otherwise).
 
 The lemma `hold`: from the moment a session's hold joins its queue to the moment its session goes
 on past it, the time is at least c * (ceil(P / B) + D), where P is the work of the hold's prefill
