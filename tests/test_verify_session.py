@@ -625,15 +625,27 @@ def test_a_hit_by_content_with_no_reuse_may_run_past_what_the_request_knows():
     whole blocks within the units, which may exceed what a request knows after a preemption, and
     then the decode's work `output - 1 - (known - prompt)` is negative. The claim is left to the
     paths, the reason says why and what bounds it; with `reuse (reused)` (vLLM's hit is at most
-    num_tokens - 1) it is proved."""
+    num_tokens - 1) it is proved. The stop is real: a workload of two sessions meets it."""
     import random
     text, _ = gen_caching_program(random.Random(2007), content=True)
     assert "reserve (known);" in text and "reuse (" not in text, text
     got = session.prove(convert(api.load_text(text, "g.sq")), 0, lambda: 40.0)   # k_fresh0
     assert isinstance(got, str) and "R007" in got and "with no `reuse` it may run past" in got, got
+    # and it is so: a one-token prompt hits the two common tokens another session published (its
+    # whole prompt, where vLLM recomputes the last), its prefill carries its position past what it
+    # knows, and after a preemption its decode's work is -1; kernel and interpreter stop alike
+    from serq.diagnostics import SerqError
+    from serq.ref.exec import KernelError
+    wl = {"sessions": [{"arrival": 1, "draws": [1, 4]}, {"arrival": 2, "draws": [0, 3]}]}
+    p = convert(api.load_text(text, "g.sq"))
+    with pytest.raises(KernelError, match="R007"):
+        ref.evaluate(p, ref.workload(p, 2, arrivals=[1, 2], draws=[[1, 4], [0, 3]]), fuel=5000)
+    with pytest.raises(SerqError, match="not negative"):
+        api.run(api.load_text(text, "g.sq"), None, None, wl)
     text = text.replace("reserve (known);", "reserve (known) reuse (reused);")
     got = session.prove(convert(api.load_text(text, "g.sq")), 0, lambda: 40.0)
     assert isinstance(got, session.Proof), got
+    assert api.run(api.load_text(text, "g.sq"), None, None, wl)["claims"]["k_fresh0"]["status"] == "held"
 
 
 @pytest.mark.parametrize("content,proved", [
