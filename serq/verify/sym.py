@@ -52,7 +52,7 @@ def own_context():
     success) follow what its context was asked before: a claim's verdict must not follow the claims,
     files or tests a process verified earlier (vLLM's chat proved `hits` per session first, and not
     after two other claims)."""
-    saved, numerals = _z3._main_ctx, dict(_NUMERALS)
+    saved, numerals = getattr(_z3, "_main_ctx", None), dict(_NUMERALS)   # z3py's global, read by main_ctx()
     _z3._main_ctx = z3.Context()
     _NUMERALS.clear()
     try:
