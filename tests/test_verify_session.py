@@ -610,11 +610,15 @@ def test_per_session_proofs_of_generated_caching_programs_hold_on_every_workload
     text, draws = gen_caching_program(rng, content)
     assert not content or "cache content;" in text and ") content (" in text, text
     p = convert(api.load_text(text, "g.sq"))
-    want = expected(p, 2, 2, draws)
+    from serq.ref.exec import KernelError
+    try:
+        want = expected(p, 2, 2, draws)
+    except KernelError as e:   # a workload stops the kernel (by content with no `reuse`: R007): no proof
+        want = {c.name: f"stops: {e}" for c in p.claims}
     for j, c in enumerate(p.claims):
         got = session.prove(p, j, lambda: 40.0)
         if isinstance(got, session.Proof):
-            assert want[c.name] == "proved", (c.name, text)
+            assert want[c.name] == "proved", (c.name, want[c.name], text)
         # a prefill is at least the one token the cache never supplies: the reading proves it (by
         # content, where `reuse` keeps the hit within what the request knows)
         assert c.name != "k_fresh0" or content and "reuse (" not in text or isinstance(got, session.Proof), (got, text)
