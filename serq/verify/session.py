@@ -157,21 +157,27 @@ def _streams_why(p: R.Program, holds: list) -> Optional[str]:
     a parent, every content must be the same `content (serial + c, p0, at)`, p0 and at numbers, p0 <
     c: each session names a stream of its own, always alike, and the parent is none of them (vLLM's
     system prompt shared by every conversation)."""
-    contents = {(repr(h.content.stream), repr(h.content.parent), repr(h.content.common))
-                for h in holds if h.content is not None}
-    if all(h.content.parent is None for h in holds if h.content is not None):
+    contents = {h.content for h in holds if h.content is not None}
+    if all(c.parent is None for c in contents):
         return None
     bad = "a hold's content names a parent, and two sessions' contents may define a stream otherwise (R045)"
     if len(contents) > 1 or "serial" in _assigned((p.init, p.session or (), p.turn, p.server)):
         return bad
-    c = next(h.content for h in holds if h.content is not None and h.content.parent is not None)
-    e = c.stream
-    sides = ((e.l, e.r), (e.r, e.l)) if isinstance(e, R.Bin) and e.op == "+" else ()
-    off = 0 if isinstance(e, R.Attr) and e.name == "serial" else next(
-        (n.v for n, a in sides if isinstance(n, R.Num) and isinstance(a, R.Attr) and a.name == "serial"), None)
-    p0, at = _constant(c.parent), _constant(c.common)
+    (c,) = contents
+    off, p0, at = _serial_plus(c.stream), _constant(c.parent), _constant(c.common)
     if off is None or p0 is None or at is None or not p0 < off:
         return bad
+    return None
+
+
+def _serial_plus(e):
+    """c of a stream written `serial + c` (or `c + serial`; `serial` is c = 0), else None."""
+    if isinstance(e, R.Attr) and e.name == "serial":
+        return 0
+    if isinstance(e, R.Bin) and e.op == "+":
+        for n, a in ((e.l, e.r), (e.r, e.l)):
+            if isinstance(n, R.Num) and isinstance(a, R.Attr) and a.name == "serial":
+                return n.v
     return None
 
 
