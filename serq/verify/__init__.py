@@ -12,13 +12,15 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Optional
 
+import z3
+
 from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
 from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.ref.fragment import convert
 from serq.ref.num import of_decimal
-from serq.verify import induct, invariant, robust, search as S, session, sym
+from serq.verify import bmc, induct, invariant, robust, search as S, session, sym
 from serq.verify.search import clock
 from serq.verify.sym import concrete
 
@@ -43,7 +45,8 @@ class Verdict:
     every_sessions: bool = False    # proved for every number of sessions (by induction)
     invariant: Optional[list] = None  # the lemmas that closed a proof by induction
     unended: Optional[tuple] = None  # a claim at end's: (a workload whose path does not end, why)
-    unrolled: Optional[int] = None   # by "unrolled": the iterations each workload's path was cut at
+    unrolled: Optional[int] = None   # by "unrolled": the iterations each workload's path was cut at;
+                                     # by "every path" read by merged states: the most iterations a path has
     per_session: Optional[list] = None  # by "per session": what each turn observes, and the lemma it needs
 
 
@@ -102,6 +105,8 @@ class _Claim:
     unroll_short: Optional[int] = None  # the first depth unrolled at which its readings were not all read
     spent: Optional[float] = None   # its seconds as its search was closed
     misses: int = 0                 # a guess's prefixes (not `stable`) that broke it where its whole path did not
+    reads: dict = field(default_factory=dict)   # n -> each reading's condition (its path's and its own facts)
+    bounded: bool = False           # its readings do not cover every natural input: a proof within the bound only
 
     @property
     def open(self) -> bool:
@@ -127,6 +132,7 @@ class _Search:
         self.finding = "search"     # how a deciding workload is being found: "sample", "unrolled" or "search"
         self.depth: Optional[int] = None   # the depth being unrolled
         self.unrolled_to = 0        # every prefix of this many iterations of every workload was read
+        self.merged_to: dict = {}   # n -> the most iterations a path of n sessions has (merged states read them all)
         self.ends: tuple = ()       # the claims at end a prefix decides (search.stable); the others it guesses
         self.fam: Optional[S.Family] = None   # the family the kernel explores now (a claim out of time says it)
 
@@ -264,6 +270,124 @@ class _Search:
                 if o is not None and o.status in ("failed", "witnessed") and self.budget.left(cs.v.name) > 0:
                     with self.budget.charge(cs.v.name):
                         self.decide(cs, "counterexample" if o.status == "failed" else "witnessed", fam, path, o)
+
+    # ------------------------------------------------------------ unrolled into one formula
+
+    def merged(self, share: float = None):
+        """Bounded model checking by merged states (serq/verify/bmc.py; docs/verify.md, *Unrolled
+        into one formula*): every workload of the bound at once, one iteration deeper at a time,
+        the machines of one shape merged, so that the work grows with the kernel's shapes, not with
+        the workloads. Each open claim is read on every state (a claim at end on every state whose
+        path is over); a reading that decides it is a workload, named on its whole path, replayed
+        first. When no state is left, every path of the bound of n sessions was read whole (n is
+        finished: what no reading broke holds on every path, `verdicts`)."""
+        share = MERGED_SHARE if share is None else share
+        if not self.open() or share <= 0:
+            return
+        self.finding = "unrolled"
+        limit = self.budget.kernel() + self.timeout * share
+        reached = {}
+        try:
+            for n in range(1, self.sessions + 1):
+                if not self.open():
+                    break
+                until = self.budget.kernel() + (limit - self.budget.kernel()) / (self.sessions - n + 1)
+                reached[n] = self._merge_deepen(n, self.kernel_left(until))
+        finally:
+            self.finding, self.depth = "search", None
+        if len(reached) == self.sessions:
+            self.unrolled_to = max(self.unrolled_to, min(reached.values()))
+
+    def _merge_deepen(self, n: int, left) -> int:
+        """The states of the workloads of n sessions, depth by depth: the deepest d every state of
+        which was read (MERGED_ALL once no state is left)."""
+        fam = self.fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace)
+        states, d, clean, ends = [bmc.initial(fam)], 0, True, []
+        try:
+            while states and self.open():
+                if d >= MERGED_MAX:
+                    return d
+                nxt, trouble = [], []
+                for s in states:
+                    got, undecided = bmc.successors(fam, s, left, trouble)
+                    self.res.paths += len(got)
+                    clean = clean and not undecided
+                    nxt += got
+                for mv, _ in trouble:
+                    clean = False
+                    path = S.Path([], mv.inp, {}, {}, mv.error, mv.error is not None)
+                    self.visit(fam)(path)
+                states = bmc.frontier(nxt)
+                ends += [s for s in states if s.over]
+                d += 1
+                self.depth = d
+                for s in states:
+                    for cs in self.open():
+                        if self.budget.left(cs.v.name) > 0:
+                            clean = self._merge_read(cs, fam, s, d, left) and clean
+                states = [s for s in states if not s.over]
+        except S.Deadline:
+            return max(0, d - 1)
+        if clean and not states:
+            self.finished[n] = self._merge_covers(fam, ends, left)    # every path of the bound read whole
+            self.merged_to[n] = d - 1      # the states of depth d all ended: no path has more iterations
+            return MERGED_ALL
+        return d
+
+    def _merge_covers(self, fam: S.Family, ends: list, left) -> bool:
+        """Whether the paths read cover every natural input and real arrival time (the states whose
+        path ended cover them), and for each open claim whether its readings on each state cover
+        that state's inputs; a claim whose do not is proved within the bound only."""
+        def ms() -> int:
+            return min(int(max(0.0, left()) * 1000), 10_000)
+        names = tuple(dict.fromkeys(k for s in ends for k in s.names))
+        if not bmc.covers(fam, names, z3.BoolVal(True), bmc.disj([s.cond for s in ends]), ms()):
+            return False
+        for cs in self.open():
+            for s, readings in cs.reads.get(("merged", fam.n), []):
+                if not bmc.covers(fam, s.names, s.cond, readings, ms()):
+                    cs.bounded = True
+                    break
+        return True
+
+    def _merge_read(self, cs: _Claim, fam: S.Family, s, d: int, left) -> bool:
+        """Claim cs's every reading on the state; one that decides it is replayed on its workload's
+        whole path first. Whether every reading was read."""
+        c, name = cs.c, cs.v.name
+        if s.over and c.form != "end":
+            return True
+        if not s.over and c.form == "end":
+            return True
+
+        def decide(inp, o) -> bool:
+            whole = replace(fam, depth=None)
+            full = S.run_path(whole, S.Inputs({k: concrete(x) for k, x in inp.used.items()}),
+                              lambda: self.budget.left(name), (name,))
+            o2 = full.outcomes.get(name)
+            if o.status == "not_evaluated":     # a path that stopped with sessions live
+                if cs.v.unended is None and full.done and full.error is None:
+                    self.unended(cs, whole, full)
+                return False
+            # the state's run is the whole path's beginning: the same reading at the same iteration
+            if o2 is not None and o2.status == o.status and (c.form == "end" or o2.iteration == d - 1):
+                self.decide(cs, "counterexample" if o.status == "failed" else "witnessed", whole, full, o2)
+            return cs.v.verdict is not None
+
+        with self.budget.charge(name):
+            try:
+                count, undecided, err, readings = bmc.read(fam, s, cs.j, lambda: min(left(), self.budget.left(name)),
+                                                           decide, cs.v.unended is None)
+            except S.Deadline:
+                raise
+        self.res.paths += count
+        cs.reads.setdefault(("merged", fam.n), []).append((s, readings))
+        if err is not None and cs.trouble is None:
+            inp, e = err
+            path = S.Path([], inp, {}, {}, e, True)
+            cs.trouble = (f"reading the claim, the kernel {_stops(e)} on a workload of {fam.n} session(s): "
+                          f"{S.concrete_workload(fam, path)}")
+        cs.undecided += undecided
+        return not undecided and err is None
 
     # ------------------------------------------------------------ unrolled
 
@@ -444,6 +568,7 @@ class _Search:
         name = cs.v.name
 
         def see(r: S.Path) -> bool:
+            cs.reads.setdefault(fam.n, []).append(r.facts + r.claim_facts.get(name, []))
             err = r.errors.get(name)
             if err is not None and cs.trouble is None:
                 cs.trouble = (f"reading the claim, the kernel {_stops(err)} on a workload of {fam.n} session(s): "
@@ -498,6 +623,13 @@ class _Search:
                 left = self.kernel_left(limit)()
                 if S.covers(fam, conds, names, min(int(max(0.0, left) * 1000), 10_000)):
                     self.finished[n] = True
+                    # and each claim's readings on them: a reading read the claim within the bound
+                    # (`observe seen = p` at end, largest(seen) <= 3: every path the same, the
+                    # claim's own fact false beyond it)
+                    for cs in self.open():
+                        left = self.kernel_left(limit)()
+                        if not S.covers(fam, cs.reads.get(n, []), names, min(int(max(0.0, left) * 1000), 10_000)):
+                            cs.bounded = True
             if lv == self.values and n not in self.finished and not undecided:
                 self.finished[n] = False      # the bound itself, every path run
         return False
@@ -514,8 +646,19 @@ class _Search:
         values, sessions = self.values, self.sessions
         self.induction()
         self.sample()
-        # the first iterations of every workload at the whole bound, before the first look at values
-        # 0..1: a lone session's prompt of 16 tokens is then found as soon as three of 1 (*Unrolled*)
+        # every workload of the whole bound at once, iteration by iteration, the states of one shape
+        # merged: a lone session's prompt of 16 tokens is found as soon as three of 1, and where no
+        # state is left every path was read (*Unrolled into one formula*)
+        self.merged()
+        if not self.open():
+            return self.verdicts()
+        if len(self.finished) == sessions:
+            # every path of the bound was read: a claim over iterations proved on them within the
+            # bound only may still hold on the plan from every machine, for every value
+            if not self.all_covered() or any(cs.bounded for cs in self.open()):
+                self.every_state()
+            return self.verdicts()
+        # then the first iterations of every workload as prefixes, one path each (*Unrolled*)
         self.unroll(EARLY_SHARE, EARLY_DEPTH)
         if not self.open():
             return self.verdicts()
@@ -589,7 +732,9 @@ class _Search:
                                                       cs.not_every_state) if x)
             else:
                 v.verdict = "no_witness" if v.form == "some" else "proved"
-                v.by, v.every_value = "every path", covered
+                v.by, v.every_value = "every path", covered and not cs.bounded
+                if len(self.merged_to) == self.sessions:   # read by the merged states alone
+                    v.unrolled = max(self.merged_to.values())
             if cs.unreplayed is not None:  # the kernel decided it on a workload the replay did not reach
                 v.verdict, v.by, v.every_value = "unknown", None, False
                 v.reason = "; and ".join(x for x in (v.reason, "the timeout ran out replaying the workload that "
@@ -623,6 +768,9 @@ SAMPLE_SEED = 28    # their seed: the same workloads for the same program
 SAMPLE_SHARE = 0.05  # of the timeout, the most they may take
 PROBE_SHARE = 0.1   # of the timeout, the most the first look at values 0..1 may take
 GUESS_MISSES = 8    # a claim at end not `stable`: the prefixes that break it in vain before it is read no more
+MERGED_SHARE = 0.3  # of the timeout, the most the merged states' unrolling may take
+MERGED_MAX = 1024   # its deepest iteration
+MERGED_ALL = 1 << 20   # the depth said of a family whose every path ended
 UNROLL_SHARE = 0.2  # of the timeout, the most unrolling may take
 UNROLL_MAX = 1024   # the deepest prefix unrolled (iterations)
 EARLY_SHARE = 0.03  # of the timeout, the most the shallow unrolling before the first look may take

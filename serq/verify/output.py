@@ -184,8 +184,10 @@ def as_text(res: Result, file: str, replay: dict) -> str:
             line += " (on every machine an iteration can start from: every natural value and arrival time, " \
                     "at most the bound's sessions)"
         elif v.by == "every path":   # how, and over which family (the header's bound)
-            line += (" on every path of the bound" + (" (for every natural value and real arrival time, with at "
-                     "most the bound's sessions)" if v.every_value else ""))
+            line += (" on every path of the bound" + (f", unrolled to {v.unrolled} into one formula (no path has "
+                     f"more iterations)" if v.unrolled is not None else "")
+                     + (" (for every natural value and real arrival time, with at "
+                        "most the bound's sessions)" if v.every_value else ""))
         u = replay.get((v.name, "unended"))
         if u is not None:
             line += f"; a path does not end: {u['why']}"
