@@ -285,22 +285,45 @@ class _Search:
         if not self.open() or share <= 0:
             return
         self.finding = "unrolled"
-        limit = self.budget.kernel() + self.timeout * share
+        # its share is of the CPU time, the claims' readings of the states included
+        end = clock() + self.timeout * share
         reached = {}
         try:
             for n in range(1, self.sessions + 1):
                 if not self.open():
                     break
-                until = self.budget.kernel() + (limit - self.budget.kernel()) / (self.sessions - n + 1)
-                reached[n] = self._merge_deepen(n, self.kernel_left(until))
+                if n in self.finished:   # its paths were run and cover every input (a level)
+                    reached[n] = MERGED_ALL
+                    continue
+                until = clock() + (end - clock()) / (self.sessions - n + 1)
+                kernel = self.kernel_left()
+                reached[n] = self._merge_deepen(n, lambda: min(kernel(), until - clock()))
+                if reached[n] < 0:   # the shapes multiplied: more sessions have more
+                    reached[n] = -reached[n]
+                    break
         finally:
             self.finding, self.depth = "search", None
         if len(reached) == self.sessions:
             self.unrolled_to = max(self.unrolled_to, min(reached.values()))
 
+    def merged_decides(self) -> bool:
+        """The merged states' unrolling; whether it left nothing for the search below: every claim
+        decided, or every path of the bound read (a claim over iterations proved on them within the
+        bound only is then still tried on every machine an iteration can start from, which may
+        prove it for every value)."""
+        self.merged()
+        if not self.open():
+            return True
+        if len(self.finished) == self.sessions:
+            if not self.all_covered() or any(cs.bounded for cs in self.open()):
+                self.every_state()
+            return True
+        return False
+
     def _merge_deepen(self, n: int, left) -> int:
         """The states of the workloads of n sessions, depth by depth: the deepest d every state of
-        which was read (MERGED_ALL once no state is left)."""
+        which was read (MERGED_ALL once no state is left; -d where the states of depth d + 1
+        outnumber MERGED_STATES, whose reading would take the time the search below needs)."""
         fam = self.fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace)
         states, d, clean, ends = [bmc.initial(fam)], 0, True, []
         try:
@@ -320,6 +343,8 @@ class _Search:
                 states = bmc.frontier(nxt)
                 ends += [s for s in states if s.over]
                 d += 1
+                if len(states) > MERGED_STATES:
+                    return -(d - 1)
                 self.depth = d
                 for s in states:
                     for cs in self.open():
@@ -505,7 +530,7 @@ class _Search:
     def every_state(self):
         """A claim over iterations that holds on the plan from every machine an iteration could
         start from is proved for every value and arrival (serq/verify/induct.py)."""
-        over = [cs for cs in self.open() if cs.c.form != "end"]
+        over = [cs for cs in self.open() if cs.c.form != "end" and cs.not_every_state is None]   # once
         if not over:
             return
         limit = self.budget.kernel() + self.timeout * INDUCT_SHARE
@@ -648,15 +673,11 @@ class _Search:
         self.sample()
         # every workload of the whole bound at once, iteration by iteration, the states of one shape
         # merged: a lone session's prompt of 16 tokens is found as soon as three of 1, and where no
-        # state is left every path was read (*Unrolled into one formula*)
-        self.merged()
-        if not self.open():
-            return self.verdicts()
-        if len(self.finished) == sessions:
-            # every path of the bound was read: a claim over iterations proved on them within the
-            # bound only may still hold on the plan from every machine, for every value
-            if not self.all_covered() or any(cs.bounded for cs in self.open()):
-                self.every_state()
+        # state is left every path was read (*Unrolled into one formula*). Where every machine an
+        # iteration can start from is built (*Every state*: the papers' engines, whose paths at
+        # values 0..1 and machines decide them in seconds), after those
+        builder = induct.scope(self.p)[0] is not None and any(cs.c.form != "end" for cs in self.open())
+        if not builder and self.merged_decides():
             return self.verdicts()
         # then the first iterations of every workload as prefixes, one path each (*Unrolled*)
         self.unroll(EARLY_SHARE, EARLY_DEPTH)
@@ -671,6 +692,8 @@ class _Search:
         out = self.level(levels[0], every, limit=self.timeout * PROBE_SHARE)
         if out or not self.all_covered():
             self.every_state()
+            if builder and self.merged_decides():
+                return self.verdicts()
             self.unroll()
             # a first look that ran out of its share looks again with the whole timeout, trouble or
             # not: the workloads it did not reach may decide a claim, and a machine's speed must not
@@ -768,7 +791,9 @@ SAMPLE_SEED = 28    # their seed: the same workloads for the same program
 SAMPLE_SHARE = 0.05  # of the timeout, the most they may take
 PROBE_SHARE = 0.1   # of the timeout, the most the first look at values 0..1 may take
 GUESS_MISSES = 8    # a claim at end not `stable`: the prefixes that break it in vain before it is read no more
-MERGED_SHARE = 0.3  # of the timeout, the most the merged states' unrolling may take
+MERGED_SHARE = 0.15  # of the timeout, the most the merged states' unrolling may take
+MERGED_STATES = 400  # the most states of one depth it reads (vLLM's request of 2 sessions of values 0..16
+                     # under poisson: 577 at depth 4, 8.7 s; one session: 7)
 MERGED_MAX = 1024   # its deepest iteration
 MERGED_ALL = 1 << 20   # the depth said of a family whose every path ended
 UNROLL_SHARE = 0.2  # of the timeout, the most unrolling may take
