@@ -296,6 +296,44 @@ class Moved:
     past_fuel: bool = False
 
 
+def _aggregated(p: R.Program) -> frozenset:
+    """The names whose observations (or the client's samples) some expression of the program reads
+    as an aggregate (`total(o)`, `largest(ttft)`: the claims at end)."""
+    got = p.__dict__.get("_bmc_aggregated")
+    if got is None:
+        names: set = set()
+        seen: set = set()
+
+        def walk(x):
+            if id(x) in seen:
+                return
+            seen.add(id(x))
+            if isinstance(x, R.Agg):
+                names.add(x.name)
+            elif type(x) in (tuple, list):
+                for y in x:
+                    walk(y)
+            elif dataclasses.is_dataclass(x) and not isinstance(x, type):
+                for fd in dataclasses.fields(x):
+                    walk(getattr(x, fd.name))
+        walk(p)
+        got = frozenset(names)
+        object.__setattr__(p, "_bmc_aggregated", got) if dataclasses.is_dataclass(p) else None
+    return got
+
+
+def project(p: R.Program, m: X.Machine) -> X.Machine:
+    """The machine without the history nothing reads: the requests' records (the report's, read by
+    no move and no claim) and the observations and client samples of names no aggregate reads.
+    What a claim reads and every move are the same on it; paths that differ only there merge."""
+    keep = _aggregated(p)
+    obs = tuple(o for o in m.obs if o[0] in keep)
+    client = tuple(c for c in m.client if c[0] in keep)
+    if obs == m.obs and client == m.client and not m.requests:
+        return m
+    return dataclasses.replace(m, obs=obs, client=client, requests=())
+
+
 def advance(f: S.Family, s: State, inp: S.Inputs, left) -> tuple:
     """The kernel's moves from the state, on the workload `inp`, until the next iteration starts
     (its claims read on the machine then) or the run is over: (the facts relied on, Moved)."""
@@ -317,7 +355,10 @@ def advance(f: S.Family, s: State, inp: S.Inputs, left) -> tuple:
                     raise S.Deadline()
         except X.KernelError as e:
             return tr.facts, Moved(None, inp, True, steps, error=str(e))
-    return tr.facts, Moved(m, inp, over, steps)
+    if m.path:
+        t, at = m.path[0]
+        m = dataclasses.replace(m, path=((t, project(f.prog, at)),))
+    return tr.facts, Moved(project(f.prog, m), inp, over, steps)
 
 
 def successors(f: S.Family, s: State, left, trouble: list) -> tuple:
@@ -339,7 +380,7 @@ def successors(f: S.Family, s: State, left, trouble: list) -> tuple:
         return False
 
     _, _, undecided = S.explore_with(run, lambda n: S.domain(f, n), left, visit, base=base,
-                                     start=(s.inp, run(s.inp)))
+                                     start=(s.inp, run(s.inp)), skim=True)
     return out, undecided
 
 
@@ -392,7 +433,7 @@ def read(f: S.Family, s: State, j: int, left, decide, unended: bool = False) -> 
         return False
 
     count, _, undecided = S.explore_with(run, lambda n: S.domain(f, n), left, visit, base=base,
-                                         start=(s.inp, run(s.inp)))
+                                         start=(s.inp, run(s.inp)), skim=True)
     return count, undecided, (errors[0] if errors else None), disj(readings)
 
 

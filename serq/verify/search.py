@@ -358,7 +358,7 @@ def explore_claim(f: Family, path: Path, name: str, left, visit, under) -> tuple
                         start=(path.inputs, first), under=under)
 
 
-def explore_with(run, domain, left, visit, base=(), start=None, within=None, under=None) -> tuple:
+def explore_with(run, domain, left, visit, base=(), start=None, within=None, under=None, skim=False) -> tuple:
     """Depth first over the paths of `run`, each branch flipped once. run(inputs) gives (facts,
     what visit reads, how many facts to flip or None for all); domain(name) an unknown's range;
     left() the CPU seconds left; visit(facts, result) returns True to stop. `start`: (inputs, run's
@@ -366,6 +366,7 @@ def explore_with(run, domain, left, visit, base=(), start=None, within=None, und
     path once its branches are flipped, `under` then holding the path's whole condition (a claim's
     readings are explored there: `explore_claim`); True stops. `under`: (solver, its assertions)
     to explore inside, the caller's path condition kept; else a solver of its own with `base`.
+    `skim`: first ask once whether any branch of a run can be flipped at all.
     Returns (paths run, whether it stopped early, the branches z3 could not decide: the paths
     behind them were not run)."""
     names: dict = {}
@@ -410,9 +411,10 @@ def explore_with(run, domain, left, visit, base=(), start=None, within=None, und
             s.push()
             mark = len(held)
             seen = set()
-            if under is not None and depth < last and within is None:
-                # a claim's readings hold on the whole path far more often than not: one query says
-                # so for all of them, where flipping each would ask one each
+            if (under is not None or skim) and depth < last and within is None:
+                # a claim's readings hold on the whole path far more often than not (and a merged
+                # state's runs take one path more often than not, `skim`): one query says so for
+                # all of them, where flipping each would ask one each
                 s.add(facts[:depth])
                 s.push()
                 s.add(z3.Not(z3.And(facts[depth:last])))
