@@ -109,10 +109,10 @@ def _holds(s, model: dict) -> bool:
     return solver.check() == z3.sat
 
 
-def test_merged_states_decide_as_enumeration_does():
+def test_merged_states_decide_as_enumeration_does(monkeypatch):
     """On a tiny bound the merged unrolling alone reads every path of the bound: each claim's
-    verdict is enumeration's, proofs included, and each deciding workload decides so on the plain
-    kernel."""
+    verdict is enumeration's, proofs included, and the search's without it (the levels' paths),
+    and each deciding workload decides so on the plain kernel."""
     prog = api.load_text(V1.replace("arrive poisson(1)", "arrive batch(2)").replace("CLAIMS", CLAIMS), "enum.sq")
     p = ref.convert(prog)
     want = expected(p, 2, 3, 2)
@@ -123,6 +123,11 @@ def test_merged_states_decide_as_enumeration_does():
         res = s.verdicts()
     assert {k: v.verdict for k, v in res.claims.items()} == want
     assert set(want.values()) == {"proved", "counterexample", "witnessed", "no_witness"}
+    import serq.verify as VF
+    monkeypatch.setattr(VF, "MERGED_SHARE", 0)
+    search = verify(prog, 2, 3, timeout=60)
+    assert {k: v.verdict for k, v in search.claims.items()} == want
+    assert all(v.by != "every path" or v.unrolled is None for v in search.claims.values())
     for v in res.claims.values():
         if v.workload is None:
             assert v.by == "every path" and not v.every_value
@@ -203,3 +208,50 @@ def test_a_proof_for_every_value_needs_the_claims_readings_to_cover_it(monkeypat
     assert res.bound["every_value"] == ["small"]
     beyond = api.run(api.load_text(EV, "ev.sq"), None, None, {"sessions": [{"arrival": 0, "draws": [4]}]})
     assert beyond["claims"]["endsmall"]["status"] == "failed"
+
+
+CASES = int(os.environ.get("SERQ_FUZZ_CASES", "0"))
+SEED = int(os.environ.get("SERQ_FUZZ_SEED", "0"))
+MERGED = range(CASES // 3) if CASES else [3, 7]
+
+
+@pytest.mark.parametrize("arrive", ["batch", "poisson"])
+@pytest.mark.parametrize("k", MERGED)
+def test_merged_states_agree_with_enumeration_on_generated_vllm_programs(k, arrive):
+    """Generated vLLM-shaped programs (growing KV, preemption or none, the prefix cache and what
+    admission takes of it, a threshold, one turn or two: tests/test_verify_session.py) with random
+    claims and claims at their caps, decided by the merged states alone: every verdict that is not
+    `unknown` is enumeration's (2 sessions, draws 0..2; under poisson draws 0..1, arrivals in
+    quarters), a proof is one only where every path of the bound was read, and every named workload
+    replays on the plain kernel. SERQ_FUZZ_CASES=N runs N / 3 programs under each law."""
+    import re
+    from test_verify_campaign import end_claims, iteration_claims, random_claims
+    from test_verify_session import gen_caching_program
+    rng = random.Random(12000 + k + SEED + (10000 if arrive == "poisson" else 0))
+    text, draws = gen_caching_program(rng)
+    values = 2
+    if arrive == "poisson":
+        text, values = re.sub(r"arrive batch\(\d+\);", "arrive poisson(1);", text), 1
+    claims = rng.sample(iteration_claims(rng, text), 2) + rng.sample(end_claims(rng), 2) + random_claims(rng)[:2] \
+        + random_claims(rng)[3:5]
+    text = re.sub(r"\n  claim [^\n]*", "", text).replace("\n}\n", "\n  " + "\n  ".join(claims) + "\n}\n")
+    prog = api.load_text(text, "merged.sq")
+    p = ref.convert(prog)
+    want = expected(p, 2, values, draws)
+    with sym.own_context():
+        s = _Search(prog, p, None, 2, values, 40)
+        s.merged(1.0)
+        res = s.verdicts()
+    read_all = len(s.finished) == 2 and not s.trouble
+    for name, v in res.claims.items():
+        if v.verdict == "unknown":
+            assert not read_all or v.reason and ("reading the claim" in v.reason or "branch" in v.reason), (name, v)
+            continue
+        assert v.verdict == want[name], (name, v.verdict, v.by, want[name], text)
+        if v.by == "every path":
+            assert read_all and v.unrolled is not None
+        if v.workload is not None:
+            sess = v.workload["sessions"]
+            wl = ref.workload(p, len(sess), arrivals=[x["arrival"] for x in sess], draws=[x["draws"] for x in sess])
+            o = ref.evaluate(p, wl).claims[name]
+            assert o.status == {"counterexample": "failed", "witnessed": "witnessed"}[v.verdict], (name, text)
