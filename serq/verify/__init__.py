@@ -403,7 +403,10 @@ class _Search:
                 count, undecided, err, readings = bmc.read(fam, s, cs.j, lambda: min(left(), self.budget.left(name)),
                                                            decide, cs.v.unended is None)
             except S.Deadline:
-                raise
+                if self.budget.left(name) > 0:
+                    raise                   # the phase's share: the unrolling stops for every claim
+                self.close(cs, self.ran_out_text(fam))   # the claim's own time: it alone stops
+                return False
         self.res.paths += count
         cs.reads.setdefault(("merged", fam.n), []).append((s, readings))
         if err is not None and cs.trouble is None:
@@ -617,7 +620,9 @@ class _Search:
         if fam is None:
             return f"the timeout ({self.timeout:g} s) ran out before any path"
         what = (f"unrolling the first {fam.depth} iteration(s) of the workloads of {fam.n} session(s)"
-                if fam.depth is not None else f"exploring workloads of {fam.n} session(s)")
+                if fam.depth is not None else
+                f"unrolling every workload of {fam.n} session(s) into one formula, at iteration {self.depth}"
+                if self.finding == "unrolled" and self.depth else f"exploring workloads of {fam.n} session(s)")
         return f"the timeout ({self.timeout:g} s) ran out {what} with values 0..{fam.values} after {self.res.paths} path(s)"
 
     def level(self, lv: int, ns, limit: Optional[float] = None) -> bool:
