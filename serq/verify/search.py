@@ -119,6 +119,7 @@ QUERY_RLIMIT = 2_000_000
 FUEL = 5_000    # kernel steps one path may take; a path still running then is not explored further
 CHUNK = 500     # steps between two looks at the clock
 LONG_FLIPS = 200  # the branches flipped on a path past the fuel
+SKIM_EVERY = 4    # explore_with's skim: every this many branches, whether any left can be flipped
 
 
 class Draws:
@@ -432,6 +433,14 @@ def explore_with(run, domain, left, visit, base=(), start=None, within=None, und
                 key = b.hash()
                 if key in seen:
                     continue
+                if skim and within is None and depth < j < last and (j - depth) % SKIM_EVERY == 0:
+                    # whether any branch left can be flipped: one query for the rest, often none
+                    s.push()
+                    s.add(z3.Not(z3.And(facts[j:last])))
+                    r = s.check()
+                    s.pop()
+                    if r == z3.unsat:
+                        break
                 if depth <= j < last:
                     s.push()
                     assert_into(s, negation(b))
