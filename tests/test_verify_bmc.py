@@ -16,20 +16,7 @@ from serq.verify import _Search, bmc, search as S, sym, verify
 from serq.verify.sym import SymNum
 from test_verify import expected
 from test_verify_invariant import V1
-from test_verify_unroll import _vllm
-
-CLAIMS = """
-  claim budget: every iteration of vllm (tokens <= 8);
-  claim tight: every iteration of vllm (used(kv) <= 8);
-  claim pair: some iteration of vllm (residents == 2);
-  claim seven: every iteration of vllm (tokens <= 7);
-  claim never: some iteration of vllm (queue(vllm) > 2);
-  claim late: some iteration of vllm (kv_decode >= 9);
-  claim quick: at end (largest(response) <= 3);
-  claim slowest: at end (smallest(response) >= 3);
-  claim mean: at end (total(response) <= 3 * count(response) + 1);
-  claim fine: at end (total(response) <= 30 * count(response));"""
-
+from test_verify_unroll import ENUM_CLAIMS, NEEDLE, needle_found
 
 def _plain(x):
     """A machine as nested values, each number its value: what a concrete run computes."""
@@ -113,7 +100,7 @@ def test_merged_states_decide_as_enumeration_does(monkeypatch):
     """On a tiny bound the merged unrolling alone reads every path of the bound: each claim's
     verdict is enumeration's, proofs included, and the search's without it (the levels' paths),
     and each deciding workload decides so on the plain kernel."""
-    prog = api.load_text(V1.replace("arrive poisson(1)", "arrive batch(2)").replace("CLAIMS", CLAIMS), "enum.sq")
+    prog = api.load_text(V1.replace("arrive poisson(1)", "arrive batch(2)").replace("CLAIMS", ENUM_CLAIMS), "enum.sq")
     p = ref.convert(prog)
     want = expected(p, 2, 3, 2)
     with sym.own_context():
@@ -144,7 +131,7 @@ def test_merged_states_decide_as_enumeration_does(monkeypatch):
 def test_merged_states_decide_poisson_arrivals_as_enumeration_does():
     """Real arrival times: the states split where an arrival falls between iterations' ends, and the
     verdicts are enumeration's (arrivals in quarters, every order on this whole-numbered clock)."""
-    prog = api.load_text(V1.replace("CLAIMS", CLAIMS), "enum.sq")
+    prog = api.load_text(V1.replace("CLAIMS", ENUM_CLAIMS), "enum.sq")
     p = ref.convert(prog)
     want = expected(p, 2, 1, 2)
     with sym.own_context():
@@ -163,13 +150,9 @@ def test_a_lone_long_session_is_as_near_as_three_short_ones(monkeypatch):
     import serq.verify as VF
     monkeypatch.setattr(VF, "SAMPLES", 0)
     monkeypatch.setattr(VF, "EXTREMES", 0)
-    prog = _vllm("  claim needle: every iteration of vllm (tokens != 229);\n")
-    res = verify(prog, timeout=30)
-    v = res.claims["needle"]
-    assert (v.verdict, v.by, v.unrolled, v.iteration, v.sessions) == ("counterexample", "unrolled", 1, 0, 1)
-    d = v.workload["sessions"][0]["draws"]
-    assert 200 + d[0] + d[1] == 229
-    assert api.run(prog, None, None, v.workload)["claims"]["needle"]["status"] == "failed"
+    monkeypatch.setattr(VF._Search, "unroll", lambda *a, **k: pytest.fail("the merged states decide it"))
+    res = verify(NEEDLE, timeout=30)
+    needle_found(res)
     assert res.paths < 50
 
 
