@@ -12,7 +12,7 @@ import z3
 
 from serq import api, ref
 from serq.ref import exec as X
-from serq.verify import _Search, bmc, search as S, sym, verify
+from serq.verify import _Search, bmc, machine_at, search as S, sym, verify
 from serq.verify.sym import SymNum
 from test_verify import expected
 from test_verify_invariant import V1
@@ -238,3 +238,25 @@ def test_merged_states_agree_with_enumeration_on_generated_vllm_programs(k, arri
             wl = ref.workload(p, len(sess), arrivals=[x["arrival"] for x in sess], draws=[x["draws"] for x in sess])
             o = ref.evaluate(p, wl).claims[name]
             assert o.status == {"counterexample": "failed", "witnessed": "witnessed"}[v.verdict], (name, text)
+
+
+def test_a_claim_at_end_broken_on_the_way_is_found_before_its_path_ends():
+    """A `stable` claim at end (search.stable: a bound above on `count`) read on the merged states
+    as they go, not only where their paths ended: three sessions one at a time, the second response
+    breaks `count(response) <= 1` while the third session still runs. Found at that depth, named on
+    its whole path, which ends later and fails it."""
+    prog = api.load_text(V1.replace("arrive poisson(1)", "arrive renewal(1)").replace(
+        "CLAIMS", "  claim one: at end (count(response) <= 1);"), "one.sq")
+    p = ref.convert(prog)
+    with sym.own_context():
+        s = _Search(prog, p, None, 3, 2, 60)
+        s.finding = "unrolled"
+        s._merge_deepen(3, lambda: 50)
+    v = s.res.claims["one"]
+    assert (v.verdict, v.by) == ("counterexample", "unrolled")
+    sess = v.workload["sessions"]
+    wl = ref.workload(p, 3, arrivals=[x["arrival"] for x in sess], draws=[x["draws"] for x in sess])
+    assert ref.evaluate(p, wl).claims["one"].status == "failed"
+    # as the iteration it was found at starts, two responses are in and a session is still live
+    m = machine_at(p, wl, v.unrolled - 1)
+    assert sum(1 for n, _ in m.client if n == "response") == 2 and any(x.alive for x in m.sess)

@@ -381,7 +381,7 @@ class _Search:
         c, name = cs.c, cs.v.name
         if s.over and c.form != "end":
             return True
-        if not s.over and c.form == "end":
+        if not s.over and c.form == "end" and (not S.stable(c.e) or cs.misses >= GUESS_MISSES):
             return True
 
         def decide(inp, o) -> bool:
@@ -394,8 +394,12 @@ class _Search:
                     self.unended(cs, whole, full)
                 return False
             # the state's run is the whole path's beginning: the same reading at the same iteration
+            # (a claim at end broken on the way: broken at the end, where the path ends)
             if o2 is not None and o2.status == o.status and (c.form == "end" or o2.iteration == d - 1):
                 self.decide(cs, "counterexample" if o.status == "failed" else "witnessed", whole, full, o2)
+            elif not s.over:   # broken on the way by a path that does not end: each costs a whole path
+                cs.misses += 1
+                return cs.misses >= GUESS_MISSES
             return cs.v.verdict is not None
 
         with self.budget.charge(name):

@@ -394,7 +394,8 @@ def frontier(states: list) -> list:
 
 def read(f: S.Family, s: State, j: int, left, decide, unended: bool = False) -> tuple:
     """Every reading of claim j on the state (each of its own branches, under the state's
-    condition): at an iteration's start, a claim over iterations; at a path's end, a claim at end.
+    condition): at an iteration's start, a claim over iterations, or a claim at end that is
+    `stable` (search.stable: broken there, broken at the end); at a path's end, a claim at end.
     decide(inputs, outcome) is called on each reading that fails or witnesses it (and, `unended`,
     on one whose path stopped with sessions live) and returns True to stop. (readings, branches z3
     could not decide, the first reading's error as (inputs, error) or None)."""
@@ -412,6 +413,9 @@ def read(f: S.Family, s: State, j: int, left, decide, unended: bool = False) -> 
             try:
                 if s.over:
                     o = C.outcome(f.prog, X.Run(m, True), j)
+                elif c.form == "end":   # `stable`: broken on the way, broken at the end (search.stable)
+                    if C.out_of_scope(f.prog, m, c) is None and X.eval_expr(f.prog, m, X.Env(), c.e) == 0:
+                        o = C.Outcome("failed", at=m.now)
                 else:
                     t, at = m.path[0]
                     if C.out_of_scope(f.prog, at, c) is None:
