@@ -12,8 +12,6 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Optional
 
-import z3
-
 from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
 from serq.ref import exec as X
@@ -106,6 +104,7 @@ class _Claim:
     spent: Optional[float] = None   # its seconds as its search was closed
     misses: int = 0                 # a guess's prefixes (not `stable`) that broke it where its whole path did not
     reads: dict = field(default_factory=dict)   # n -> each reading's condition (its path's and its own facts)
+    merged_reads: dict = field(default_factory=dict)   # n -> (a merged state's condition, unknowns, its readings')
     bounded: bool = False           # its readings do not cover every natural input: a proof within the bound only
 
     @property
@@ -297,9 +296,8 @@ class _Search:
                     continue
                 until = clock() + (end - clock()) / (self.sessions - n + 1)
                 kernel = self.kernel_left()
-                reached[n] = self._merge_deepen(n, lambda: min(kernel(), until - clock()))
-                if reached[n] < 0:   # the shapes multiplied: more sessions have more
-                    reached[n] = -reached[n]
+                reached[n], multiplied = self._merge_deepen(n, lambda: min(kernel(), until - clock()))
+                if multiplied:   # more sessions have more shapes
                     break
         finally:
             self.finding, self.depth = "search", None
@@ -321,22 +319,22 @@ class _Search:
         return False
 
     def _merge_deepen(self, n: int, left) -> int:
-        """The states of the workloads of n sessions, depth by depth: the deepest d every state of
-        which was read (MERGED_ALL once no state is left; -d where the states of depth d + 1
-        outnumber MERGED_STATES, whose reading would take the time the search below needs)."""
+        """The states of the workloads of n sessions, depth by depth: (the deepest d every state of
+        which was read, MERGED_ALL once no state is left; whether it stopped as the states of depth
+        d + 1 outnumbered MERGED_STATES, whose reading would take the time the search below needs)."""
         fam = self.fam = S.Family(self.p, self.size(n), self.values, self.values, self.trace)
         states, d, clean, ends = [bmc.initial(fam)], 0, True, []
         try:
             while states and self.open():
                 if d >= MERGED_MAX:
-                    return d
+                    return d, False
                 nxt, trouble = [], []
                 for s in states:
                     got, undecided = bmc.successors(fam, s, left, trouble)
                     self.res.paths += len(got)
                     clean = clean and not undecided
                     nxt += got
-                for mv, _ in trouble:
+                for mv in trouble:
                     clean = False
                     path = S.Path([], mv.inp, {}, {}, mv.error, mv.error is not None)
                     self.visit(fam)(path)
@@ -344,7 +342,7 @@ class _Search:
                 ends += [s for s in states if s.over]
                 d += 1
                 if len(states) > MERGED_STATES:
-                    return -(d - 1)
+                    return d - 1, True
                 self.depth = d
                 for s in states:
                     for cs in self.open():
@@ -352,12 +350,12 @@ class _Search:
                             clean = self._merge_read(cs, fam, s, d, left) and clean
                 states = [s for s in states if not s.over]
         except S.Deadline:
-            return max(0, d - 1)
+            return max(0, d - 1), False
         if clean and not states:
             self.finished[n] = self._merge_covers(fam, ends, left)    # every path of the bound read whole
             self.merged_to[n] = d - 1      # the states of depth d all ended: no path has more iterations
-            return MERGED_ALL
-        return d
+            return MERGED_ALL, False
+        return d, False
 
     def _merge_covers(self, fam: S.Family, ends: list, left) -> bool:
         """Whether the paths read cover every natural input and real arrival time (the states whose
@@ -366,13 +364,12 @@ class _Search:
         def ms() -> int:
             return min(int(max(0.0, left()) * 1000), 10_000)
         names = tuple(dict.fromkeys(k for s in ends for k in s.names))
-        if not bmc.covers(fam, names, z3.BoolVal(True), bmc.disj([s.cond for s in ends]), ms()):
+        if not S.covers(fam, [[s.cond] for s in ends], names, ms()):
             return False
         for cs in self.open():
-            for s, readings in cs.reads.get(("merged", fam.n), []):
-                if not bmc.covers(fam, s.names, s.cond, readings, ms()):
-                    cs.bounded = True
-                    break
+            if not all(S.covers(fam, [[readings]], ns, ms(), given=cond)
+                       for cond, ns, readings in cs.merged_reads.get(fam.n, [])):
+                cs.bounded = True
         return True
 
     def _merge_read(self, cs: _Claim, fam: S.Family, s, d: int, left) -> bool:
@@ -384,19 +381,18 @@ class _Search:
         if not s.over and c.form == "end" and (not S.stable(c.e) or cs.misses >= GUESS_MISSES):
             return True
 
-        def decide(inp, o) -> bool:
-            whole = replace(fam, depth=None)
-            full = S.run_path(whole, S.Inputs({k: concrete(x) for k, x in inp.used.items()}),
+        def decide(inp, o) -> bool:   # the family has no depth: the path is run whole
+            full = S.run_path(fam, S.Inputs({k: concrete(x) for k, x in inp.used.items()}),
                               lambda: self.budget.left(name), (name,))
             o2 = full.outcomes.get(name)
             if o.status == "not_evaluated":     # a path that stopped with sessions live
                 if cs.v.unended is None and full.done and full.error is None:
-                    self.unended(cs, whole, full)
+                    self.unended(cs, fam, full)
                 return False
             # the state's run is the whole path's beginning: the same reading at the same iteration
             # (a claim at end broken on the way: broken at the end, where the path ends)
             if o2 is not None and o2.status == o.status and (c.form == "end" or o2.iteration == d - 1):
-                self.decide(cs, "counterexample" if o.status == "failed" else "witnessed", whole, full, o2)
+                self.decide(cs, "counterexample" if o.status == "failed" else "witnessed", fam, full, o2)
             elif not s.over:   # broken on the way by a path that does not end: each costs a whole path
                 cs.misses += 1
                 return cs.misses >= GUESS_MISSES
@@ -412,7 +408,7 @@ class _Search:
                 self.close(cs, self.ran_out_text(fam))   # the claim's own time: it alone stops
                 return False
         self.res.paths += count
-        cs.reads.setdefault(("merged", fam.n), []).append((s, readings))
+        cs.merged_reads.setdefault(fam.n, []).append((s.cond, s.names, readings))   # not the state: its machine
         if err is not None and cs.trouble is None:
             inp, e = err
             path = S.Path([], inp, {}, {}, e, True)

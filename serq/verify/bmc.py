@@ -318,7 +318,7 @@ def _aggregated(p: R.Program) -> frozenset:
                     walk(getattr(x, fd.name))
         walk(p)
         got = frozenset(names)
-        object.__setattr__(p, "_bmc_aggregated", got) if dataclasses.is_dataclass(p) else None
+        object.__setattr__(p, "_bmc_aggregated", got)   # the program is frozen: read once
     return got
 
 
@@ -334,13 +334,25 @@ def project(p: R.Program, m: X.Machine) -> X.Machine:
     return dataclasses.replace(m, obs=obs, client=client, requests=())
 
 
+def machine_for(s: State, inp: S.Inputs) -> X.Machine:
+    """The state's machine under the workload `inp` (one satisfying its condition), every unknown
+    the state reads made the run's, its value kept in the run's model."""
+    m = s.m if inp is s.inp else rebind(s, inp)
+    for n in s.names:
+        inp.value(n)
+    return m
+
+
+def _explore(f: S.Family, s: State, run, visit, left) -> tuple:
+    """explore_with from the state's own workload, under its condition and the unknowns' ranges."""
+    return S.explore_with(run, lambda n: S.domain(f, n), left, visit, base=[s.cond] + _domains(f, s.names),
+                          start=(s.inp, run(s.inp)), skim=True)
+
+
 def advance(f: S.Family, s: State, inp: S.Inputs, left) -> tuple:
     """The kernel's moves from the state, on the workload `inp`, until the next iteration starts
     (its claims read on the machine then) or the run is over: (the facts relied on, Moved)."""
-    m = s.m if inp is s.inp else rebind(s, inp)
-    for n in s.names:   # every unknown the state reads is the run's, its value kept in a model
-        inp.value(n)
-    m = dataclasses.replace(m, path=())
+    m = dataclasses.replace(machine_for(s, inp), path=())
     steps = s.steps
     with Trace() as tr:
         try:
@@ -365,7 +377,6 @@ def successors(f: S.Family, s: State, left, trouble: list) -> tuple:
     """Every path of one more iteration from the state, each a state: (them, branches z3 could not
     decide). A path the kernel stops on (or past the fuel) is no state: it is `trouble`."""
     out: list = []
-    base = [s.cond] + _domains(f, s.names)
 
     def run(inp):
         facts, mv = advance(f, s, inp, left)
@@ -373,14 +384,13 @@ def successors(f: S.Family, s: State, left, trouble: list) -> tuple:
 
     def visit(facts, mv: Moved) -> bool:
         if mv.error is not None or mv.past_fuel:
-            trouble.append((mv, facts))
+            trouble.append(mv)
             return False
         names = tuple(mv.inp.used)
         out.append(State(conj([s.cond] + facts) if facts else s.cond, mv.m, mv.inp, names, mv.steps, mv.over))
         return False
 
-    _, _, undecided = S.explore_with(run, lambda n: S.domain(f, n), left, visit, base=base,
-                                     start=(s.inp, run(s.inp)), skim=True)
+    _, _, undecided = _explore(f, s, run, visit, left)
     return out, undecided
 
 
@@ -400,14 +410,11 @@ def read(f: S.Family, s: State, j: int, left, decide, unended: bool = False) -> 
     on one whose path stopped with sessions live) and returns True to stop. (readings, branches z3
     could not decide, the first reading's error as (inputs, error) or None)."""
     c = f.prog.claims[j]
-    base = [s.cond] + _domains(f, s.names)
     errors: list = []
     readings: list = []
 
     def run(inp):
-        m = s.m if inp is s.inp else rebind(s, inp)
-        for n in s.names:
-            inp.value(n)
+        m = machine_for(s, inp)
         o = err = None
         with Trace() as tr:
             try:
@@ -436,20 +443,8 @@ def read(f: S.Family, s: State, j: int, left, decide, unended: bool = False) -> 
             return decide(inp, o)
         return False
 
-    count, _, undecided = S.explore_with(run, lambda n: S.domain(f, n), left, visit, base=base,
-                                         start=(s.inp, run(s.inp)), skim=True)
+    count, _, undecided = _explore(f, s, run, visit, left)
     return count, undecided, (errors[0] if errors else None), disj(readings)
-
-
-def covers(f: S.Family, names, cond, by, timeout_ms: int) -> bool:
-    """Whether every natural input (every real arrival time) that satisfies `cond` satisfies `by`,
-    not only those within the bound: then what was read within the bound holds for every value."""
-    s = z3.Solver()
-    s.set("timeout", max(1, timeout_ms) * S.WALL_SLACK)
-    for n in names:
-        s.add(S.domain(f, n, bounded=False))
-    s.add(cond, z3.Not(by))
-    return s.check() == z3.unsat
 
 
 def initial(f: S.Family) -> State:

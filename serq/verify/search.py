@@ -483,13 +483,15 @@ def afresh(conds: list, left) -> tuple:
     return r, s.model() if r == z3.sat else None
 
 
-def covers(f: Family, conds: list, names: dict, timeout_ms: int) -> bool:
-    """Whether the paths run cover every input in the naturals (not only within the bound): then a
-    property of all of them holds for every natural."""
+def covers(f: Family, conds: list, names, timeout_ms: int, given=None) -> bool:
+    """Whether the paths run cover every input in the naturals (not only within the bound), or
+    every such input that satisfies `given`: then a property of all of them holds for every natural."""
     s = z3.Solver()
     s.set("timeout", max(1, timeout_ms) * WALL_SLACK)
     for n in names:
         s.add(domain(f, n, bounded=False))
+    if given is not None:
+        s.add(given)
     s.add(z3.Not(z3.Or([z3.And(c) if c else z3.BoolVal(True) for c in conds])))
     return s.check() == z3.unsat
 
