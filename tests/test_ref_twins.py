@@ -11,7 +11,7 @@ import pytest
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")
 # Python's own, named in the tables: builtins and operators, and the `fractions` and `math` modules'
-BUILTINS = {"sorted", "sum", "tuple <", "min", "max", "+", "-", "*", "<", "<=", "int", "Fraction", "math.gcd"}
+BUILTINS = {"sorted", "sum", "any", "tuple <", "min", "max", "+", "-", "*", "<", "<=", "int", "Fraction", "math.gcd"}
 LEAN_FILES = ("Exec.lean", "Num.lean")  # the files whose every definition has a twin
 NAME = r"[A-Za-z][A-Za-z0-9_'.?!]*"      # a Lean name, dotted (`Q.norm`) and `?`-ended (`Q.toNat?`) ones too
 

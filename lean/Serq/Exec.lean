@@ -51,6 +51,13 @@ def sortBy {α : Type} (lt : α → α → Bool) : List α → List α
   | [] => []
   | x :: xs => insertBy lt x (sortBy lt xs)
 
+/-- Whether `f` holds of some element, the elements read in order until one does (Python: `any`
+over a generator). Core's `List.anyM` is not used: a toolchain may ship it without a body the
+kernel can unfold, and `decide +kernel` must evaluate this. -/
+def anyM {m : Type → Type} [Monad m] {α : Type} (f : α → m Bool) : List α → m Bool
+  | [] => pure false
+  | a :: as => do if (← f a) then pure true else anyM f as
+
 /-- Lexicographic order on keys, values compared as rationals (Python: tuple comparison). -/
 def lexLt : List Q → List Q → Bool
   | [], [] => false
@@ -278,7 +285,7 @@ structure Env where
   start : Bool := false
 
 def sessEnv (m : Machine) (sid : Nat) (x : List (String × Q) := []) : Env :=
-  { attrs := (m.sess.get? sid).map (·.attrs), sid := some sid, x := x }
+  { attrs := (m.sess[sid]?).map (·.attrs), sid := some sid, x := x }
 
 def setSess (m : Machine) (s : Sess) : Machine := { m with sess := put m.sess s.sid s }
 
@@ -302,10 +309,10 @@ def want (m : Machine) : Machine := { m with eng := { m.eng with want := true } 
 def findReq (m : Machine) (rid : Nat) : Option Req := m.eng.reqs.find? (·.rid == rid)
 
 def findAlloc (m : Machine) (pool sid : Nat) : Option Alloc :=
-  (m.pools.get? pool).bind fun st => st.allocs.find? (·.sid == sid)
+  (m.pools[pool]?).bind fun st => st.allocs.find? (·.sid == sid)
 
 def setAlloc (m : Machine) (pool : Nat) (a : Alloc) : Machine :=
-  match m.pools.get? pool with
+  match m.pools[pool]? with
   | none => m
   | some st => setPool m pool { st with allocs := st.allocs.map fun b => if b.sid == a.sid then a else b }
 
@@ -464,8 +471,8 @@ def evalObs (p : Program) (m : Machine) (env : Env) (f : ObsFn) (target : String
     | _ => none
   else do
     let i ← poolIndex p target
-    let st ← m.pools.get? i
-    let pool ← p.pools.get? i
+    let st ← m.pools[i]?
+    let pool ← p.pools[i]?
     match f with
     | .used => some (Q.ofNat st.used)
     | .free => pool.cap.map (fun cap => Q.ofNat (cap - st.used))
@@ -474,7 +481,7 @@ def evalObs (p : Program) (m : Machine) (env : Env) (f : ObsFn) (target : String
     | .cachedin =>
       if pool.content then
         -- the run of published blocks of the session's stream (content.md, *The hit*)
-        match env.sid.bind (fun sid => (m.sess.get? sid).bind (·.stream)) with
+        match env.sid.bind (fun sid => (m.sess[sid]?).bind (·.stream)) with
         | none => some 0
         | some s => some (Q.ofNat ((hitRun m.streams st.table s pool.block none st.table.length 0).length * pool.block))
       else some (Q.ofNat (sumList ((st.entries.filter fun x => x.owner.isSome && x.owner == env.sid).map (·.units))))
@@ -577,7 +584,7 @@ def testGuard (p : Program) (m : Machine) (env : Env) (e : Expr) : Option Bool :
 pool's later admissions and growths: the sum of `reserve - units` (0 when below) (Python:
 `held_extra`). -/
 def heldExtra (p : Program) (m : Machine) (i : Nat) : Nat :=
-  match p.pools.get? i, m.pools.get? i with
+  match p.pools[i]?, m.pools[i]? with
   | some pool, some st => if pool.reserveHeld then sumList (st.allocs.map fun a => a.reserve - a.units) else 0
   | _, _ => 0
 
@@ -585,7 +592,7 @@ def heldExtra (p : Program) (m : Machine) (i : Nat) : Nat :=
 `credit` the asker may grow into (its own reservation: `grow`) (Python: `room_for`, whose `r` is
 `r - credit`, which may be below 0). -/
 def roomFor (p : Program) (m : Machine) (i r : Nat) (credit : Nat := 0) : Bool :=
-  match (p.pools.get? i).bind (·.cap), m.pools.get? i with
+  match (p.pools[i]?).bind (·.cap), m.pools[i]? with
   | some cap, some st => st.used + heldExtra p m i + r ≤ cap + credit
   | _, _ => true
 
@@ -599,7 +606,7 @@ def evictUnits (entries : List Entry) (e : Entry) (take : Nat) : List Entry :=
 allocations and cache fit (*Pools*); a content pool's cached blocks from the front of its free
 queue (`evictFree`: content.md, *Eviction*). -/
 def makeRoom (p : Program) (m : Machine) (i need : Nat) : Machine :=
-  match (p.pools.get? i), m.pools.get? i with
+  match (p.pools[i]?), m.pools[i]? with
   | some pool, some st =>
     let cap := pool.cap.getD (st.used + cachedUnits st pool.block + need)  -- no cap: nothing is over
     let over := st.used + cachedUnits st pool.block + need - cap
@@ -620,7 +627,7 @@ def makeRoom (p : Program) (m : Machine) (i need : Nat) : Machine :=
 /-- At admission with a cache clause: at most `rho` of the own prefix, in blocks; the rest of
 the entry stays cached, dead, with its age. -/
 def consume (p : Program) (m : Machine) (i sid : Nat) (rho : Option Nat) (units : Nat) : Machine × Nat :=
-  match p.pools.get? i, m.pools.get? i with
+  match p.pools[i]?, m.pools[i]? with
   | some pool, some st =>
     (match st.entries.find? (·.owner == some sid) with
     | none => (m, 0)
@@ -635,7 +642,7 @@ def consume (p : Program) (m : Machine) (i sid : Nat) (rho : Option Nat) (units 
 /-- A release caches its prefix in whole blocks; the session's previous prefix is dead. A content
 pool's cache is no session's: nothing (its holds release by `freeBlocks`). -/
 def putCache (p : Program) (m : Machine) (i sid units : Nat) : Machine :=
-  match p.pools.get? i, m.pools.get? i with
+  match p.pools[i]?, m.pools[i]? with
   | some pool, some st =>
     let units := roundDown units pool.block
     if units == 0 || pool.content then m
@@ -675,7 +682,7 @@ def defineStream (p : Program) (m : Machine) (sid : Nat) (c : Content) : Option 
 content (`blockKey`) and visible to every hold from now on: vLLM caches a block once the step that
 fills it is scheduled (content.md, *Publishing*) (Python: `publish`). -/
 def publish (p : Program) (m : Machine) (i sid upto : Nat) : Machine :=
-  match p.pools.get? i, m.pools.get? i, findAlloc m i sid with
+  match p.pools[i]?, m.pools[i]?, findAlloc m i sid with
   | some pool, some st, some a =>
     match a.blks with
     | none => m
@@ -684,7 +691,7 @@ def publish (p : Program) (m : Machine) (i sid upto : Nat) : Machine :=
       if k ≤ a.nhash then m
       else
         let keyed := ((List.range (k - a.nhash)).map (· + a.nhash)).filterMap fun j =>
-          (blks.get? j).map fun bid => (blockKey m.streams a.stream j pool.block, bid)
+          (blks[j]?).map fun bid => (blockKey m.streams a.stream j pool.block, bid)
         setAlloc (setPool m i { st with table := st.table ++ keyed }) i { a with nhash := k }
   | _, _, _ => m
 
@@ -693,7 +700,7 @@ one another holder references stays as it is; one no holder references counts no
 and is cached at the back of the free queue when it is published and below `keep`, else forgotten
 (content.md, *Release*) (Python: `free_blocks`). -/
 def freeBlocks (p : Program) (m : Machine) (i : Nat) (a : Alloc) (keep : Nat) : Machine :=
-  match p.pools.get? i, m.pools.get? i with
+  match p.pools[i]?, m.pools[i]? with
   | some pool, some st =>
     let b := pool.block
     let allocs := st.allocs.filter (·.sid != a.sid)
@@ -717,7 +724,7 @@ free queue and counts in `used` again), the rest of the units new blocks, room m
 the free queue's front (content.md, *Rules*); the allocation's position is its hit (Python:
 `alloc_content`). -/
 def allocContent (p : Program) (m : Machine) (i sid units reserve : Nat) (stream : Q) (hit : List Nat) : Machine :=
-  match p.pools.get? i, m.pools.get? i with
+  match p.pools[i]?, m.pools[i]? with
   | some pool, some st =>
     let b := pool.block
     let back := hit.filter fun x => !blkHeld st.allocs x
@@ -725,7 +732,7 @@ def allocContent (p : Program) (m : Machine) (i sid units reserve : Nat) (stream
                                    used := st.used + back.length * b }
     let fresh := units - hit.length * b
     let m := makeRoom p m i fresh
-    match m.pools.get? i with
+    match m.pools[i]? with
     | none => m
     | some st =>
       let n := fresh / b
@@ -750,7 +757,7 @@ given back (`publish`, `freeBlocks`). -/
 def release (p : Program) (m : Machine) (sid : Nat) (h : Stmt) (preempted : Bool) : Option Machine := do
   let (pools, _, cache, _, _) := holdParts h
   let m ← pools.foldlM (init := m) fun m hp =>
-    match findAlloc m hp.pool sid, m.pools.get? hp.pool with
+    match findAlloc m hp.pool sid, m.pools[hp.pool]? with
     | some a, some st =>
       match a.blks with
       | some _ => do
@@ -770,13 +777,13 @@ def release (p : Program) (m : Machine) (sid : Nat) (h : Stmt) (preempted : Bool
           let ell ← (eval p m (sessEnv m sid) c).bind amount
           pure (putCache p m hp.pool sid (min ell (computedOf a preempted))))
     | _, _ => some m
-  let s ← m.sess.get? sid
+  let s ← m.sess[sid]?
   pure (setSess m { s with held := false })
 
 /-- The queue's head: a preempted hold first, else the least keys then the joining order. -/
 def headOf (p : Program) (m : Machine) (i : Nat) : Option QItem := do
-  let st ← m.pools.get? i
-  let pool ← p.pools.get? i
+  let st ← m.pools[i]?
+  let pool ← p.pools[i]?
   let q0 ← st.queue.head?
   if q0.head || pool.queueKeys.isEmpty then pure q0
   else match st.queue.find? (·.head) with
@@ -795,21 +802,21 @@ its units, known before its room: the blocks of it that other holders reference 
 room's credit), and the hit is what it consumed (`allocContent`: content.md, *The hit*). `none`
 when the program fails; `some (m, false)` when the head does not fit. -/
 def tryAdmit (p : Program) (m : Machine) (it : QItem) (i : Nat) : Option (Machine × Bool) := do
-  let s ← m.sess.get? it.sid
+  let s ← m.sess[it.sid]?
   let h ← s.hold
   let (pools, reuse, cache, _, content) := holdParts h
   let env := sessEnv m it.sid
   let units ← pools.mapM fun hp => do
-    let pool ← p.pools.get? hp.pool
+    let pool ← p.pools[hp.pool]?
     let u ← (eval p m env hp.units).bind amount
     let r ← match hp.reserve with | none => pure 0 | some e => (eval p m env e).bind amount
     pure (roundUp u pool.block, max (roundUp u pool.block) r, r)
-  let isContent (hp : HoldPool) : Bool := ((p.pools.get? hp.pool).map (·.content)).getD false
+  let isContent (hp : HoldPool) : Bool := ((p.pools[hp.pool]?).map (·.content)).getD false
   let keyed := content.isSome && pools.any isContent
   let rho0 ← if keyed then (match reuse with | none => pure none | some e => ((eval p m env e).bind amount).map some)
     else pure none
   let hits : List (Option (List Nat)) := (pools.zip units).map fun (hp, (u, _, _)) =>
-    match p.pools.get? hp.pool, m.pools.get? hp.pool with
+    match p.pools[hp.pool]?, m.pools[hp.pool]? with
     | some pool, some st =>
       if keyed && pool.content then
         (match s.stream with
@@ -819,22 +826,22 @@ def tryAdmit (p : Program) (m : Machine) (it : QItem) (i : Nat) : Option (Machin
       else none
     | _, _ => none
   let fits := ((pools.zip units).zip hits).all fun ((hp, (_, need, _)), hit) =>
-    let shared := match hit, p.pools.get? hp.pool, m.pools.get? hp.pool with
+    let shared := match hit, p.pools[hp.pool]?, m.pools[hp.pool]? with
       | some bs, some pool, some st => (bs.filter (blkHeld st.allocs)).length * pool.block
       | _, _, _ => 0
-    (match (p.pools.get? hp.pool).bind (·.cap) with | some cap => decide (need ≤ cap) | none => true) &&
+    (match (p.pools[hp.pool]?).bind (·.cap) with | some cap => decide (need ≤ cap) | none => true) &&
     roomFor p m hp.pool need shared
   if !fits then pure (m, false)
   else do
     let rho ← match reuse with | none => pure none | some e => ((eval p m env e).bind amount).map some
     let (m, got) := ((pools.zip units).zip hits).foldl (fun (acc : Machine × List Nat) ((hp, (u, _, _)), hit) =>
       match hit with
-      | some bs => (acc.1, acc.2 ++ [bs.length * (((p.pools.get? hp.pool).map (·.block)).getD 0)])
+      | some bs => (acc.1, acc.2 ++ [bs.length * (((p.pools[hp.pool]?).map (·.block)).getD 0)])
       | none =>
         match cache with
         | none => (acc.1, acc.2 ++ [0])
         | some _ => let (m', c) := consume p acc.1 hp.pool it.sid rho u; (m', acc.2 ++ [c])) (m, [])
-    let s ← m.sess.get? it.sid
+    let s ← m.sess[it.sid]?
     let cached := got.foldl max 0
     let tr := s.turnRec.map fun r => if r.cached.isSome then r else { r with cached := some cached }
     let m := setSess m { s with attrs := assign s.attrs "cached" (Q.ofNat cached), held := true, turnRec := tr }
@@ -843,12 +850,12 @@ def tryAdmit (p : Program) (m : Machine) (it : QItem) (i : Nat) : Option (Machin
       | some bs => allocContent p m hp.pool it.sid u r (s.stream.getD 0) bs
       | none =>
         let m := makeRoom p m hp.pool u
-        match m.pools.get? hp.pool with
+        match m.pools[hp.pool]? with
         | none => m
         | some st => setPool m hp.pool { st with used := st.used + u,
                                                  allocs := st.allocs ++ [{ sid := it.sid, units := u, pos := c,
                                                                            consumed := c, reserve := r }] }) m
-    let st ← m.pools.get? i
+    let st ← m.pools[i]?
     pure (setPool m i { st with queue := st.queue.filter (·.seq != it.seq) }, true)
 
 /-! ## ps and delay stages -/
@@ -859,7 +866,7 @@ def setPs (m : Machine) (i : Nat) (st : PsSt) : Machine := { m with ps := put m.
 `present` the `n` jobs, is a rate above 0, else the run fails (the interpreter's R010) (Python:
 `ps_rate`). -/
 def psRate (p : Program) (m : Machine) (i n : Nat) : Option Q := do
-  let stage ← p.stages.get? i
+  let stage ← p.stages[i]?
   if n == 0 then pure 0
   else match stage.phi with
     | none => pure 1
@@ -870,7 +877,7 @@ def psRate (p : Program) (m : Machine) (i n : Nat) : Option Q := do
 /-- The stage's virtual time brought to now: each present job has received `rate * elapsed`
 (Python: `ps_advance`). -/
 def psAdvance (m : Machine) (i : Nat) : Machine :=
-  match m.ps.get? i with
+  match m.ps[i]? with
   | none => m
   | some st =>
     let v := if st.jobs.isEmpty then st.v else Q.add st.v (Q.mul st.rate (Q.sub m.now st.last))
@@ -885,7 +892,7 @@ def psLeast : List (Q × Nat × Nat) → Option Q
 instant in the order they were scheduled) whenever the stage changes, the one before dropped: at
 `now + (least tag - v) / rate` (Python: `ps_schedule`). -/
 def psSchedule (p : Program) (m : Machine) (i : Nat) : Option Machine := do
-  let st ← m.ps.get? i
+  let st ← m.ps[i]?
   let rate ← psRate p m i st.jobs.length
   let other (e : Event) : Bool :=
     match e.kind with
@@ -902,7 +909,7 @@ def psSchedule (p : Program) (m : Machine) (i : Nat) : Option Machine := do
 /-- A job joins: its finish tag is the virtual time now plus its work (Python: `ps_submit`). -/
 def psSubmit (p : Program) (m : Machine) (i sid : Nat) (w : Q) : Option Machine := do
   let m := psAdvance m i
-  let st ← m.ps.get? i
+  let st ← m.ps[i]?
   let m := setPs m i { st with jobs := st.jobs ++ [(Q.add st.v w, st.started + 1, sid)],
                                started := st.started + 1 }
   psSchedule p m i
@@ -911,14 +918,14 @@ def psSubmit (p : Program) (m : Machine) (i sid : Nat) (w : Q) : Option Machine 
 `ps_remove`). -/
 def psRemove (p : Program) (m : Machine) (i sid : Nat) : Option Machine := do
   let m := psAdvance m i
-  let st ← m.ps.get? i
+  let st ← m.ps[i]?
   psSchedule p (setPs m i { st with jobs := st.jobs.filter (·.2.2 != sid) }) i
 
 /-- The stage's next end: the jobs whose tags the virtual time has reached end, ties in the order
 they started, each session woken in that order (Python: `ps_fire`). -/
 def psFire (p : Program) (m : Machine) (i : Nat) : Option Machine := do
   let m := psAdvance m i
-  let st ← m.ps.get? i
+  let st ← m.ps[i]?
   let v := match psLeast st.jobs with
     | none => st.v
     | some tag => Q.max st.v tag
@@ -927,7 +934,7 @@ def psFire (p : Program) (m : Machine) (i : Nat) : Option Machine := do
   let m := setPs m i { st with v := v, jobs := st.jobs.filter fun j => Q.lt v j.1 }
   let m ← psSchedule p m i
   let wakeJob (m : Machine) (j : Q × Nat × Nat) : Machine :=
-    match m.sess.get? j.2.2 with
+    match m.sess[j.2.2]? with
     | none => m
     | some s => wake (setSess m { s with atStage := none }) j.2.2
   pure (done.foldl wakeJob m)
@@ -941,7 +948,7 @@ def jobStmt (p : Program) (m : Machine) (sid stage : Nat) (work : Expr) : Option
   else if w == 0 then pure (m, false)
   else do
     let m ← psSubmit p m stage sid w
-    let s ← m.sess.get? sid
+    let s ← m.sess[sid]?
     pure (setSess m { s with atStage := some stage }, true)
 
 /-! ## Sessions -/
@@ -950,13 +957,13 @@ def jobStmt (p : Program) (m : Machine) (sid stage : Nat) (work : Expr) : Option
 `renewal` and `poisson` it schedules the next session's arrival; under `batch` every arrival was
 scheduled at the start, and under `closed` the next arrives when a session ends (`finish`). -/
 def arrive (p : Program) (m : Machine) (k : Nat) : Option Machine := do
-  let w ← m.wl.sessions.get? k
+  let w ← m.wl.sessions[k]?
   let main := p.session.getD [.turnS]
   let s : Sess := { sid := k, attrs := [("serial", Q.ofNat k), ("turn_no", 0), ("cached", 0), ("computed", 0)],
                     cont := [.blk main, .given, .blk p.init], rows := w.rows, draws := w.draws }
   let m := wake { m with sess := m.sess ++ [s], arrived := m.arrived + 1 } k
   if p.arrive != .batch && p.arrive != .closed && k + 1 < m.wl.sessions.length then
-    let next ← m.wl.sessions.get? (k + 1)
+    let next ← m.wl.sessions[k + 1]?
     pure (schedule m next.arrival (.arrive (k + 1)))
   else pure m
 
@@ -987,17 +994,17 @@ def dropReq (m : Machine) (rid : Nat) : Machine :=
 gone; under `closed` the workload's next session, while one is left, arrives at once in its place
 (Python: `finish`). -/
 def finish (p : Program) (m : Machine) (sid : Nat) : Option Machine := do
-  let s ← m.sess.get? sid
+  let s ← m.sess[sid]?
   let m ← match s.hold, s.held with
     | some h, true => release p m sid h false
     | some h, false => do
       let i ← (holdParts h).1.head?.map (·.pool)
-      let st ← m.pools.get? i
+      let st ← m.pools[i]?
       pure (setPool m i { st with queue := st.queue.filter (·.sid != sid) })
     | none, _ => pure m
   let m := match s.atRun with | some rid => dropReq m rid | none => m
   let m ← match s.atStage with | some i => psRemove p m i sid | none => pure m
-  let s ← m.sess.get? sid
+  let s ← m.sess[sid]?
   let m := setSess m { s with alive := false, cont := [], hold := none, held := false, atRun := none,
                               atStage := none, stream := none }
   if p.arrive == .closed && m.arrived < m.wl.sessions.length then arrive p m m.arrived else pure m
@@ -1007,10 +1014,10 @@ def push (s : Sess) (fs : List Frame) : Sess := { s with cont := s.cont ++ fs }
 /-- A turn: with a trace, the next row (after its think time), then the turn block and the
 server. The result says whether the session blocked. -/
 def turn (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool) := do
-  let s ← m.sess.get? sid
+  let s ← m.sess[sid]?
   if !p.trace then pure (setSess m (push s [.turnGo none]), false)
   else do
-    let row ← s.rows.get? s.rowI
+    let row ← s.rows[s.rowI]?
     let m := setSess m (push { s with rowI := s.rowI + 1 } [.turnGo (some row)])
     if row.think > 0 then pure (schedule m (Q.add m.now (Q.ofNat row.think)) (.wake sid), true) else pure (m, false)
 
@@ -1020,13 +1027,13 @@ reserves that reads only attributes and numbers is judged: above the cap, the re
 fit and is refused (*Pools*). Units and reserves are amounts. Its content, if it names one, is read
 as it joins (`defineStream`), the session's stream from then on (`Sess.stream`). -/
 def hold (p : Program) (m : Machine) (sid : Nat) (h : Stmt) : Option (Machine × Bool) := do
-  let s ← m.sess.get? sid
+  let s ← m.sess[sid]?
   let s := { s with attrs := assign s.attrs "computed" (Q.ofNat (s.retry.getD 0)) }
   let m := setSess m s
   let (pools, _, _, body, content) := holdParts h
   let env := sessEnv m sid
-  let never ← pools.anyM fun hp => do
-    let pool ← p.pools.get? hp.pool
+  let never ← anyM (fun hp => do
+    let pool ← p.pools[hp.pool]?
     match pool.cap with
     | none => pure false
     | some cap => do
@@ -1037,7 +1044,7 @@ def hold (p : Program) (m : Machine) (sid : Nat) (h : Stmt) : Option (Machine ×
       if uNever then pure true
       else match hp.staticReserve, hp.reserve with
         | true, some e => ((eval p m env e).bind amount).map (fun r => decide (r > cap))
-        | _, _ => pure false
+        | _, _ => pure false) pools
   if never then do pure (← finish p m sid, true)
   else do
     let (m, s) ← match content with
@@ -1046,7 +1053,7 @@ def hold (p : Program) (m : Machine) (sid : Nat) (h : Stmt) : Option (Machine ×
         let (m, stream) ← defineStream p m sid c
         pure (m, { s with stream := some stream })
     let i ← pools.head?.map (·.pool)
-    let st ← m.pools.get? i
+    let st ← m.pools[i]?
     let it : QItem := { sid := sid, seq := m.joinSeq + 1, t := m.now, head := s.retry.isSome && !s.tail }
     let q := if it.head then it :: st.queue else st.queue ++ [it]
     let m := setPool { m with joinSeq := m.joinSeq + 1 } i { st with queue := q }
@@ -1063,7 +1070,7 @@ no work completes at once. One that arrives while the engine plans is served in 
 brought it. -/
 def runStmt (p : Program) (m : Machine) (sid : Nat) (mode : Mode) (work : Expr) (growing : Option Nat) :
     Option (Machine × Bool) := do
-  let s ← m.sess.get? sid
+  let s ← m.sess[sid]?
   let w ← (eval p m (sessEnv m sid) work).bind amount
   let holdsIt := match growing with | some g => (findAlloc m g sid).isSome | none => true
   if !holdsIt then none
@@ -1079,12 +1086,12 @@ def runStmt (p : Program) (m : Machine) (sid : Nat) (mode : Mode) (work : Expr) 
 
 /-- One statement; the result says whether the session blocked. -/
 def execStmt (p : Program) (m : Machine) (sid : Nat) (st : Stmt) : Option (Machine × Bool) := do
-  let s ← m.sess.get? sid
+  let s ← m.sess[sid]?
   let env := sessEnv m sid
   match st with
   | .setA x e => do let v ← eval p m env e; pure (setSess m { s with attrs := assign s.attrs x v }, false)
   | .drawA x => do
-    let v ← s.draws.get? s.drawI
+    let v ← s.draws[s.drawI]?
     pure (setSess m { s with attrs := assign s.attrs x (Q.ofNat v), drawI := s.drawI + 1 }, false)
   | .observeA x e => do
     let v ← eval p m env e
@@ -1101,7 +1108,7 @@ def execStmt (p : Program) (m : Machine) (sid : Nat) (st : Stmt) : Option (Machi
 
 /-- The top frame of the continuation; the result says whether the session blocked. -/
 def execFrame (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool) := do
-  let s ← m.sess.get? sid
+  let s ← m.sess[sid]?
   let top ← s.cont.getLast?
   let s := { s with cont := s.cont.dropLast }
   match top with
@@ -1112,7 +1119,7 @@ def execFrame (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool)
     pure (setSess m (if g then push s [.loop c body, .blk body] else s), false)
   | .scope h => do
     let m ← release p (setSess m s) sid h false
-    let s ← m.sess.get? sid
+    let s ← m.sess[sid]?
     pure (setSess m { s with hold := none, attrs := assign s.attrs "computed" 0 }, false)
   | .given => pure ({ setSess m s with given := m.given ++ [(sid, s.attrs)] }, false)
   | .turnEnd => do
@@ -1135,7 +1142,7 @@ def execFrame (p : Program) (m : Machine) (sid : Nat) : Option (Machine × Bool)
 def runSess (p : Program) (m : Machine) (sid : Nat) : Nat → Option Machine
   | 0 => none
   | fuel + 1 => do
-    let s ← m.sess.get? sid
+    let s ← m.sess[sid]?
     if !s.alive then pure m
     else if s.cont.isEmpty then finish p m sid
     else do
@@ -1167,7 +1174,7 @@ def capOf (p : Program) (m : Machine) (e : Option Expr) : Option (Option Nat) :=
 `remaining`. -/
 def reqEnv (m : Machine) (r : Req) : Env :=
   { x := [("decoding", if r.mode == .decode then 1 else 0),
-          ("admission", Q.ofNat (((m.sess.get? r.sid).map (·.engAdm)).getD 0)), ("remaining", Q.ofNat r.left)] }
+          ("admission", Q.ofNat (((m.sess[r.sid]?).map (·.engAdm)).getD 0)), ("remaining", Q.ofNat r.left)] }
 
 /-- One token to a decode; up to the cap to a prefill, a multiple of the granule short of its
 remainder (none: passed over, and no one admitted after it). -/
@@ -1190,7 +1197,7 @@ def tokensFor (m : Machine) (r : Req) (cap : Option Nat) : Machine × Nat :=
 /-- What a holder reserved on a `reserve held` pool and has not allocated (0 on another pool)
 (Python: `own_extra`). -/
 def ownExtra (p : Program) (m : Machine) (i sid : Nat) : Nat :=
-  match p.pools.get? i, findAlloc m i sid with
+  match p.pools[i]?, findAlloc m i sid with
   | some pool, some a => if pool.reserveHeld then a.reserve - a.units else 0
   | _, _ => 0
 
@@ -1202,13 +1209,13 @@ one admitted last (the keys end with `0 - rank`) (*Pools*; `preempt lifo` is `by
 `some none`: no victim (`preempt none`, or no candidate); `none`: a key's reading failed (Python:
 `victim`). -/
 def victim (p : Program) (m : Machine) (i : Nat) : Option (Option Nat) := do
-  let pool ← p.pools.get? i
+  let pool ← p.pools[i]?
   match pool.preempt with
   | none => pure none
   | some keys => do
-    let st ← m.pools.get? i
+    let st ← m.pools[i]?
     let res := residentIds p m
-    let adm (a : Alloc) : Nat := ((m.sess.get? a.sid).map (·.engAdm)).getD 0
+    let adm (a : Alloc) : Nat := ((m.sess[a.sid]?).map (·.engAdm)).getD 0
     let cands := sortBy (fun a b => adm a < adm b) (st.allocs.filter fun a => res.contains a.sid)
     let keyed ← (cands.zip (List.range cands.length)).mapM fun (a, rank) => do
       let r := m.eng.reqs.find? (·.sid == a.sid)
@@ -1229,15 +1236,15 @@ and its job its ps stage (a job inside the hold's body), and the hold executes a
 `computed`: at the head of its queue, or as a newcomer when the pool says `requeue tail`
 (`Sess.tail`, which `hold` reads) (*Pools*; Python: `preempt`). -/
 def preempt (p : Program) (m : Machine) (sid i : Nat) : Option Machine := do
-  let pool ← p.pools.get? i
-  let s ← m.sess.get? sid
+  let pool ← p.pools[i]?
+  let s ← m.sess[sid]?
   let a ← findAlloc m i sid
   let h ← s.hold
   let pos := computedOf a true
   let m ← release p m sid h true
   let m := match s.atRun with | some rid => dropReq m rid | none => m
   let m ← match s.atStage with | some j => psRemove p m j sid | none => pure m
-  let s ← m.sess.get? sid
+  let s ← m.sess[sid]?
   -- the continuation below the hold's scope, with the hold to execute again
   let below := (s.cont.reverse.dropWhile fun f => match f with | .scope _ => false | _ => true).drop 1 |>.reverse
   let tr := s.turnRec.map fun r => { r with preemptions := r.preemptions + 1 }
@@ -1251,8 +1258,8 @@ def growInto (p : Program) (m : Machine) (r : Req) (need : Nat) : Option (Machin
   let i ← r.growing
   let m := makeRoom p m i need
   let a ← findAlloc m i r.sid
-  let st ← m.pools.get? i
-  let pool ← p.pools.get? i
+  let st ← m.pools[i]?
+  let pool ← p.pools[i]?
   let (a, st) := match a.blks with
     | some bs =>
       let n := need / pool.block
@@ -1291,7 +1298,7 @@ def give (p : Program) (m : Machine) (rid : Nat) (cap : Option Nat) : Option (Ma
       | none => pure (m, true)
       | some g => do
         let a ← findAlloc m g r.sid
-        let pool ← p.pools.get? g
+        let pool ← p.pools[g]?
         let need := roundUp (a.pos + n) pool.block - a.units
         if a.pos + n > a.units && need > 0 then grow p m r need growFuel else pure (m, true)
     if !ok then pure (m, false)
@@ -1338,7 +1345,7 @@ def serve (p : Program) (m : Machine) (only : Option Expr) (keys : List Expr) (c
     let ordered ← if keys.isEmpty then pure reqs else do
       let keyed ← reqs.mapM fun r => do
         let ks ← keys.mapM (eval p m (reqEnv m r))
-        pure (ks ++ [Q.ofNat (((m.sess.get? r.sid).map (·.engAdm)).getD 0)], r)
+        pure (ks ++ [Q.ofNat (((m.sess[r.sid]?).map (·.engAdm)).getD 0)], r)
       pure ((sortBy (fun a b => lexLt a.1 b.1) keyed).map (·.2))
     serveList p only cap ordered m
 
@@ -1351,7 +1358,7 @@ def admitHead (p : Program) (m : Machine) (i : Nat) : Option (Machine × Option 
   else do
     let m := setVar m .admitted ((lookup StepVar.admitted m.eng.vars).getD 0 + 1)
     let m := { m with eng := { m.eng with admSeq := m.eng.admSeq + 1 } }
-    let s ← m.sess.get? it.sid
+    let s ← m.sess[it.sid]?
     let m := setPlan (setSess m { s with engAdm := m.eng.admSeq }) fun pl => { pl with just := [] }
     let m ← runSess p m it.sid sessFuel
     let pl ← m.eng.plan
@@ -1375,10 +1382,10 @@ the admissions stop for the iteration. -/
 def admitPool (p : Program) (m : Machine) (i : Nat) (only gate : Option Expr) (cap : Option Nat) :
     Nat → Option (Machine × Bool)
   | 0 => do   -- an empty queue needs no fuel (Python's loop tests the queue first)
-    let st ← m.pools.get? i
+    let st ← m.pools[i]?
     if st.queue.isEmpty then pure (m, false) else none
   | fuel + 1 => do
-    let st ← m.pools.get? i
+    let st ← m.pools[i]?
     let pl ← m.eng.plan
     if st.queue.isEmpty then pure (m, false)
     else if pl.budget == some 0 || pl.noAdmit then pure (m, true)
@@ -1408,7 +1415,7 @@ def admit (p : Program) (m : Machine) (only gate chunk : Option Expr) : Option M
     let rec go : List Nat → Machine → Option Machine
       | [], m => some m
       | i :: rest, m => do
-        let pool ← p.pools.get? i
+        let pool ← p.pools[i]?
         if !pool.admitted then go rest m
         else do
           let (m, stop) ← admitPool p m i only gate cap admitFuel
@@ -1436,7 +1443,7 @@ def bodyFuel : Nat := 100000
 /-- `exclusive prefill`: a running prefill alone, else the decodes, which a waiting prefill that
 fits displaces, taking the full budget; nothing is admitted after a prefill (*Engines*). -/
 def exclusive (p : Program) (m : Machine) (full : Option Nat) : Option Machine := do
-  let adm (r : Req) : Nat := ((m.sess.get? r.sid).map (·.engAdm)).getD 0
+  let adm (r : Req) : Nat := ((m.sess[r.sid]?).map (·.engAdm)).getD 0
   let reqs := sortBy (fun a b => adm a < adm b) m.eng.reqs
   let pl ← m.eng.plan
   let chunk := pl.chunk
@@ -1453,8 +1460,8 @@ def exclusive (p : Program) (m : Machine) (full : Option Nat) : Option Machine :
       let rec go : List Nat → Machine → Option Machine
         | [], m => pure (setPlan m fun pl => { pl with budget := left })
         | i :: rest, m => do
-          let pool ← p.pools.get? i
-          let st ← m.pools.get? i
+          let pool ← p.pools[i]?
+          let st ← m.pools[i]?
           if !pool.admitted || st.queue.isEmpty then go rest m
           else do
             let (m, added) ← admitHead p m i
@@ -1483,7 +1490,7 @@ run nor another claim's reading (Python: `claim_value`, which keeps the iteratio
 reads the claim only when asked, iteration by iteration until it is decided; `outcome` reads the
 same values here, stopping at the same iteration). -/
 def claimValue (p : Program) (m : Machine) (j : Nat) : Option (Option Bool) := do
-  let c ← p.claims.get? j
+  let c ← p.claims[j]?
   if c.form == .atEnd then pure none
   else do
     let pl ← m.eng.plan
@@ -1553,7 +1560,7 @@ def advanceHold (m : Machine) (r : Req) (n : Nat) : Machine :=
 /-- `n` decode tokens: the request's first token when it has none (the last prefill's, else this
 one), recorded as its ttft then, and its last (*What the client sees*). -/
 def decodeToken (m : Machine) (r : Req) (n : Nat) : Machine :=
-  match m.sess.get? r.sid with
+  match m.sess[r.sid]? with
   | none => m
   | some s =>
     if r.mode != .decode then m
@@ -1579,13 +1586,13 @@ def applyTokens (acc : Machine × List Req) (b : Nat × Nat) : Machine × List R
       (m, if r.left == 0 then done ++ [r] else done)
 
 /-- The iteration's tokens are applied when it ends; a finished run wakes its session, a prefill
-samples a token (*What the client sees*). -/
-def endIteration (p : Program) (m : Machine) : Option Machine := do
+samples a token (*What the client sees*). The program is not read (the Python twin's signature). -/
+def endIteration (_p : Program) (m : Machine) : Option Machine := do
   let (m, done) := m.eng.batch.foldl (applyTokens) (m, [])
   let m := { m with eng := { m.eng with batch := [], busy := false } }
   let finishReq (m : Machine) (r : Req) : Machine :=
     let m := { m with eng := { m.eng with reqs := m.eng.reqs.filter (·.rid != r.rid) } }
-    match m.sess.get? r.sid with
+    match m.sess[r.sid]? with
     | none => m
     | some s =>
       let s := if r.mode == .prefill then
