@@ -10,11 +10,18 @@ No proof of a scenario: building it checks the definitions alone. -/
 lean_lib Serq where
   roots := #[`Serq]
 
-/-- The vLLM oracle theorems, one `decide +kernel` per recorded scenario (`lake build SerqOracle`):
-minutes of kernel work, kept out of the library. -/
+/-- The vLLM oracle theorems, one `decide +kernel` per recorded scenario stated
+(`lake build SerqOracle`): minutes of kernel work, kept out of the library, in parts
+(`Serq.Oracle.PartNN`). -/
 lean_lib SerqOracle where
-  roots := #[`Serq.Oracle]
+  globs := #[.andSubmodules `Serq.Oracle]
 
-/-- The reference's theorems on the serving order (`lake build SerqServe`; tools/gen_serve_lean.py). -/
+/-- The reference's theorems on the serving order (`lake build SerqServe`; tools/gen_serve_lean.py),
+the family's slices in `Serq.Serve.SlicesNN`. -/
 lean_lib SerqServe where
-  roots := #[`Serq.Serve]
+  globs := #[.andSubmodules `Serq.Serve]
+
+/-- The papers' programs, families and checks (`lake build SerqPapers`; tools/gen_claims_proved.py),
+which examples/papers/ClaimsProved.lean states the papers' claims from. -/
+lean_lib SerqPapers where
+  globs := #[.andSubmodules `Serq.Papers]

@@ -44,3 +44,19 @@ fn main() {
   server { run svc (w); }
 }
 """
+
+
+def oracle_lean_files() -> list[str]:
+    """lean/Serq/Oracle.lean and its parts (lean/Serq/Oracle/PartNN.lean, the theorems), in order."""
+    import glob
+    return ([os.path.join(ROOT, "lean", "Serq", "Oracle.lean")]
+            + sorted(glob.glob(os.path.join(ROOT, "lean", "Serq", "Oracle", "Part*.lean"))))
+
+
+def oracle_lean_text() -> str:
+    """The Oracle's files as one text, in order."""
+    out = []
+    for path in oracle_lean_files():
+        with open(path, encoding="utf-8") as fh:
+            out.append(fh.read())
+    return "".join(out)

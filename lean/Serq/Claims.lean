@@ -59,7 +59,7 @@ def outOfScope (p : Program) (m : Machine) (c : Claim) : Option (Option Nat) :=
 def firstAt (j : Nat) (want : Bool) : List (Q × List (Option (Option Bool))) → Nat → Option (Option (Q × Nat))
   | [], _ => some none
   | (t, vals) :: rest, k =>
-    match vals.get? j with
+    match vals[j]? with
     | some none => none
     | some (some (some b)) => if b == want then some (some (t, k)) else firstAt j want rest (k + 1)
     | _ => firstAt j want rest (k + 1)
@@ -73,7 +73,7 @@ be read (`outOfScope`), or the claim's reading failed at an iteration before one
 is not evaluated while a session is live, and never under `closed`: the population never ends,
 and the end of the workload's last session only cuts the path (Python: `outcome`). -/
 def outcome (p : Program) (r : Run) (j : Nat) : Option Outcome := do
-  let c ← p.claims.get? j
+  let c ← p.claims[j]?
   let m := r.machine
   let out ← outOfScope p m c
   match out with
@@ -127,8 +127,8 @@ a trace session `k` replaying trace session `k` modulo the trace's. -/
 def InFamily (p : Program) (trace : List (List Row)) (bound : Nat) (wl : Workload) : Prop :=
   wl.sessions.length ≤ bound ∧ (p.arrive = Arrive.closed → p.n ≤ wl.sessions.length) ∧
   ordered wl.sessions ∧
-  ∀ k s, wl.sessions.get? k = some s →
-    arrivalOk p k s ∧ (p.trace = true → trace ≠ [] ∧ some s.rows = trace.get? (k % trace.length))
+  ∀ k s, wl.sessions[k]? = some s →
+    arrivalOk p k s ∧ (p.trace = true → trace ≠ [] ∧ some s.rows = trace[k % trace.length]?)
 
 /-- Every session of the run's workload satisfies the claim's `given`, each reading made. -/
 def Given (p : Program) (c : Claim) (r : Run) : Prop := outOfScope p r.machine c = some none
@@ -144,37 +144,47 @@ def Scoped (p : Program) (c : Claim) (r : Run) (P : Prop) : Prop :=
 
 /-- Claim `j` reads true at every iteration of a run (a prefix of a path, by its fuel): a reading
 that is false or failed is not true. -/
-def EveryOn (r : Run) (j : Nat) : Prop := ∀ e, e ∈ r.machine.path → e.2.get? j = some (some (some true))
+def EveryOn (r : Run) (j : Nat) : Prop := ∀ e, e ∈ r.machine.path → e.2[j]? = some (some (some true))
 
 /-- Claim `j` reads true at some iteration of a run, and no reading of it before that iteration
 failed (the witness `outcome` names). -/
 def SomeOn (r : Run) (j : Nat) : Prop := ∃ w, firstAt j true r.machine.path 0 = some (some w)
 
-/-- `every iteration of S (e)`: on every path of every workload of the family that satisfies
-`given`, every iteration (`Scoped`: a path whose `given` cannot be read fails it). A path is every
-run of it by any fuel, so paths that never end count. -/
+/-- No run of the family fails: the run of every workload, by every fuel, gives a machine. A run
+error and a workload the kernel refuses (a value no rational is) are both `none`; either makes a
+claim over every path false, as `serq verify` proves no claim over a family with one
+(docs/verify.md): `Every` and `AtEnd` ask it, so that a program whose runs fail does not hold them
+for want of a path. -/
+def NoFailure (p : Program) (trace : List (List Row)) (bound : Nat) : Prop :=
+  ∀ wl fuel, InFamily p trace bound wl → run p wl fuel ≠ none
+
+/-- `every iteration of S (e)`: no run of the family fails (`NoFailure`), and on every path of
+every workload of the family that satisfies `given`, every iteration (`Scoped`: a path whose `given`
+cannot be read fails it). A path is every run of it by any fuel, so paths that never end count. -/
 def Every (p : Program) (trace : List (List Row)) (bound j : Nat) : Prop :=
-  ∀ c, p.claims.get? j = some c →
+  NoFailure p trace bound ∧
+  ∀ c, p.claims[j]? = some c →
   ∀ wl fuel r, InFamily p trace bound wl → run p wl fuel = some r → Scoped p c r (EveryOn r j)
 
 /-- `some iteration of S (e)`: some path of some workload of the family has an iteration at which
 it holds, no reading of it failing before (`SomeOn`; the workload must not draw: its draws are the
 family's, chosen here). -/
 def SomeIter (p : Program) (trace : List (List Row)) (bound j : Nat) : Prop :=
-  ∃ c wl fuel r, p.claims.get? j = some c ∧ InFamily p trace bound wl ∧ run p wl fuel = some r ∧
+  ∃ c wl fuel r, p.claims[j]? = some c ∧ InFamily p trace bound wl ∧ run p wl fuel = some r ∧
     Given p c r ∧ SomeOn r j
 
-/-- `at end (e)`: every run of the family that ends with every session ended satisfies it
-(`Scoped` by `given`). Under `closed` no path ends (the population never ends: `outcome` gives
-`notEvaluated`), so it says nothing. -/
+/-- `at end (e)`: no run of the family fails (`NoFailure`), and every run of the family that ends
+with every session ended satisfies it (`Scoped` by `given`). Under `closed` no path ends (the
+population never ends: `outcome` gives `notEvaluated`), so it says no more than `NoFailure`. -/
 def AtEnd (p : Program) (trace : List (List Row)) (bound j : Nat) : Prop :=
-  ∀ c, p.claims.get? j = some c →
+  NoFailure p trace bound ∧
+  ∀ c, p.claims[j]? = some c →
   ∀ wl fuel r, InFamily p trace bound wl → run p wl fuel = some r → r.done = true → drained r.machine = true →
     p.arrive ≠ Arrive.closed → Scoped p c r (∃ v, eval p r.machine {} c.e = some v ∧ v ≠ 0)
 
 /-- Claim `j` as a proposition, by its form. -/
 def Holds (p : Program) (trace : List (List Row)) (bound j : Nat) : Prop :=
-  match p.claims.get? j with
+  match p.claims[j]? with
   | none => False
   | some c => match c.form with
     | .every => Every p trace bound j
@@ -206,5 +216,26 @@ def statusOn (p : Program) (wl : Workload) (fuel j : Nat) : Option String :=
 bound). -/
 def allAre (p : Program) (ws : List Workload) (fuel j : Nat) (v : String) : Bool :=
   ws.all fun wl => statusOn p wl fuel j == some v
+
+/-- A check over a list holds over two lists appended when it holds over each: a family too large
+for one `decide +kernel` is checked slice by slice, and the slices make the family (docs/lean.md,
+*Lean here*). -/
+theorem all_append_eq_true {α : Type} (f : α → Bool) (l₂ : List α) (h₂ : l₂.all f = true) :
+    ∀ l₁ : List α, l₁.all f = true → (l₁ ++ l₂).all f = true
+  | [], _ => h₂
+  | a :: as, h₁ => by
+    have h : f a = true ∧ as.all f = true := (Bool.and_eq_true _ _).mp h₁
+    exact (Bool.and_eq_true _ _).mpr ⟨h.1, all_append_eq_true f l₂ h₂ as h.2⟩
+
+/-- A check of two conjoined tests over a list is each test's check: a statement per claim is read
+off one check of a family's runs, each run evaluated once for every claim. -/
+theorem all_and {α : Type} (f g : α → Bool) :
+    ∀ l : List α, l.all (fun x => f x && g x) = true → l.all f = true ∧ l.all g = true
+  | [], _ => ⟨rfl, rfl⟩
+  | a :: as, h => by
+    have h' : (f a && g a) = true ∧ as.all (fun x => f x && g x) = true := (Bool.and_eq_true _ _).mp h
+    have ha := (Bool.and_eq_true _ _).mp h'.1
+    have ih := all_and f g as h'.2
+    exact ⟨(Bool.and_eq_true _ _).mpr ⟨ha.1, ih.1⟩, (Bool.and_eq_true _ _).mpr ⟨ha.2, ih.2⟩⟩
 
 end Serq
