@@ -14,31 +14,29 @@ the trace's sessions and turns, as tools/vllm_oracle.py maps them, each row's co
 saying what its prompt shares with an earlier request's; every session arrives at 0
 (`arrive batch`).
 
-23 theorems of 84 scenarios tried: a theorem is written only where the reference kernel (serq/ref/,
+33 theorems of 84 scenarios tried: a theorem is written only where the reference kernel (serq/ref/,
 the Python twin of Exec.lean) evaluates the same statement true, and only as many as `make check`
-checks in CI: the theorems cost the kernel 799901 calls of the Python twin's definitions in all
-(about 5.3 minutes of CPU in WebAssembly; at most 800000 are given, and 120000 a theorem:
+checks in CI: the theorems cost the kernel 1196824 calls of the Python twin's definitions in all
+(about 8.0 minutes of CPU in WebAssembly; at most 1200000 are given, and 120000 a theorem:
 tools/kernel_cost.py). The named scenarios are all stated, then the families' (the main random ones
 and each extra family) in turn.
 Left out, with the first value that differs:
 * `10_preempt_only_step_stall`: request A: last_token_step vLLM 44, the reference kernel None
 
 Agreeing with vLLM on the Python twin (`python tools/vllm_oracle.py check --ref`) and not stated
-here, for the kernel's cost: `08_random_01`, `08_random_02`, `08_random_03`, `08_random_04`,
-`08_random_05`, `08_random_06`, `08_random_07`, `08_random_08`, `08_random_09`, `08_random_10`,
-`08_random_11`, `08_random_12`, `08_random_13`, `08_random_14`, `08_random_15`, `08_random_16`,
-`08_random_17`, `08_random_18`, `08_random_19`, `08_random_20`, `08_random_21`, `08_random_22`,
-`08_random_23`, `08_random_24`, `08_random_25`, `08_random_26`, `08_random_27`, `08_random_28`,
-`08_random_29`, `08_random_30`, `08_random_31`, `08_random_32`, `08_random_33`, `08_random_34`,
-`08_random_35`, `08_random_36`, `08_random_37`, `08_random_38`, `08_random_39`, `new_random_02`,
-`new_random_03`, `prefix_02`, `prefix_03`, `prefix_tight_02`, `prefix_tight_03`, `shared_02`,
+here, for the kernel's cost: `08_random_03`, `08_random_04`, `08_random_05`, `08_random_06`,
+`08_random_07`, `08_random_08`, `08_random_09`, `08_random_10`, `08_random_11`, `08_random_12`,
+`08_random_13`, `08_random_14`, `08_random_15`, `08_random_16`, `08_random_17`, `08_random_18`,
+`08_random_19`, `08_random_20`, `08_random_21`, `08_random_22`, `08_random_23`, `08_random_24`,
+`08_random_25`, `08_random_26`, `08_random_27`, `08_random_28`, `08_random_29`, `08_random_30`,
+`08_random_31`, `08_random_32`, `08_random_33`, `08_random_34`, `08_random_35`, `08_random_36`,
+`08_random_37`, `08_random_38`, `08_random_39`, `new_random_03`, `prefix_03`, `prefix_tight_03`,
 `shared_03`, `shared_many_00`, `shared_many_01`, `shared_many_02`, `shared_many_03`,
-`shared_tight_01`, `shared_tight_02`, `shared_tight_03`, `tight_01`, `tight_02`, `tight_03`,
-`tight_cached_01`, `tight_cached_02`, `tight_cached_03`.
+`shared_tight_02`, `shared_tight_03`, `tight_02`, `tight_03`, `tight_cached_03`.
 
 This module holds what the theorems read: the answers' readers and the fields the scenarios'
-programs share. The theorems are in 2 modules, `Serq.Oracle.Part01` to
-`Serq.Oracle.Part02`, each scenario's program, workload and theorem, cut so that each
+programs share. The theorems are in 3 modules, `Serq.Oracle.Part01` to
+`Serq.Oracle.Part03`, each scenario's program, workload and theorem, cut so that each
 module is one process of `make check` of a few minutes (docs/lean.md, *Lean here*).
 -/
 
@@ -304,18 +302,52 @@ def engine_8 : Engine := {
     registers := [] }
 
 def pools_7 : List Pool := [
+    { name := "kv", cap := some 896, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def engine_9 : Engine := {
+    name := "vllm",
+    budget := (some (Expr.num 512)),
+    chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 16) (Expr.num 0),
+    granule := none,
+    exclusive := false,
+    keys := [],
+    body := [
+      IStmt.serve none none none,
+      IStmt.admit none (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
+    cost := Expr.num 1,
+    registers := [] }
+
+def pools_8 : List Pool := [
+    { name := "kv", cap := some 512, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def engine_10 : Engine := {
+    name := "vllm",
+    budget := (some (Expr.num 48)),
+    chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 0) (Expr.num 0),
+    granule := none,
+    exclusive := false,
+    keys := [],
+    body := [
+      IStmt.serve none none none,
+      IStmt.admit none (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
+    cost := Expr.num 1,
+    registers := [] }
+
+def pools_9 : List Pool := [
     { name := "kv", cap := some 240, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
     { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
-def pools_8 : List Pool := [
+def pools_10 : List Pool := [
     { name := "kv", cap := some 528, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
     { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
-def pools_9 : List Pool := [
+def pools_11 : List Pool := [
     { name := "kv", cap := some 368, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
     { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
-def engine_9 : Engine := {
+def engine_11 : Engine := {
     name := "vllm",
     budget := (some (Expr.num 16)),
     chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 100) (Expr.num 0),
@@ -328,19 +360,44 @@ def engine_9 : Engine := {
     cost := Expr.num 1,
     registers := [] }
 
-def pools_10 : List Pool := [
+def pools_12 : List Pool := [
+    { name := "kv", cap := some 336, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def engine_12 : Engine := {
+    name := "vllm",
+    budget := (some (Expr.num 512)),
+    chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 0) (Expr.num 0),
+    granule := none,
+    exclusive := false,
+    keys := [],
+    body := [
+      IStmt.serve none none none,
+      IStmt.admit none (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
+    cost := Expr.num 1,
+    registers := [] }
+
+def pools_13 : List Pool := [
     { name := "kv", cap := some 368, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
     { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
-def pools_11 : List Pool := [
+def pools_14 : List Pool := [
+    { name := "kv", cap := some 624, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def pools_15 : List Pool := [
     { name := "kv", cap := some 240, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
     { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
-def pools_12 : List Pool := [
+def pools_16 : List Pool := [
     { name := "kv", cap := some 304, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
     { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
-def engine_10 : Engine := {
+def pools_17 : List Pool := [
+    { name := "kv", cap := some 176, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def engine_13 : Engine := {
     name := "vllm",
     budget := (some (Expr.num 64)),
     chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 32) (Expr.num 0),
@@ -353,19 +410,32 @@ def engine_10 : Engine := {
     cost := Expr.num 1,
     registers := [] }
 
-def pools_13 : List Pool := [
+def pools_18 : List Pool := [
     { name := "kv", cap := some 272, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
     { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
-def pools_14 : List Pool := [
+def pools_19 : List Pool := [
     { name := "kv", cap := some 208, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
     { name := "reqs", cap := some 6, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
-def pools_15 : List Pool := [
+def engine_14 : Engine := {
+    name := "vllm",
+    budget := (some (Expr.num 32)),
+    chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 32) (Expr.num 0),
+    granule := none,
+    exclusive := false,
+    keys := [],
+    body := [
+      IStmt.serve none none none,
+      IStmt.admit none (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
+    cost := Expr.num 1,
+    registers := [] }
+
+def pools_20 : List Pool := [
     { name := "kv", cap := some 384, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
     { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
-def engine_11 : Engine := {
+def engine_15 : Engine := {
     name := "vllm",
     budget := (some (Expr.num 256)),
     chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 64) (Expr.num 0),
@@ -378,11 +448,28 @@ def engine_11 : Engine := {
     cost := Expr.num 1,
     registers := [] }
 
-def pools_16 : List Pool := [
+def pools_21 : List Pool := [
+    { name := "kv", cap := some 416, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 2, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def engine_16 : Engine := {
+    name := "vllm",
+    budget := (some (Expr.num 32)),
+    chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 16) (Expr.num 0),
+    granule := none,
+    exclusive := false,
+    keys := [],
+    body := [
+      IStmt.serve none none none,
+      IStmt.admit none (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
+    cost := Expr.num 1,
+    registers := [] }
+
+def pools_22 : List Pool := [
     { name := "kv", cap := some 224, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
     { name := "reqs", cap := some 3, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
-def engine_12 : Engine := {
+def engine_17 : Engine := {
     name := "vllm",
     budget := (some (Expr.num 16)),
     chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 16) (Expr.num 0),
@@ -394,5 +481,13 @@ def engine_12 : Engine := {
       IStmt.admit none (some (Expr.bin BinOp.eq (Expr.step StepVar.preempted false) (Expr.num 0))) none],
     cost := Expr.num 1,
     registers := [] }
+
+def pools_23 : List Pool := [
+    { name := "kv", cap := some 256, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 8, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
+
+def pools_24 : List Pool := [
+    { name := "kv", cap := some 288, block := 16, preempt := (some [Expr.bin BinOp.sub (Expr.num 0) (Expr.ctx "admission")]), queueKeys := [], admitted := false, memory := true, requeueTail := false, reserveHeld := false, content := true },
+    { name := "reqs", cap := some 5, block := 0, preempt := none, queueKeys := [Expr.attr "submitted", Expr.attr "serial"], admitted := true, memory := false, requeueTail := false, reserveHeld := false, content := false }]
 
 end Serq.Oracle

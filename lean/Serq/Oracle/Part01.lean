@@ -2,9 +2,9 @@
 import Serq.Oracle
 
 /-!
-# vLLM's recorded scenarios, part 1 of 2
+# vLLM's recorded scenarios, part 1 of 3
 
-16 of the theorems lean/Serq/Oracle.lean introduces (436495 calls of the kernel's definitions in
+17 of the theorems lean/Serq/Oracle.lean introduces (439213 calls of the kernel's definitions in
 all, tools/kernel_cost.py).
 -/
 
@@ -309,6 +309,64 @@ theorem vllm_08_random_00 :
       some [(some 0, some 26, some 0), (some 11, some 43, some 0), (some 2, some 10, some 0), (some 8, some 20, some 0), (some 35, some 59, some 1)] := by
   decide +kernel
 
+/-! ## 08_random_01 (tools/oracle/results/08_random_01.json) -/
+
+def program_08_random_01 : Program := {
+  pools := pools_7,
+  engine := engine_9,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 4,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_1,
+  claims := claims_1,
+  stages := [] }
+
+def workload_08_random_01 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨67, 3, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨149, 37, 0, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨119, 4, 0, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨68, 20, 0, 0, 4, 0, 0⟩] }] }
+
+/-- 08_random_01: requests R0 (session 0, turn 0), R1 (session 1, turn 0), R2 (session 2, turn 0), R3 (session 3, turn 0). The Python twin's run takes 98 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_08_random_01 :
+    answers (run program_08_random_01 workload_08_random_01 98 (some 100000))
+      [(0, 0), (1, 0), (2, 0), (3, 0)] =
+      some [(some 4, some 6, some 0), (some 9, some 45, some 0), (some 7, some 10, some 0), (some 11, some 30, some 0)] := by
+  decide +kernel
+
+/-! ## 08_random_02 (tools/oracle/results/08_random_02.json) -/
+
+def program_08_random_02 : Program := {
+  pools := pools_8,
+  engine := engine_10,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 2,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_1,
+  claims := claims_1,
+  stages := [] }
+
+def workload_08_random_02 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨14, 27, 12, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨75, 10, 20, 0, 2, 0, 0⟩] }] }
+
+/-- 08_random_02: requests R0 (session 0, turn 0), R1 (session 1, turn 0). The Python twin's run takes 60 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_08_random_02 :
+    answers (run program_08_random_02 workload_08_random_02 60 (some 100000))
+      [(0, 0), (1, 0)] =
+      some [(some 12, some 38, some 0), (some 21, some 30, some 0)] := by
+  decide +kernel
+
 /-! ## 09_prefix_caching_multiturn (tools/oracle/results/09_prefix_caching_multiturn.json) -/
 
 def program_09_prefix_caching_multiturn : Program := {
@@ -356,7 +414,7 @@ theorem vllm_cache_trace :
 /-! ## 09b_prefix_caching_multiturn_tight (tools/oracle/results/09b_prefix_caching_multiturn_tight.json) -/
 
 def program_09b_prefix_caching_multiturn_tight : Program := {
-  pools := pools_7,
+  pools := pools_9,
   engine := engine_1,
   arrive := Arrive.batch,
   gap := 0,
@@ -387,7 +445,7 @@ theorem vllm_09b_prefix_caching_multiturn_tight :
 /-! ## new_random_00 (tools/oracle/extra/results/new_random_00.json) -/
 
 def program_new_random_00 : Program := {
-  pools := pools_8,
+  pools := pools_10,
   engine := engine_6,
   arrive := Arrive.batch,
   gap := 0,
@@ -418,8 +476,8 @@ theorem vllm_new_random_00 :
 /-! ## new_random_01 (tools/oracle/extra/results/new_random_01.json) -/
 
 def program_new_random_01 : Program := {
-  pools := pools_9,
-  engine := engine_9,
+  pools := pools_11,
+  engine := engine_11,
   arrive := Arrive.batch,
   gap := 0,
   n := 4,
@@ -445,40 +503,11 @@ theorem vllm_new_random_01 :
       some [(some 13, some 55, some 0), (some 20, some 57, some 0), (some 61, some 93, some 0), (some 71, some 88, some 0)] := by
   decide +kernel
 
-/-! ## prefix_00 (tools/oracle/extra/results/prefix_00.json) -/
+/-! ## new_random_02 (tools/oracle/extra/results/new_random_02.json) -/
 
-def program_prefix_00 : Program := {
-  pools := pools_10,
-  engine := engine_1,
-  arrive := Arrive.batch,
-  gap := 0,
-  n := 3,
-  trace := true,
-  init := init_1,
-  turn := turn_1,
-  session := session_1,
-  server := server_2,
-  claims := claims_1,
-  stages := [] }
-
-def workload_prefix_00 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨48, 12, 6, 0, 1, 0, 0⟩, ⟨5, 8, 3, 0, 2, 1, 60⟩] },
-  { arrival := 0, draws := [], rows := [⟨18, 14, 0, 0, 3, 0, 0⟩, ⟨23, 4, 1, 0, 4, 3, 32⟩, ⟨28, 9, 0, 0, 5, 4, 59⟩] },
-  { arrival := 0, draws := [], rows := [⟨46, 3, 8, 0, 6, 0, 0⟩, ⟨15, 7, 4, 0, 7, 6, 49⟩, ⟨32, 14, 4, 0, 8, 7, 71⟩] }] }
-
-/-- prefix_00: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s1t2 (session 1, turn 2), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s2t2 (session 2, turn 2). The Python twin's run takes 91 moves: the fuel
-given, no more than the run needs (the kernel's work is about that many `step`s). -/
-theorem vllm_prefix_00 :
-    answers (run program_prefix_00 workload_prefix_00 91 (some 100000))
-      [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)] =
-      some [(some 6, some 17, some 0), (some 21, some 28, some 0), (some 0, some 13, some 0), (some 15, some 18, some 0), (some 19, some 27, some 0), (some 8, some 10, some 0), (some 15, some 21, some 0), (some 26, some 39, some 0)] := by
-  decide +kernel
-
-/-! ## prefix_01 (tools/oracle/extra/results/prefix_01.json) -/
-
-def program_prefix_01 : Program := {
-  pools := pools_10,
-  engine := engine_2,
+def program_new_random_02 : Program := {
+  pools := pools_12,
+  engine := engine_12,
   arrive := Arrive.batch,
   gap := 0,
   n := 4,
@@ -486,22 +515,22 @@ def program_prefix_01 : Program := {
   init := init_1,
   turn := turn_1,
   session := session_1,
-  server := server_2,
+  server := server_1,
   claims := claims_1,
   stages := [] }
 
-def workload_prefix_01 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨37, 11, 2, 0, 1, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨29, 14, 6, 0, 2, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨26, 17, 0, 0, 3, 0, 0⟩, ⟨36, 15, 3, 0, 4, 3, 43⟩] },
-  { arrival := 0, draws := [], rows := [⟨33, 6, 5, 0, 5, 0, 0⟩, ⟨40, 5, 0, 0, 6, 5, 39⟩] }] }
+def workload_new_random_02 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨44, 1, 14, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨66, 14, 14, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨25, 36, 15, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨99, 6, 18, 0, 4, 0, 0⟩] }] }
 
-/-- prefix_01: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s3t0 (session 3, turn 0), s3t1 (session 3, turn 1). The Python twin's run takes 80 moves: the fuel
+/-- new_random_02: requests R1 (session 0, turn 0), R2 (session 1, turn 0), R0 (session 2, turn 0), R3 (session 3, turn 0). The Python twin's run takes 84 moves: the fuel
 given, no more than the run needs (the kernel's work is about that many `step`s). -/
-theorem vllm_prefix_01 :
-    answers (run program_prefix_01 workload_prefix_01 80 (some 100000))
-      [(0, 0), (1, 0), (2, 0), (2, 1), (3, 0), (3, 1)] =
-      some [(some 2, some 12, some 0), (some 11, some 24, some 0), (some 0, some 16, some 0), (some 20, some 34, some 0), (some 5, some 10, some 0), (some 13, some 17, some 0)] := by
+theorem vllm_new_random_02 :
+    answers (run program_new_random_02 workload_new_random_02 84 (some 100000))
+      [(0, 0), (1, 0), (2, 0), (3, 0)] =
+      some [(some 14, some 14, some 0), (some 14, some 27, some 0), (some 15, some 50, some 0), (some 18, some 23, some 0)] := by
   decide +kernel
 
 end Serq.Oracle

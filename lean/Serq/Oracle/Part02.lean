@@ -2,9 +2,9 @@
 import Serq.Oracle
 
 /-!
-# vLLM's recorded scenarios, part 2 of 2
+# vLLM's recorded scenarios, part 2 of 3
 
-7 of the theorems lean/Serq/Oracle.lean introduces (363406 calls of the kernel's definitions in
+10 of the theorems lean/Serq/Oracle.lean introduces (387420 calls of the kernel's definitions in
 all, tools/kernel_cost.py).
 -/
 
@@ -13,10 +13,97 @@ namespace Serq.Oracle
 set_option maxRecDepth 100000
 set_option maxHeartbeats 0
 
+/-! ## prefix_00 (tools/oracle/extra/results/prefix_00.json) -/
+
+def program_prefix_00 : Program := {
+  pools := pools_13,
+  engine := engine_1,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 3,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_prefix_00 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨48, 12, 6, 0, 1, 0, 0⟩, ⟨5, 8, 3, 0, 2, 1, 60⟩] },
+  { arrival := 0, draws := [], rows := [⟨18, 14, 0, 0, 3, 0, 0⟩, ⟨23, 4, 1, 0, 4, 3, 32⟩, ⟨28, 9, 0, 0, 5, 4, 59⟩] },
+  { arrival := 0, draws := [], rows := [⟨46, 3, 8, 0, 6, 0, 0⟩, ⟨15, 7, 4, 0, 7, 6, 49⟩, ⟨32, 14, 4, 0, 8, 7, 71⟩] }] }
+
+/-- prefix_00: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s1t1 (session 1, turn 1), s1t2 (session 1, turn 2), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s2t2 (session 2, turn 2). The Python twin's run takes 91 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_prefix_00 :
+    answers (run program_prefix_00 workload_prefix_00 91 (some 100000))
+      [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (2, 0), (2, 1), (2, 2)] =
+      some [(some 6, some 17, some 0), (some 21, some 28, some 0), (some 0, some 13, some 0), (some 15, some 18, some 0), (some 19, some 27, some 0), (some 8, some 10, some 0), (some 15, some 21, some 0), (some 26, some 39, some 0)] := by
+  decide +kernel
+
+/-! ## prefix_01 (tools/oracle/extra/results/prefix_01.json) -/
+
+def program_prefix_01 : Program := {
+  pools := pools_13,
+  engine := engine_2,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 4,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_prefix_01 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨37, 11, 2, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨29, 14, 6, 0, 2, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨26, 17, 0, 0, 3, 0, 0⟩, ⟨36, 15, 3, 0, 4, 3, 43⟩] },
+  { arrival := 0, draws := [], rows := [⟨33, 6, 5, 0, 5, 0, 0⟩, ⟨40, 5, 0, 0, 6, 5, 39⟩] }] }
+
+/-- prefix_01: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0), s2t1 (session 2, turn 1), s3t0 (session 3, turn 0), s3t1 (session 3, turn 1). The Python twin's run takes 80 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_prefix_01 :
+    answers (run program_prefix_01 workload_prefix_01 80 (some 100000))
+      [(0, 0), (1, 0), (2, 0), (2, 1), (3, 0), (3, 1)] =
+      some [(some 2, some 12, some 0), (some 11, some 24, some 0), (some 0, some 16, some 0), (some 20, some 34, some 0), (some 5, some 10, some 0), (some 13, some 17, some 0)] := by
+  decide +kernel
+
+/-! ## prefix_02 (tools/oracle/extra/results/prefix_02.json) -/
+
+def program_prefix_02 : Program := {
+  pools := pools_14,
+  engine := engine_1,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 2,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_prefix_02 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨43, 18, 0, 0, 1, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨35, 5, 1, 0, 2, 0, 0⟩] }] }
+
+/-- prefix_02: requests s0t0 (session 0, turn 0), s1t0 (session 1, turn 0). The Python twin's run takes 41 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_prefix_02 :
+    answers (run program_prefix_02 workload_prefix_02 41 (some 100000))
+      [(0, 0), (1, 0)] =
+      some [(some 0, some 17, some 0), (some 1, some 5, some 0)] := by
+  decide +kernel
+
 /-! ## prefix_tight_00 (tools/oracle/extra/results/prefix_tight_00.json) -/
 
 def program_prefix_tight_00 : Program := {
-  pools := pools_11,
+  pools := pools_15,
   engine := engine_1,
   arrive := Arrive.batch,
   gap := 0,
@@ -45,7 +132,7 @@ theorem vllm_prefix_tight_00 :
 /-! ## prefix_tight_01 (tools/oracle/extra/results/prefix_tight_01.json) -/
 
 def program_prefix_tight_01 : Program := {
-  pools := pools_12,
+  pools := pools_16,
   engine := engine_2,
   arrive := Arrive.batch,
   gap := 0,
@@ -71,11 +158,40 @@ theorem vllm_prefix_tight_01 :
       some [(some 1, some 48, some 0), (some 0, some 43, some 0), (some 49, some 86, some 0), (some 2, some 53, some 0), (some 55, some 111, some 1)] := by
   decide +kernel
 
+/-! ## prefix_tight_02 (tools/oracle/extra/results/prefix_tight_02.json) -/
+
+def program_prefix_tight_02 : Program := {
+  pools := pools_17,
+  engine := engine_1,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 3,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_prefix_tight_02 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨47, 36, 1, 0, 1, 0, 0⟩, ⟨7, 35, 1, 0, 2, 1, 83⟩] },
+  { arrival := 0, draws := [], rows := [⟨34, 14, 1, 0, 3, 0, 0⟩] },
+  { arrival := 0, draws := [], rows := [⟨46, 20, 0, 0, 4, 0, 0⟩] }] }
+
+/-- prefix_tight_02: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s1t0 (session 1, turn 0), s2t0 (session 2, turn 0). The Python twin's run takes 153 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_prefix_tight_02 :
+    answers (run program_prefix_tight_02 workload_prefix_tight_02 153 (some 100000))
+      [(0, 0), (0, 1), (1, 0), (2, 0)] =
+      some [(some 1, some 36, some 0), (some 38, some 72, some 0), (some 1, some 14, some 0), (some 0, some 19, some 0)] := by
+  decide +kernel
+
 /-! ## shared_00 (tools/oracle/extra/results/shared_00.json) -/
 
 def program_shared_00 : Program := {
-  pools := pools_10,
-  engine := engine_10,
+  pools := pools_13,
+  engine := engine_13,
   arrive := Arrive.batch,
   gap := 0,
   n := 10,
@@ -110,7 +226,7 @@ theorem vllm_shared_00 :
 /-! ## shared_01 (tools/oracle/extra/results/shared_01.json) -/
 
 def program_shared_01 : Program := {
-  pools := pools_13,
+  pools := pools_18,
   engine := engine_2,
   arrive := Arrive.batch,
   gap := 0,
@@ -134,10 +250,47 @@ theorem vllm_shared_01 :
       some [(some 11, some 22, some 0)] := by
   decide +kernel
 
+/-! ## shared_02 (tools/oracle/extra/results/shared_02.json) -/
+
+def program_shared_02 : Program := {
+  pools := pools_18,
+  engine := engine_2,
+  arrive := Arrive.batch,
+  gap := 0,
+  n := 11,
+  trace := true,
+  init := init_1,
+  turn := turn_1,
+  session := session_1,
+  server := server_2,
+  claims := claims_1,
+  stages := [] }
+
+def workload_shared_02 : Workload := { sessions := [
+  { arrival := 0, draws := [], rows := [⟨29, 21, 7, 0, 1, 5, 15⟩, ⟨30, 22, 0, 0, 2, 1, 50⟩, ⟨9, 4, 0, 0, 3, 2, 102⟩] },
+  { arrival := 0, draws := [], rows := [⟨114, 4, 56, 0, 4, 2, 102⟩] },
+  { arrival := 0, draws := [], rows := [⟨42, 8, 1, 0, 5, 0, 0⟩, ⟨2, 11, 2, 0, 6, 5, 50⟩] },
+  { arrival := 0, draws := [], rows := [⟨51, 13, 10, 0, 7, 5, 50⟩] },
+  { arrival := 0, draws := [], rows := [⟨66, 5, 10, 0, 8, 5, 50⟩] },
+  { arrival := 0, draws := [], rows := [⟨21, 4, 3, 0, 9, 5, 15⟩, ⟨9, 11, 2, 0, 10, 9, 25⟩, ⟨22, 17, 3, 0, 11, 10, 45⟩, ⟨9, 3, 2, 0, 12, 11, 84⟩] },
+  { arrival := 0, draws := [], rows := [⟨100, 1, 46, 0, 13, 11, 84⟩] },
+  { arrival := 0, draws := [], rows := [⟨105, 14, 47, 0, 14, 11, 84⟩] },
+  { arrival := 0, draws := [], rows := [⟨51, 19, 10, 0, 15, 5, 15⟩] },
+  { arrival := 0, draws := [], rows := [⟨29, 16, 9, 0, 16, 5, 15⟩] },
+  { arrival := 0, draws := [], rows := [⟨31, 16, 1, 0, 17, 5, 15⟩, ⟨18, 2, 2, 0, 18, 17, 47⟩] }] }
+
+/-- shared_02: requests s0t0 (session 0, turn 0), s0t1 (session 0, turn 1), s0t1a0 (session 0, turn 2), s0t1a1 (session 1, turn 0), s1t0 (session 2, turn 0), s1t0a0 (session 2, turn 1), s1t0a1 (session 3, turn 0), s1t0a2 (session 4, turn 0), s2t0 (session 5, turn 0), s2t1 (session 5, turn 1), s2t2 (session 5, turn 2), s2t2a0 (session 5, turn 3), s2t2a1 (session 6, turn 0), s2t2a2 (session 7, turn 0), s3t0 (session 8, turn 0), s4t0 (session 9, turn 0), s5t0 (session 10, turn 0), s5t0a0 (session 10, turn 1). The Python twin's run takes 152 moves: the fuel
+given, no more than the run needs (the kernel's work is about that many `step`s). -/
+theorem vllm_shared_02 :
+    answers (run program_shared_02 workload_shared_02 152 (some 100000))
+      [(0, 0), (0, 1), (0, 2), (1, 0), (2, 0), (2, 1), (3, 0), (4, 0), (5, 0), (5, 1), (5, 2), (5, 3), (6, 0), (7, 0), (8, 0), (9, 0), (10, 0), (10, 1)] =
+      some [(some 7, some 27, some 0), (some 32, some 53, some 0), (some 54, some 57, some 0), (some 58, some 61, some 0), (some 1, some 8, some 0), (some 20, some 30, some 0), (some 10, some 22, some 0), (some 10, some 19, some 1), (some 3, some 6, some 0), (some 9, some 19, some 0), (some 29, some 45, some 0), (some 48, some 50, some 0), (some 46, some 46, some 0), (some 47, some 60, some 0), (some 20, some 38, some 0), (some 9, some 24, some 0), (some 2, some 17, some 0), (some 26, some 27, some 0)] := by
+  decide +kernel
+
 /-! ## shared_tight_00 (tools/oracle/extra/results/shared_tight_00.json) -/
 
 def program_shared_tight_00 : Program := {
-  pools := pools_14,
+  pools := pools_19,
   engine := engine_7,
   arrive := Arrive.batch,
   gap := 0,
@@ -166,66 +319,6 @@ theorem vllm_shared_tight_00 :
     answers (run program_shared_tight_00 workload_shared_tight_00 288 (some 100000))
       [(0, 0), (1, 0), (2, 0), (2, 1), (3, 0), (4, 0), (4, 1), (5, 0), (6, 0), (7, 0)] =
       some [(some 3, some 32, some 0), (some 12, some 79, some 1), (some 0, some 33, some 0), (some 87, some 113, some 1), (some 34, some 85, some 1), (some 12, some 37, some 1), (some 115, some 124, some 0), (some 114, some 131, some 1), (some 114, some 129, some 1), (some 38, some 102, some 1)] := by
-  decide +kernel
-
-/-! ## tight_00 (tools/oracle/extra/results/tight_00.json) -/
-
-def program_tight_00 : Program := {
-  pools := pools_15,
-  engine := engine_11,
-  arrive := Arrive.batch,
-  gap := 0,
-  n := 4,
-  trace := true,
-  init := init_1,
-  turn := turn_1,
-  session := session_1,
-  server := server_1,
-  claims := claims_1,
-  stages := [] }
-
-def workload_tight_00 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨7, 61, 5, 0, 1, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨98, 42, 8, 0, 2, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨48, 66, 15, 0, 3, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨40, 74, 24, 0, 4, 0, 0⟩] }] }
-
-/-- tight_00: requests R2 (session 0, turn 0), R0 (session 1, turn 0), R1 (session 2, turn 0), R3 (session 3, turn 0). The Python twin's run takes 280 moves: the fuel
-given, no more than the run needs (the kernel's work is about that many `step`s). -/
-theorem vllm_tight_00 :
-    answers (run program_tight_00 workload_tight_00 280 (some 100000))
-      [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      some [(some 5, some 65, some 0), (some 9, some 50, some 0), (some 51, some 116, some 0), (some 66, some 139, some 0)] := by
-  decide +kernel
-
-/-! ## tight_cached_00 (tools/oracle/extra/results/tight_cached_00.json) -/
-
-def program_tight_cached_00 : Program := {
-  pools := pools_16,
-  engine := engine_12,
-  arrive := Arrive.batch,
-  gap := 0,
-  n := 4,
-  trace := true,
-  init := init_1,
-  turn := turn_1,
-  session := session_1,
-  server := server_2,
-  claims := claims_1,
-  stages := [] }
-
-def workload_tight_cached_00 : Workload := { sessions := [
-  { arrival := 0, draws := [], rows := [⟨102, 73, 3, 0, 1, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨37, 19, 16, 0, 2, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨41, 33, 21, 0, 3, 0, 0⟩] },
-  { arrival := 0, draws := [], rows := [⟨84, 73, 22, 0, 4, 0, 0⟩] }] }
-
-/-- tight_cached_00: requests R0 (session 0, turn 0), R2 (session 1, turn 0), R3 (session 2, turn 0), R1 (session 3, turn 0). The Python twin's run takes 328 moves: the fuel
-given, no more than the run needs (the kernel's work is about that many `step`s). -/
-theorem vllm_tight_cached_00 :
-    answers (run program_tight_cached_00 workload_tight_cached_00 328 (some 100000))
-      [(0, 0), (1, 0), (2, 0), (3, 0)] =
-      some [(some 9, some 81, some 0), (some 18, some 36, some 0), (some 23, some 91, some 2), (some 88, some 160, some 0)] := by
   decide +kernel
 
 end Serq.Oracle
