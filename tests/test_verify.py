@@ -97,6 +97,20 @@ def expected(p, sessions, values, draws) -> dict:
     return out
 
 
+def agrees(v, want: str) -> bool:
+    """A verdict against the kernel's enumeration, which reads the reals: the same, or, where the
+    claim compares a number the simulator rounds and holds there only exactly (a tie, docs/verify.md,
+    *Floating point*), the simulator's counterexample or witness (the interpreter shows it) or
+    `unknown` with the exact proof said."""
+    if v.verdict == want:
+        return True
+    if want in ("proved", "no_witness") and v.margin is False:
+        if v.verdict in ("counterexample", "witnessed"):
+            return v.by == "floating point"
+        return v.verdict == "unknown" and "holds exactly over the reals" in v.reason
+    return False
+
+
 @pytest.mark.parametrize("arrive,sessions,values", [("batch(2)", 2, 1), ("batch(2)", 1, 2), ("poisson(1)", 2, 1),
                                                     ("renewal(1)", 2, 1)])
 def test_verdicts_agree_with_enumeration(tmp_path, arrive, sessions, values):
@@ -104,12 +118,19 @@ def test_verdicts_agree_with_enumeration(tmp_path, arrive, sessions, values):
     res = verify(prog, sessions, values, timeout=60)
     p = res.prog
     want = expected(p, sessions, values, 3)
-    assert {k: v.verdict for k, v in res.claims.items()} == want
+    assert all(agrees(v, want[k]) for k, v in res.claims.items()), {k: v.verdict for k, v in res.claims.items()}
+    # under batch and renewal the clock is whole: floating point is exact, and the verdicts are the kernel's
+    if arrive != "poisson(1)":
+        assert {k: v.verdict for k, v in res.claims.items()} == want
     # the claims the bound decides both ways on this family
     assert want["budget"] == "proved" and want["three"] == "counterexample"
     assert want["full"] == "witnessed" and want["over"] == "no_witness"
     for v in res.claims.values():  # each deciding workload decides so on the plain kernel
         if v.workload is None:
+            continue
+        if v.by == "floating point":   # the simulator's own, on a tie the kernel holds exactly (issue 46)
+            rep = api.run(prog, None, None, v.workload)["claims"][v.name]
+            assert rep["status"] == {"counterexample": "failed", "witnessed": "witnessed"}[v.verdict]
             continue
         s = v.workload["sessions"]
         wl = ref.workload(p, len(s), arrivals=[x["arrival"] for x in s], draws=[x["draws"] for x in s])
@@ -646,18 +667,24 @@ def test_an_arrival_mid_iteration_is_in_the_family(tmp_path):
 
 def test_a_cost_in_decimal_seconds_is_decided_exactly(tmp_path):
     """`execute (0.001 + 0.00004 * batch.tokens)` is in the fragment: the kernel's clock is the
-    rationals these decimals write. A bound the iteration's time meets exactly is proved (1.16 ms
-    for a prompt of 4 tokens, the most), one a hair tighter has a counterexample the interpreter
-    replays."""
+    rationals these decimals write. A bound the iteration's time meets exactly (1.16 ms for a prompt
+    of 4 tokens, the most) holds over the reals and only there: on that tie the simulator's floating
+    point rounds, so it is not `proved` (issue 46: `proved` is the simulator's promise), and one a
+    hair looser is, with a margin no rounding crosses; one a hair tighter has a counterexample the
+    interpreter replays."""
     body = ENGINE.replace("execute (1);", "execute (0.001 + 0.00004 * batch.tokens);") + """
   workload { arrive batch(1); turn { Size p = ~det(2); } }
   server { llm (min(p, 3) + 1, 0); observe done = now; }
   claim within: at end (largest(done) <= 0.00116);
+  claim roomy: at end (largest(done) <= 0.00117);
   claim tighter: at end (largest(done) <= 0.00115);
 """
     prog = api.load(program(tmp_path, body, "dec.sq"))
     res = verify(prog, 1, 4, timeout=60)
-    assert res.claims["within"].verdict == "proved"
+    v = res.claims["within"]
+    assert v.verdict == "unknown" and v.margin is False and "holds exactly over the reals (every path)" in v.reason
+    assert "on a tie" in v.reason
+    assert res.claims["roomy"].verdict == "proved" and res.claims["roomy"].margin is True
     v = res.claims["tighter"]
     assert v.verdict == "counterexample"
     assert api.run(prog, None, None, v.workload)["claims"]["tighter"]["status"] == "failed"

@@ -18,7 +18,7 @@ from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.ref.fragment import convert
 from serq.ref.num import of_decimal
-from serq.verify import bmc, induct, invariant, robust, search as S, session, sym
+from serq.verify import bmc, floats, induct, invariant, robust, search as S, session, sym
 from serq.verify.search import clock
 from serq.verify.sym import concrete
 
@@ -46,6 +46,8 @@ class Verdict:
     unrolled: Optional[int] = None   # by "unrolled": the iterations each workload's path was cut at;
                                      # by "every path" read by merged states: the most iterations a path has
     per_session: Optional[list] = None  # by "per session": what each turn observes, and the lemma it needs
+    margin: Optional[bool] = None   # a proof where the simulator's rounding could flip a comparison:
+                                    # True when it holds with a margin no rounding crosses (serq/verify/floats.py)
 
 
 @dataclass
@@ -81,6 +83,12 @@ def verify(prog: I.Program, sessions: int = 3, values: int = 16, timeout: float 
         bound["gap"] = gap
     with sym.own_context():   # the same verdicts whatever the process verified before
         res = _Search(prog, p, trace, sessions, values, timeout).run()
+
+        def again(margin: I.Program) -> Result:   # a claim proved over the reals, again with the margin
+            search = _Search(margin, convert(margin), trace, sessions, values, timeout)
+            search.replay = False
+            return search.run()
+        floats.audit(prog, p, res, sessions, values, timeout, again)
     res.bound = bound
     bound["every_value"] = [v.name for v in res.claims.values() if v.every_value]
     bound["every_sessions"] = [v.name for v in res.claims.values() if v.every_sessions]
@@ -128,6 +136,10 @@ class _Search:
         self.finished: dict = {}    # n -> whether its paths cover every input (n is done)
         self.skipped: dict = {}     # n -> the kernel's branches z3 could not decide at its last level
         self.phase_out = False      # the running phase's own share of the time ran out
+        # a deciding workload is replayed by the interpreter before it is named; not when a claim is
+        # verified again with a margin (serq/verify/floats.py), whose workloads sit at a billionth
+        # from the claim's bound, where the simulator's rounding is what is asked, not a disagreement
+        self.replay = True
         self.finding = "search"     # how a deciding workload is being found: "sample", "unrolled" or "search"
         self.depth: Optional[int] = None   # the depth being unrolled
         self.unrolled_to = 0        # every prefix of this many iterations of every workload was read
@@ -171,7 +183,8 @@ class _Search:
         status = "failed" if verdict == "counterexample" else "witnessed"
         # a workload is named only when the interpreter's replay shows what the kernel found; one it
         # reads otherwise is a bug of serQ (one semantics, docs/verify.md, *Replay*)
-        why = replays(self.prog, wl, v.name, status, o.at, clock() + max(0.0, left()), whole=path.done)
+        why = replays(self.prog, wl, v.name, status, o.at, clock() + max(0.0, left()), whole=path.done) \
+            if self.replay else None
         if why == TIMED_OUT:
             if cs.unreplayed is None:
                 cs.unreplayed = wl

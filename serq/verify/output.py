@@ -150,6 +150,8 @@ def as_json(res: Result, replay: dict) -> dict:
             c["unrolled"] = v.unrolled
         if v.per_session is not None:
             c["per_session"] = v.per_session   # what each turn observes, the lemma on a hold it needs
+        if v.margin is not None:
+            c["margin"] = v.margin   # the proof holds with a margin the simulator's rounding cannot cross
         if v.reason is not None:
             c["reason"] = v.reason
         if v.form == "end":  # whether every path in the bound ended (null), else the first that did not
@@ -168,14 +170,19 @@ def as_text(res: Result, file: str, replay: dict) -> str:
     out = [head]
     for v in res.claims.values():
         line = f"claim {v.name}: {v.verdict}"
-        if v.iteration is not None:
+        if v.by == "floating point" and v.workload is not None and v.form != "end":
+            line += f" at time {v.at}"
+        elif v.iteration is not None:
             line += f" at iteration {v.iteration} (time {v.at})"
         elif v.at is not None:
             line += f" at the end (time {v.at})"
         if v.workload is not None:
             line += (", on a sampled workload" if v.by == "sample" else
+                     ", run in floating point (a tie over the reals)" if v.by == "floating point" else
                      f", found unrolling the first {v.unrolled} iteration(s) of every workload" if v.by == "unrolled"
                      else ", found by the search")
+        if v.margin:
+            line += " with a margin of a billionth (no rounding of the simulator's crosses it),"
         if v.by == "induction":
             line += " by induction, for every number of sessions, every value and arrival time"
         elif v.by == "per session":
