@@ -1,7 +1,7 @@
 """`make check`'s Lean step: compile every Lean module of the project and every generated Lean file,
 checking every theorem (docs/lean.md, *Lean here*).
 
-  python tools/lean_check.py [--jobs N] [--no-differential]
+  python tools/lean_check.py [--jobs N] [--no-differential] [--cases N --seed S]
 
 With a native `lake` on the PATH, it builds lean/ with it (`lake build`, every library) and checks
 each file outside lean/ with `lake env lean`. Else, where Node.js and npm are, it installs Lean in
@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--no-differential", action="store_true",
                     help="leave out the interpreter-against-Lean campaign (tools/lean_differential.py)")
+    ap.add_argument("--cases", type=int, default=None, help="the campaign's cases (default: its own, 24)")
+    ap.add_argument("--seed", type=int, default=None, help="the campaign's seed (default: its own, 45)")
     a = ap.parse_args(argv)
 
     def log(s):
@@ -175,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     files = checked_files()
     if not a.no_differential:
         import lean_differential
-        files += lean_differential.write(BUILD / "differential", log=log)
+        files += lean_differential.write(BUILD / "differential", a.cases or lean_differential.CASES,
+                                         lean_differential.SEED if a.seed is None else a.seed, log=log)
     if shutil.which("lake"):
         return native(files, log)
     if shutil.which("node") and shutil.which("npm"):
