@@ -153,6 +153,31 @@ def test_a_cost_at_least_one_proves_it_and_the_lemma_says_the_least():
     assert isinstance(got, session.Proof) and "at least 2 s" in got.lemma
 
 
+def test_a_cost_least_at_a_large_batch_is_found_below_the_one_token_batch():
+    """`max(1, 20 - batch.tokens)` costs 19 with one token and 1 at 19 tokens or more: the least is
+    1, not 0 (issue 46), so the per-turn fact `done >= alone` is proved; `max(0, 20 - ...)` is 0 at
+    the cap, where the lemma has nothing to give."""
+    cap32 = {"tokens cap 4;": "tokens cap 32;", "(p + 3 - (p + 3) % 4) / 4": "(p + 31 - (p + 31) % 32) / 32"}
+    p = convert(_prog(cost="max(1, 20 - batch.tokens)", **cap32))
+    assert session.least_cost(p, _lemmas(p), lambda: 30.0) == 1
+    got = session.prove(p, 0, lambda: 30.0)
+    assert isinstance(got, session.Proof), got
+    assert "at least an iteration for each decode token and for each 32 prefill tokens" in got.lemma
+    p = convert(_prog(cost="max(0, 20 - batch.tokens) + floor(batch.tokens / 8) / 2", **cap32))
+    assert session.least_cost(p, _lemmas(p), lambda: 30.0) == 1   # 20 tokens: 0 + 1
+    p = convert(_prog(cost="max(0, 20 - batch.tokens)", **cap32))
+    assert session.least_cost(p, _lemmas(p), lambda: 30.0) == 0
+    assert isinstance(session.prove(p, 0, lambda: 30.0), str)
+    # the cap is the least: 16 at 4 tokens
+    p = convert(_prog(cost="max(1, 20 - batch.tokens)"))
+    assert session.least_cost(p, _lemmas(p), lambda: 30.0) == 16
+
+
+def _lemmas(p):
+    chk = step.checked(p)
+    return [lm for lm in V.lemmas(p) if chk.lemmas.get(lm.key, "not checked") is None]
+
+
 @pytest.mark.parametrize("subst,why", [
     ({"server {": "server {\n    branch (p > 1) { set q = 1; } else { set q = 0; }"}, "the server has a `BranchS`"),
     ({"turn { Size p": "turn { observe done = 0; Size p"}, "`done` is observed outside the server"),

@@ -280,9 +280,10 @@ def _domain(n: str):
     return S.var(n) >= 0
 
 
-def _implied(p: R.Program, e, want: bool, lems: list, left) -> Optional[str]:
+def _implied(p: R.Program, e, want: bool, lems: list, left, found: Optional[list] = None) -> Optional[str]:
     """None when every value of the claim's quantities the lemmas allow reads it as `want`; else why
-    not (a reading the lemmas allow, a refusal, what z3 could not decide)."""
+    not (a reading the lemmas allow, a refusal, what z3 could not decide). `found` gets the quantities'
+    values of a reading the lemmas allow that reads it otherwise."""
     leaves: dict = {}
     e2 = abstract(e, leaves)
     # every quantity is a natural (the clock a real >= 0), those the claim does not read included
@@ -295,8 +296,11 @@ def _implied(p: R.Program, e, want: bool, lems: list, left) -> Optional[str]:
     mdl = s.model()
     start = S.Inputs({n: S.model_value(mdl, n) for n in leaves})
 
+    last: list = []
+
     def run(inp: S.Inputs):
         env = X.Env(tuple((n, inp.value(n)) for n in leaves))
+        last[:] = [env]
         with Trace() as tr:
             try:
                 val = bool(X.eval_expr(p, None, env, e2) != 0)
@@ -311,6 +315,8 @@ def _implied(p: R.Program, e, want: bool, lems: list, left) -> Optional[str]:
             bad.append(f"reading it, the kernel stops with {val}")
         elif val != want:
             bad.append("the kernel's invariants allow a reading where it " + ("fails" if want else "holds"))
+            if found is not None:
+                found.append(last[0])
         return bool(bad)
 
     try:

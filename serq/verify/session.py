@@ -218,29 +218,58 @@ def _now(e):
 
 def least_cost(p: R.Program, lems: list, left) -> Optional[object]:
     """The least an iteration with a token in its batch costs, as a rational the kernel's invariants
-    imply (z3): the cost at the smallest such batches, else 0; None when not even 0 is implied."""
+    imply (z3): first the cost at the smallest such batches; where a batch the invariants allow costs
+    less (`max(1, 20 - batch.tokens)` is least at the tokens cap), that batch's cost, and so on down
+    (a few rounds); else 0; None when not even 0 is implied."""
     tokens = R.StepVar("Ntok", batch=True)
     cands = []
-    for pre, dec in ((1, 0), (0, 1)):
-        try:
-            leaves: dict = {}
-            e2 = V.abstract(p.engine.cost, leaves)
-            vals = dict.fromkeys(leaves, 0)
-            vals.update({"tokens": 1, "prefilled": pre, "decoders": dec})
-            env = X.Env(tuple(vals.items()))
-            cands.append(X.eval_expr(p, None, env, e2))
-        except (V.Unsupported, X.KernelError):
-            return None
-    for c in sorted(set(cands)) + [0]:
-        if c < 0:
-            continue
+    leaves: dict = {}
+    try:
+        e2 = V.abstract(p.engine.cost, leaves)
+    except V.Unsupported:
+        return None
+    # batches of 1 token, and of powers of 2 up to the tokens cap, all prefill or all decode
+    budget = p.engine.budget
+    cap = budget.v if isinstance(budget, R.Num) and budget.v >= 1 else 1
+    sizes = sorted({1, cap} | {2 ** k for k in range(1, 13) if 2 ** k < cap})
+    for size in sizes:
+        for pre, dec in ((size, 0), (0, size)):
+            try:
+                vals = dict.fromkeys(leaves, 0)
+                vals.update({"tokens": size, "prefilled": pre, "decoders": dec})
+                env = X.Env(tuple(vals.items()))
+                cands.append(X.eval_expr(p, None, env, e2))
+            except X.KernelError:
+                if size == 1:
+                    return None
+    tried: set = set()
+    c = min(cands)
+    for _ in range(LEAST_ROUNDS):
+        if c <= 0 or c in tried:
+            break
+        tried.add(c)
         claim = R.Bin("||", R.Bin("<", tokens, R.Num(1)), R.Bin(">=", p.engine.cost, R.Num(c)))
+        found: list = []
         try:
-            if V._implied(p, claim, True, lems, left) is None:
+            if V._implied(p, claim, True, lems, left, found) is None:
                 return c
         except V.Unsupported:
             return None
-    return None
+        if not found:
+            break
+        # a batch the invariants allow below c: its cost is the next candidate
+        try:
+            c = X.eval_expr(p, None, found[0], e2)
+        except X.KernelError:
+            break
+    claim = R.Bin("||", R.Bin("<", tokens, R.Num(1)), R.Bin(">=", p.engine.cost, R.Num(0)))
+    try:
+        return 0 if V._implied(p, claim, True, lems, left) is None else None
+    except V.Unsupported:
+        return None
+
+
+LEAST_ROUNDS = 8   # candidates tried for the least cost before 0
 
 
 def _constant(e):
