@@ -187,6 +187,9 @@ def as_text(res: Result, file: str, replay: dict) -> str:
             line += " by induction, for every number of sessions, every value and arrival time"
         elif v.by == "per session":
             line += " per session, for every number of sessions, every value and arrival time"
+        elif v.by == "vacuous":
+            line += (" vacuously, for every number of sessions, every value and arrival time: under closed(n) "
+                     "no path ends, and a claim at end reads only the paths that end")
         elif v.by == "every state":
             line += " (on every machine an iteration can start from: every natural value and arrival time, " \
                     "at most the bound's sessions)"
@@ -198,7 +201,7 @@ def as_text(res: Result, file: str, replay: dict) -> str:
         u = replay.get((v.name, "unended"))
         if u is not None:
             line += f"; a path does not end: {u['why']}"
-        elif v.form == "end" and v.verdict == "proved" and v.by != "per session":
+        elif v.form == "end" and v.verdict == "proved" and v.by not in ("per session", "vacuous"):
             line += "; every path in the bound ended"
         line += f"  [{v.seconds:.2f} s]"
         out.append(line)
