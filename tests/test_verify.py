@@ -13,6 +13,7 @@ import pytest
 
 from serq import api, ref
 from serq.cli import main
+from serq.ref.fragment import convert
 from serq.verify import search as S
 from serq.verify import verify
 
@@ -814,6 +815,40 @@ def test_preempt_by_keys_agrees_with_enumeration(tmp_path, victim):
     got = {k: v.verdict for k, v in res.claims.items()}
     assert got == expected(res.prog, 2, 3, 2), got
     assert got["calm"] == "counterexample"      # the memory is tight: some growth preempts
+
+
+def test_a_path_past_the_fuel_does_not_hide_a_counterexample(tmp_path, monkeypatch):
+    """A lone session whose prompt (9) is above the KV cap (8) preempts itself forever: its path runs
+    past the fuel at the first look (values 0..1), which leaves no proof. Two sessions of outputs 3
+    decode together at time 3: a counterexample the levels of 2 sessions find (issue 46: the search
+    stopped at the first look, `unknown`). Sampling and unrolling are turned off so that the levels
+    alone decide it."""
+    body = """
+  device gpu { kv cap 8; }
+  engine llm on gpu {
+    reqs cap 4;
+    tokens cap 4;
+    request (p, o) { prefill (p) growing kv; decode (o) growing kv; }
+    schedule {
+      advance running;
+      admit waiting while (running.preempted == 0) taking reqs (1), kv (1);
+    }
+    execute (1);
+  }
+  pool kv on gpu { preempt lifo; }
+  pool reqs on llm { queue fifo; }
+  workload { arrive batch(2); turn { Size d = ~det(3); Size p = d == 1 ? 9 : 1; Size o = 1 + ~det(3); } }
+  server { llm (p, o); observe done = now; }
+  claim onedec: every iteration of llm (decoders <= 1 || now < 3);
+"""
+    import serq.verify as VV
+    for k in ("SAMPLES", "EXTREMES", "SAMPLE_SHARE", "MERGED_SHARE", "UNROLL_SHARE", "EARLY_SHARE"):
+        monkeypatch.setattr(VV, k, 0)
+    prog = api.load(program(tmp_path, body, "fuel.sq"))
+    assert expected(convert(prog), 2, 2, 2)["onedec"] == "counterexample"
+    v = verify(prog, 2, 4, timeout=30).claims["onedec"]
+    assert v.verdict == "counterexample" and v.by == "search", (v.verdict, v.reason)
+    assert api.run(prog, None, None, v.workload)["claims"]["onedec"]["status"] == "failed"
 
 
 def test_a_closed_population_is_verified_on_its_paths(tmp_path):

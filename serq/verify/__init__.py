@@ -133,6 +133,7 @@ class _Search:
         self.cs = [_Claim(j, c, self.res.claims[c.name]) for j, c in enumerate(p.claims)]
         self.budget = S.Budget(timeout, [c.name for c in p.claims])
         self.trouble: list = []     # why no claim can be proved by paths: a run error, a path past the fuel
+        self.lone_past_fuel = False  # a path of one session ran past the fuel
         self.finished: dict = {}    # n -> whether its paths cover every input (n is done)
         self.skipped: dict = {}     # n -> the kernel's branches z3 could not decide at its last level
         self.phase_out = False      # the running phase's own share of the time ran out
@@ -577,6 +578,7 @@ class _Search:
                 self.trouble.append(f"the kernel {_stops(path.error)} on a workload of {fam.n} session(s): "
                                     f"{S.concrete_workload(fam, path)}")
             elif not path.done:
+                self.lone_past_fuel = self.lone_past_fuel or fam.n == 1
                 self.trouble.append(f"a path of {fam.n} session(s) runs past {S.FUEL} steps: "
                                     f"{S.concrete_workload(fam, path)}")
             for cs in self.open():
@@ -724,19 +726,23 @@ class _Search:
             # not: the workloads it did not reach may decide a claim, and a machine's speed must not
             if not out:
                 self.stop_troubled(3)
-            plan = ([(levels[0], every)] if out else []) + [(values, range(1, 2))] + \
-                [(lv, range(2, sessions + 1)) for lv in levels[1:]]
-            for lv, ns in plan if out or not self.trouble else ():
+            lone, several = [(values, range(1, 2))], [(lv, range(2, sessions + 1)) for lv in levels[1:]]
+            # a lone session past the fuel at the first look (one that preempts itself forever) is
+            # slow at every value: the levels of several sessions come first then
+            plan = ([(levels[0], every)] if out else []) + (several + lone if self.lone_past_fuel else lone + several)
+            # the kernel's trouble (a path past the fuel, a run error) leaves no proof by paths, but a
+            # workload further on may still fail or witness a claim: a lone session that preempts
+            # itself forever at values 0..1 once hid a counterexample of 2 sessions (issue 46), so
+            # the levels go on for as long as the timeout lasts
+            for lv, ns in plan:
                 if not self.open():
                     break
                 out = self.level(lv, ns)
                 if out or len(self.finished) == sessions:
                     break
-                # trouble (no proof) stops the search at the end of a level of several sessions:
-                # the kernel's for every claim, a claim's own for that claim
+                # a claim's own trouble (reading it stops the kernel) stops its search at the end of
+                # a level of several sessions
                 if ns.stop > 2:
-                    if self.trouble:
-                        break
                     self.stop_troubled(ns.stop)
         return self.verdicts()
 
