@@ -162,7 +162,7 @@ def parse_instance(path: str) -> dict:
         raise UsageError(f"{path}:{exc.lineno}:{exc.colno}: the instance file is not JSON: {exc.msg}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: an instance file is a JSON object")
-    allowed = {"inputs", "seed", "horizon", "warmup", "arrivals"}
+    allowed = {"inputs", "seed", "horizon", "warmup", "arrivals", "sizing"}   # sizing: what serq inputs --model said
     extra = set(data) - allowed
     if extra:
         raise UsageError(f"{path}: unknown key(s) {', '.join(sorted(extra))} (allowed: {', '.join(sorted(allowed))})")

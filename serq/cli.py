@@ -163,9 +163,17 @@ def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
     sub.required = True
     program = "the program (.sq), or the IR `serq ir` wrote (.json)"
 
+    def sizing(sp):  # a model on GPUs fills the roofline's inputs (serq/catalogue, docs/sizing.md)
+        sp.add_argument("--model", metavar="NAME|config.json", help="size a model: a catalogue name (e.g. "
+                        "llama-3.1-8b) or a Hugging Face config.json; fills the inputs of examples/sizing/roofline.sq")
+        sp.add_argument("--gpu", metavar="NAME|FILE.json", help="on this GPU: a catalogue name (e.g. h100) or a file "
+                        "of its figures")
+        sp.add_argument("--tp", metavar="N", help="over N GPUs, tensor parallel (default 1)")
+
     def inputs(sp):
         sp.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="supply an input")
         sp.add_argument("--instance", metavar="FILE.json", help="an instance file: inputs and settings")
+        sizing(sp)
         # `-- NAME=VALUE ...` is split off before argparse (main), which would otherwise bind a
         # positional list right after FILE and refuse the `--` that follows options
         sp.usage = sp.format_usage().removeprefix("usage: ").rstrip() + " [-- NAME=VALUE ...]"
@@ -202,6 +210,7 @@ def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
     n.add_argument("file", help="the program (.sq)")
     n.add_argument("--json", action="store_true",
                    help='the inputs as one JSON object, {"inputs": {NAME: DEFAULT}}: an instance file')
+    sizing(n)
     cl = sub.add_parser("claims", help="the program's IR and claims as Lean (the Lean fragment)")
     cl.add_argument("file", help=program)
     cl.add_argument("-o", "--output", metavar="OUT.lean", help="write the Lean file here (default: stdout)")
@@ -245,6 +254,8 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
     for b in list(getattr(args, "set", [])) + list(getattr(args, "rest", [])):
         n, v = _binding(b)
         supplied[n] = v
+
+    _size(args, supplied)
 
     def flag(key):  # a flag wins over the instance file
         v = getattr(args, key, None)
@@ -313,15 +324,31 @@ def _run(args, prog, settings, supplied: dict | None = None) -> int:
             progress.close()
         if staged is not None:
             staged.discard()
+    summary = sizing_summary(args, supplied or {})
+    if summary is not None:
+        rep["sizing"] = summary
     if args.json:
         _out(json.dumps(finite(rep), indent=1, default=_jsonable, allow_nan=False))
     else:
-        head = ""
+        head = "" if summary is None else sizing_text(summary) + "\n"
         if workload is not None:
             from serq.verify.output import replay_head
-            head = replay_head(prog, workload, args.workload) + "\n"
+            head += replay_head(prog, workload, args.workload) + "\n"
         _out(head + text(rep, args.file))
     return 0
+
+
+def sizing_text(s: dict) -> str:
+    """The sizing, as the text report and `serq inputs` print it."""
+    gb = 1e9
+    act = (f", {s['active_parameters'] / 1e9:.2f}B active" if s["active_parameters"] != s["parameters"] else "")
+    return "\n".join([
+        f"sizing: {s['model']} ({s['parameters'] / 1e9:.2f}B parameters{act}) on {s['tp']} x {s['gpu']}",
+        f"  weights {s['weights_per_gpu_bytes'] / gb:.1f} GB per GPU; KV {s['kv_blocks']} blocks of {s['block_size']} "
+        f"tokens ({s['kv_tokens']} tokens, {s['kv_bytes_per_token']:.0f} bytes a token per GPU)",
+        f"  step: a 1-request decode at {s['decode_context']} tokens {s['decode_step_s'] * 1e3:.2f} ms (its floor, "
+        f"the weights over the bandwidth, {s['floor_s'] * 1e3:.2f} ms); a prefill of {s['prefill_tokens']} tokens "
+        f"{s['prefill_step_s'] * 1e3:.2f} ms"])
 
 
 # `--slo`, as `serq run` and `serq sweep --find` (serq/exp/find.py) both read it: a metric (no space
@@ -419,19 +446,61 @@ def _claims(args, prog) -> int:
     return 0
 
 
-def _inputs(args) -> int:
-    """`serq inputs FILE`: each input the program declares and its default, in the program's order."""
+def _size(args, supplied: dict) -> None:
+    """--model, --gpu, --tp: the catalogue's numbers for the inputs the program declares and the user did
+    not supply (serq/catalogue/sizing.py), added to `supplied`; what was sized kept as args.sizing."""
+    args.sizing = None
+    model, gpu, tp = (getattr(args, k, None) for k in ("model", "gpu", "tp"))
+    if model is None and gpu is None and tp is None:
+        return
+    file = getattr(args, "file", None)
+    if not file or file.endswith(".json"):
+        raise UsageError("--model, --gpu and --tp size a program (.sq) whose inputs they fill, not "
+                         + (f"an IR ({file})" if file else "nothing"))
+    from serq.catalogue import CatalogueError
+    from serq.catalogue.sizing import resolve
+    declared = api.inputs(file)
+    try:
+        add, args.sizing = resolve(declared, supplied, model, gpu, tp)
+    except CatalogueError as exc:
+        raise UsageError(str(exc)) from None
+    supplied.update(add)
+
+
+def sizing_summary(args, supplied: dict) -> dict | None:
+    """The model, GPU and numbers a sized run used (the report's `sizing`), with the program's own step
+    times of a 1-request decode at the prompt's length and of the prompt's prefill, read from its execute
+    (serq calibrate's evaluator)."""
+    sz = getattr(args, "sizing", None)
+    if sz is None:
+        return None
+    from serq.catalogue.sizing import step_times
+    out = sz.summary()
+    out.update(step_times(args.file, supplied))
+    return out
+
+
+def _inputs(args, supplied: dict | None = None) -> int:
+    """`serq inputs FILE`: each input the program declares and its default, in the program's order; with
+    --model and --gpu, the values the catalogue gives them."""
     found = api.inputs(args.file)
+    found.update({k: v for k, v in (supplied or {}).items() if k in found})
+    summary = sizing_summary(args, supplied or {})
     if args.json:
         def plain(v):  # a whole number as an integer; one not finite as `serq ir` writes it (strict JSON has
             # none), which an instance file takes back (api.parse_instance)
             if not math.isfinite(v):
                 return "Infinity" if v > 0 else "-Infinity"
             return int(v) if whole(v, -2 ** 53, 2 ** 53) else v
-        _out(json.dumps({"inputs": {k: plain(v) for k, v in found.items()}}, indent=1))
+        doc = {"inputs": {k: plain(v) for k, v in found.items()}}
+        if summary is not None:
+            doc["sizing"] = summary
+        _out(json.dumps(doc, indent=1))
     elif found:
         width = max(map(len, found))
         _out("\n".join(f"{k.ljust(width)}  {fmt(v)}" for k, v in found.items()))
+        if summary is not None:
+            _out(sizing_text(summary))
     else:
         _say(f"{args.file}: the program declares no input")
     return 0
@@ -757,7 +826,7 @@ def _main(argv: list[str]) -> int:
         if args.cmd in EXPERIMENTS:
             return importlib.import_module(f"serq.exp.{args.cmd}").command(args)
         if args.cmd == "inputs":
-            return _inputs(args)
+            return _inputs(args, supplied)
         prog = api.load(args.file, supplied, settings)
         if args.cmd == "run":
             return _run(args, prog, settings, supplied)
