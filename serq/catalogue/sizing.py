@@ -150,7 +150,10 @@ def resolve(declared: dict, supplied: dict, model: str | None, gpu: str | None, 
     # vLLM's defaults on this GPU for the settings the user did not name
     dflt = {k: v for k, v in vllm_defaults(g).items() if k in declared and k not in supplied}
     settings = {k: supplied.get(k, dflt.get(k, declared.get(k, d))) for k, (_, d) in SETTINGS.items()}
-    sz = size(model, g, t, settings)
+    try:
+        sz = size(model, g, t, settings)
+    except CatalogueError as exc:
+        raise CatalogueError(str(exc) + _fits_at(model, g, t, settings)) from None
     sz.values.update(dflt)
     missing = [k for k in FILLED if k not in declared]
     if len(missing) == len(FILLED):
@@ -188,3 +191,16 @@ def step_times(file: str, supplied: dict) -> dict:
     t = cost.predict({}, cols, 2)
     return {"decode_context": int(p), "decode_step_s": float(t[0]), "prefill_tokens": int(pre),
             "prefill_step_s": float(t[1])}
+
+
+def _fits_at(model: str, gpu: GPU, tp: int, settings: dict) -> str:
+    """Where a model does not fit at tp: the fewest GPUs (up to 8) it fits on, said to the user."""
+    for t in (2, 4, 8):
+        if t <= tp:
+            continue
+        try:
+            size(model, gpu, t, settings)
+        except CatalogueError:
+            continue
+        return f"; it fits at --tp {t}"
+    return ""
