@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from serq import api, ref
 from serq.cli import main
 from serq.ref import exec as X
+from serq.ref.fragment import convert
 from serq.ref.num import of_decimal
 from serq.verify import invariant as V
 from serq.verify import verify
@@ -350,3 +351,81 @@ def test_the_symbolic_check_catches_a_false_lemma(monkeypatch):
     monkeypatch.setattr(V, "lemmas", wrong)
     with pytest.raises(AssertionError):
         _symbolic_check(program("  claim budget: every iteration of vllm (tokens <= 8);"), 1, 8)
+
+
+def _sglang_with(claims: str, tmp_path) -> str:
+    with open(os.path.join(ROOT, "examples", "engines", "sglang.sq"), encoding="utf-8") as fh:
+        text = fh.read()
+    i = text.rstrip().rfind("}")
+    path = os.path.join(tmp_path, "sglang_claims.sq")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text[:i] + claims + "}\n")
+    return path
+
+
+def test_a_claim_over_a_register_is_proved_as_an_invariant_of_the_registers(tmp_path):
+    """SGLang's admission register `new_token_ratio` (issue 46: every bound on it was unknown after
+    60 s): a claim that reads only registers holds at every iteration when their initial values satisfy
+    it and each `set` of the schedule keeps it, whatever else the set reads. `ratio >= min_ratio` is
+    not kept: a preemption sets the ratio to 20 / max_new, below it, and a run with few KV slots
+    shows it; the proved ones hold on those runs."""
+    path = _sglang_with("""
+  claim lo: every iteration of sglang (sglang.ratio >= 0.005);
+  claim hi: every iteration of sglang (sglang.ratio <= 1 && sglang.ratio > 0);
+  claim floor_ratio: every iteration of sglang (sglang.ratio >= min_ratio);
+""", tmp_path)
+    res = verify(api.load(path), 2, 2, timeout=20)
+    for name in ("lo", "hi"):
+        v = res.claims[name]
+        assert (v.verdict, v.by) == ("proved", "induction") and v.every_sessions, (name, v.reason)
+        assert v.invariant[0].startswith(V.REGISTERS)
+    v = res.claims["floor_ratio"]
+    # within the bound no preemption happens (200000 slots): the paths may prove it, induction does not
+    assert v.by != "induction"
+    assert "`set ratio` may not keep it" in V.prove(convert(api.load(path)), 2, lambda: 20.0)
+    # few slots: requests preempt one another, and the ratio drops to 20 / 2048
+    prog = api.load(path, {"slots": 6000, "rate": 20})
+    failed = 0
+    for seed in (1, 2):
+        rep = api.run(prog, api.I.Settings(horizon=30, seed=seed))
+        assert rep["claims"]["lo"]["status"] == "held" and rep["claims"]["hi"]["status"] == "held"
+        failed += rep["claims"]["floor_ratio"]["status"] == "failed"
+    assert failed
+
+
+def test_a_set_that_breaks_a_register_claim_in_a_branch_is_found():
+    """Each set is read whatever its branch's condition: one that can break the claim leaves it to
+    the paths, and with that branch never taken the claim still is not proved so (sound, not
+    complete)."""
+    base = """fn main() {
+  device gpu { kv cap 64; }
+  engine llm on gpu {
+    reqs cap 4;
+    tokens cap 8;
+    state r = 1;
+    request (p, o) { prefill (p) growing kv; decode (o) growing kv; }
+    schedule {
+      advance running;
+      admit waiting taking reqs (1), kv (1);
+      SET
+    }
+    execute (1);
+  }
+  pool kv on gpu { preempt lifo; }
+  pool reqs on llm { queue fifo; }
+  workload { arrive batch(2); turn { Size p = 1 + ~det(3); Size o = 1 + ~det(3); } }
+  server { llm (p, o); }
+  claim pos: every iteration of llm (llm.r >= 1);
+}
+"""
+    def verdict(st):
+        prog = api.load_text(base.replace("SET", st), "r.sq")
+        return verify(prog, 2, 2, timeout=10).claims["pos"]
+    v = verdict("set r = r + batch.tokens;")
+    assert (v.verdict, v.by) == ("proved", "induction")
+    v = verdict("branch (batch.tokens > 1000) { set r = 0; }")
+    assert v.verdict != "proved" or v.by != "induction"
+    v = verdict("set r = max(1, r - batch.prefilled);")
+    assert (v.verdict, v.by) == ("proved", "induction")
+    v = verdict("set r = r - batch.prefilled;")
+    assert v.verdict == "counterexample"

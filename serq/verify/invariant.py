@@ -51,23 +51,30 @@ class Unsupported(Exception):
     """The claim reads something the invariants say nothing of (a register, an aggregate)."""
 
 
-def abstract(e, leaves: dict):
+REG = "reg."   # a register's unknown: `reg.ratio`, a real (search.real)
+
+
+def abstract(e, leaves: dict, regs: bool = False):
     """The expression with each quantity of the machine it reads an attribute of that name;
-    `leaves` collects name -> the quantity's own expression."""
+    `leaves` collects name -> the quantity's own expression. `regs`: an engine register is one too
+    (any real: *Registers*, below)."""
     n = leaf_name(e)
     if n is not None:
         leaves[n] = e
         return R.Attr(n)
+    if regs and isinstance(e, R.Reg):
+        leaves[REG + e.name] = e
+        return R.Attr(REG + e.name)
     if isinstance(e, R.Num):
         return e
     if isinstance(e, R.Not):
-        return replace(e, e=abstract(e.e, leaves))
+        return replace(e, e=abstract(e.e, leaves, regs))
     if isinstance(e, R.Bin):
-        return replace(e, l=abstract(e.l, leaves), r=abstract(e.r, leaves))
+        return replace(e, l=abstract(e.l, leaves, regs), r=abstract(e.r, leaves, regs))
     if isinstance(e, R.Ite):
-        return replace(e, c=abstract(e.c, leaves), a=abstract(e.a, leaves), b=abstract(e.b, leaves))
+        return replace(e, c=abstract(e.c, leaves, regs), a=abstract(e.a, leaves, regs), b=abstract(e.b, leaves, regs))
     if isinstance(e, R.Fn):
-        return replace(e, args=tuple(abstract(a, leaves) for a in e.args))
+        return replace(e, args=tuple(abstract(a, leaves, regs) for a in e.args))
     what = {R.Reg: "an engine register", R.Agg: "an aggregate of observations",
             R.Attr: "a session's attribute", R.Ctx: "a context value"}.get(type(e), type(e).__name__)
     raise Unsupported(f"the claim reads {what}, of which the kernel's invariants say nothing")
@@ -277,15 +284,17 @@ class Proof:
 
 
 def _domain(n: str):
-    return S.var(n) >= 0
+    # a register is any real (it may go below 0); every other quantity a natural, the clock a real >= 0
+    return z3.BoolVal(True) if n.startswith(REG) else S.var(n) >= 0
 
 
-def _implied(p: R.Program, e, want: bool, lems: list, left, found: Optional[list] = None) -> Optional[str]:
+def _implied(p: R.Program, e, want: bool, lems: list, left, found: Optional[list] = None,
+             regs: bool = False) -> Optional[str]:
     """None when every value of the claim's quantities the lemmas allow reads it as `want`; else why
     not (a reading the lemmas allow, a refusal, what z3 could not decide). `found` gets the quantities'
-    values of a reading the lemmas allow that reads it otherwise."""
+    values of a reading the lemmas allow that reads it otherwise; `regs`: registers are quantities."""
     leaves: dict = {}
-    e2 = abstract(e, leaves)
+    e2 = abstract(e, leaves, regs)
     # every quantity is a natural (the clock a real >= 0), those the claim does not read included
     names = dict.fromkeys(list(leaves) + [n for lm in lems for n, _ in lm.quantities])
     base = [lm.fact(S.var) for lm in lems] + [_domain(n) for n in names]
@@ -343,6 +352,8 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
         leaves: dict = {}
         abstract(c.e, leaves)
     except Unsupported as u:
+        if c.form == "every" and _reads_register(c.e):
+            return prove_registers(p, j, left, str(u))
         return str(u)
     # only the lemmas the encoded step proves inductive (serq/verify/step.py): every move of the
     # kernel keeps them, for any number of sessions
@@ -365,6 +376,84 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
         if _implied(p, c.e, want, rest, left) is None:
             need = rest
     return Proof([lm.text for lm in need])
+
+
+# ---------------------------------------------------------------- registers
+
+
+def _reads_register(e) -> bool:
+    if isinstance(e, R.Reg):
+        return True
+    if hasattr(e, "__dataclass_fields__"):
+        return any(_reads_register(getattr(e, k)) for k in e.__dataclass_fields__)
+    if isinstance(e, tuple):
+        return any(_reads_register(x) for x in e)
+    return False
+
+
+def _subst_reg(e, name: str, by):
+    """The expression with register `name` read as `by`."""
+    if isinstance(e, R.Reg):
+        return by if e.name == name else e
+    if isinstance(e, tuple):
+        return tuple(_subst_reg(x, name, by) for x in e)
+    if not hasattr(e, "__dataclass_fields__"):
+        return e
+    return type(e)(**{k: _subst_reg(getattr(e, k), name, by) for k in e.__dataclass_fields__})
+
+
+def _sets(body) -> list:
+    """Every register set of an iteration's statements, those inside branches too."""
+    out = []
+    for st in body:
+        if isinstance(st, R.ISet):
+            out.append(st)
+        elif isinstance(st, R.IBranch):
+            out += _sets(st.then) + _sets(st.else_)
+    return out
+
+
+def prove_registers(p: R.Program, j: int, left, why_not: str) -> Proof | str:
+    """An `every iteration` claim over the engine's registers (and numbers) proved as an invariant of
+    the registers: it holds of their initial values, and each `set` of the schedule keeps it, whatever
+    the register values that satisfy it and whatever the values the set reads besides them (any
+    natural the kernel's lemmas allow). Registers change only there (a try that schedules nothing puts
+    back values that held it), so it holds at every moment, for any number of sessions."""
+    c = p.claims[j]
+    leaves: dict = {}
+    try:
+        abstract(c.e, leaves, regs=True)
+    except Unsupported as u:
+        return f"{why_not}; and as an invariant of the registers: {u}"
+    if any(not n.startswith(REG) for n in leaves):
+        return f"{why_not}; and not an invariant of the registers alone: it reads {', '.join(sorted(n for n in leaves if not n.startswith(REG)))}"
+    init = dict(p.engine.registers)
+    env = X.Env(tuple((n, init[n[len(REG):]]) for n in leaves))
+    e0 = abstract(c.e, {}, regs=True)
+    try:
+        if X.eval_expr(p, None, env, e0) == 0:
+            return f"{why_not}; and the registers' initial values do not satisfy it"
+    except X.KernelError as err:
+        return f"{why_not}; and reading it on the registers' initial values, the kernel stops with {err}"
+    from serq.verify import step
+    chk = step.checked(p)
+    lems = [lm for lm in lemmas(p) if chk.lemmas.get(lm.key, "not checked") is None] if not chk.failed else []
+    read = {n[len(REG):] for n in leaves}
+    for st in _sets(p.engine.body):
+        if st.name not in read:
+            continue
+        kept = R.Bin("||", R.Not(c.e), _subst_reg(c.e, st.name, st.e))
+        try:
+            why = _implied(p, kept, True, lems, left, regs=True)
+        except Unsupported as u:
+            return f"{why_not}; and as an invariant of the registers: `set {st.name}` reads what z3 cannot: {u}"
+        if why is not None:
+            return f"{why_not}; and `set {st.name}` may not keep it as an invariant of the registers: {why}"
+    return Proof([f"{REGISTERS} ({', '.join(sorted(read))}): it holds of their initial values, and every "
+                  f"`set` of them in the schedule keeps it"])
+
+
+REGISTERS = "the claim as an invariant of the registers"
 
 
 # ---------------------------------------------------------------- the lemmas on a machine
