@@ -8,6 +8,7 @@ import itertools
 import json
 from fractions import Fraction
 import os
+import re
 
 import pytest
 
@@ -16,6 +17,8 @@ from serq.cli import main
 from serq.ref.fragment import convert
 from serq.verify import search as S
 from serq.verify import verify
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 ENGINE = """
   device gpu { kv cap 16; }
@@ -921,3 +924,25 @@ def test_the_verdicts_do_not_follow_the_order_the_claims_are_stated_in(tmp_path)
     assert list(behind) == list(reversed(list(ahead)))   # stated in the reverse order indeed
     assert ahead == behind
     assert {v[0] for v in ahead.values()} >= {"counterexample", "witnessed", "proved"}, ahead
+
+
+def test_an_unknown_claim_says_what_it_read_whole_and_the_bound_that_decides_it(tmp_path):
+    """TensorRT-LLM's engine at the default bound: `tokens >= 1` runs out of time (issue 46). The
+    reason names every bound whose every workload was run, and the options that decide it within
+    such a bound; asked with the first of them, verify proves it there."""
+    with open(os.path.join(ROOT, "examples", "engines", "tensorrt_llm.sq"), encoding="utf-8") as fh:
+        text = fh.read()
+    i = text.rstrip().rfind("}")
+    path = os.path.join(tmp_path, "trt.sq")
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text[:i] + "  claim busy: every iteration of trtllm (tokens >= 1);\n}\n")
+    v = verify(api.load(path), timeout=8).claims["busy"]
+    assert v.verdict == "unknown"
+    m = re.search(r"every workload of 1 session with values 0\.\.16(, \d sessions with values 0\.\.\d+)* was run "
+                  r"and none fails it: `([^`]*)`", v.reason)
+    assert m, v.reason
+    ask = m.group(2).split()
+    sessions = int(ask[ask.index("--sessions") + 1]) if "--sessions" in ask else 3
+    values = int(ask[ask.index("--values") + 1]) if "--values" in ask else 16
+    again = verify(api.load(path), sessions, values, timeout=30).claims["busy"]
+    assert (again.verdict, again.by) == ("proved", "every path"), again.reason

@@ -114,6 +114,7 @@ class _Claim:
     reads: dict = field(default_factory=dict)   # n -> each reading's condition (its path's and its own facts)
     merged_reads: dict = field(default_factory=dict)   # n -> (a merged state's condition, unknowns, its readings')
     bounded: bool = False           # its readings do not cover every natural input: a proof within the bound only
+    read_to: dict = field(default_factory=dict)   # n sessions -> the largest values every path of which it read
 
     @property
     def open(self) -> bool:
@@ -374,6 +375,9 @@ class _Search:
             return max(0, d - 1), False
         if clean and not states:
             self.finished[n] = self._merge_covers(fam, ends, left)    # every path of the bound read whole
+            for cs in self.open():
+                if cs.trouble is None and not cs.undecided:
+                    cs.read_to[n] = max(cs.read_to.get(n, -1), fam.values)
             self.merged_to[n] = d - 1      # the states of depth d all ended: no path has more iterations
             return MERGED_ALL, False
         return d, False
@@ -647,6 +651,29 @@ class _Search:
                 if self.finding == "unrolled" and self.depth else f"exploring workloads of {fam.n} session(s)")
         return f"the timeout ({self.timeout:g} s) ran out {what} with values 0..{fam.values} after {self.res.paths} path(s)"
 
+    def read_text(self, cs: _Claim) -> Optional[str]:
+        """What an unknown claim's search did read whole, and the bound that a user can ask for to have
+        it decided there: the most sessions n whose every smaller number was read at values 0..v."""
+        got = cs.read_to
+        if not got or 1 not in got:
+            return None
+        parts = [f"{n} session{'s' if n > 1 else ''} with values 0..{v}" for n, v in sorted(got.items())]
+        # each bound of 1..n sessions at values 0..v read whole, the most values for each n first
+        asks, v = [], None
+        for n in range(1, self.sessions + 1):
+            if n not in got:
+                break
+            v = got[n] if v is None else min(v, got[n])
+            ask = " ".join(x for x in (f"--sessions {n}" if n < self.sessions else "",
+                                       f"--values {v}" if v < self.values else "") if x)
+            if asks and asks[-1][1] == v:
+                asks[-1] = (ask, v)
+            else:
+                asks.append((ask, v))
+        said = f"every workload of {', '.join(parts)} was run and none {'fails' if cs.c.form != 'some' else 'witnesses'} it"
+        asks = [f"`{a}`" for a, _ in reversed(asks) if a][:3]
+        return said + (f": {' or '.join(asks)} decides it within that bound, or a longer --timeout" if asks else "")
+
     def level(self, lv: int, ns, limit: Optional[float] = None) -> bool:
         """Every path of values 0..lv, of each number of sessions in `ns` not yet done: whether the
         phase's share of the time ran out (each claim out of its own time is closed, saying so)."""
@@ -671,6 +698,10 @@ class _Search:
             # the paths behind an undecided branch were not run: no proof by this level's paths,
             # while a larger level may still find a counterexample or a witness
             self.skipped[n] = undecided
+            if not undecided and not self.trouble:
+                for cs in self.open():   # every path of n sessions at values 0..lv read, none deciding it
+                    if cs.trouble is None and not cs.undecided:
+                        cs.read_to[n] = max(cs.read_to.get(n, -1), lv)
             if not undecided and not self.trouble:
                 left = self.kernel_left(limit)()
                 if S.covers(fam, conds, names, min(int(max(0.0, left) * 1000), 10_000)):
@@ -784,6 +815,9 @@ class _Search:
                 v.reason = "; and ".join(x for x in (cs.ran_out, self.trouble[0] if self.trouble else cs.trouble,
                                                       why_undecided, unrolled, cs.not_induction,
                                                       cs.not_every_state) if x)
+                read = self.read_text(cs)
+                if read:
+                    v.reason += "; " + read
             else:
                 v.verdict = "no_witness" if v.form == "some" else "proved"
                 v.by, v.every_value = "every path", covered and not cs.bounded
