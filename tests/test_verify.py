@@ -157,6 +157,34 @@ def test_given_narrows_the_family(tmp_path):
     assert expected(res.prog, 1, 2, 3)["narrow"] == "proved"
 
 
+# every claim has a given: a session that puts each out of scope cuts the path (search._scoped)
+GIVEN = ENGINE + """
+  workload { arrive ARRIVE; init { Size g = ~det(1); } turn { Size p = ~det(2); Size n = ~det(1); } }
+  server { llm (p + g + 1, n); observe done = now; }
+  claim narrow given (g == 0): every iteration of llm (tokens <= 3);
+  claim wide given (g <= 1): every iteration of llm (tokens <= 3);
+  claim late given (g == 0): at end (largest(done) <= 6);
+  claim some3 given (g >= 1): some iteration of llm (tokens >= 3);
+"""
+
+
+@pytest.mark.parametrize("arrive,sessions,values", [("batch(2)", 2, 2), ("poisson(1)", 2, 1)])
+def test_a_path_is_cut_where_every_claim_is_out_of_scope(tmp_path, arrive, sessions, values):
+    """Where each claim has a given, a session that fails them all ends the search's path there
+    (nothing after it can decide one): the verdicts are enumeration's, and fewer paths run than with
+    a claim out of no scope beside them."""
+    prog = api.load(program(tmp_path, GIVEN, arrive=arrive))
+    res = verify(prog, sessions, values, timeout=60)
+    want = expected(res.prog, sessions, values, 3)
+    assert {k: v.verdict for k, v in res.claims.items()} == want
+    for v in res.claims.values():
+        if v.workload is not None:
+            assert api.run(prog, None, None, v.workload)["claims"][v.name]["status"] in ("failed", "witnessed")
+    whole = api.load(program(tmp_path, GIVEN + "  claim any: at end (count(done) >= 0 || now < 0);\n",
+                             "whole.sq", arrive=arrive))
+    assert verify(whole, sessions, values, timeout=60).paths > res.paths
+
+
 def test_a_claim_for_every_value(tmp_path):
     """Where the paths run cover every natural input, the claim holds beyond the bound; where a
     larger value takes another path, the bound is all that is shown."""

@@ -254,6 +254,8 @@ def run_path(f: Family, inp: Inputs, left, claims=None) -> Path:
         try:
             if f.depth is not None:
                 run, cut = _prefix(f, X.initial(f.prog, wl), left)
+            elif _all_given(f.prog):
+                run = _scoped(f.prog, X.initial(f.prog, wl), left)
             else:
                 run = X.Run(X.initial(f.prog, wl), False)
                 for _ in range(FUEL // CHUNK):  # the kernel's run, in slices: the timeout is kept mid-path
@@ -282,6 +284,35 @@ def run_path(f: Family, inp: Inputs, left, claims=None) -> Path:
                     errs[c.name] = str(e)
             cf[c.name] = ct.facts
     return Path(tr.facts, inp, out, cf, err, done, errs, cut)
+
+
+def _all_given(p: R.Program) -> bool:
+    return bool(p.claims) and all(c.given is not None for c in p.claims)
+
+
+def _scoped(p: R.Program, m: X.Machine, left) -> X.Run:
+    """The kernel's run of a program whose every claim has a `given`, cut where a session that
+    arrived puts every claim out of scope (the reference's *Claims*: the claim is checked no further,
+    so nothing after can decide it). Each given is read as the session arrives, on the path (its
+    branches the path's: the cut is a fact of the program's claims, whichever are asked), so the
+    search explores the sessions that keep a claim in scope and one path for the rest."""
+    seen = 0
+    out = set()
+    for k in range(FUEL):
+        if k % CHUNK == CHUNK - 1 and left() <= 0:
+            raise Deadline()
+        m, over = X.step(p, m, None)
+        if over:
+            return X.Run(m, True)
+        while seen < len(m.given):
+            sid, attrs = m.given[seen]
+            seen += 1
+            for j, c in enumerate(p.claims):
+                if j not in out and X.eval_expr(p, m, X.Env(attrs, sid), c.given) == 0:
+                    out.add(j)
+            if len(out) == len(p.claims):
+                return X.Run(m, True)
+    return X.Run(m, False)
 
 
 _GROWS = {"largest", "count"}   # an aggregate that only grows as values are observed (of none: 0)
