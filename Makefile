@@ -48,7 +48,7 @@ test: $(STAMP)
 # papers' verdicts at the default bound are as recorded, the differential suite passes, and every Lean
 # module and file compiles with every theorem checked (tools/lean_check.py: a native lake where one is,
 # else Lean in WebAssembly under Node.js, installed into .lean-wasm/; SKIPPED only where neither is)
-EXAMPLES     := $(sort $(shell find examples -name '*.sq'))
+EXAMPLES     := $(sort $(shell find examples -name '*.sq' -not -path '*/lib/*'))   # lib/: libraries a program uses, no programs
 DIFFERENTIAL := $(sort $(wildcard tests/test_ref*.py tests/test_differential*.py)) tests/test_leangen.py
 LEAN_JOBS    ?= 2
 # the interpreter against Lean: LEAN_CASES generated programs from LEAN_SEED (tools/lean_differential.py)

@@ -121,7 +121,7 @@ _CHEAP = {"mg1", "ps", "closed", "vllm_request", "vllm_shared", "flows", "pull",
 
 def _seeds() -> list[Seed]:
     out = []
-    paths = sorted(glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"), recursive=True))
+    paths = sorted([q for q in glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"), recursive=True) if os.sep + "lib" + os.sep not in q])
     for p in paths:
         d = os.path.dirname(p)
         files = {os.path.basename(c): _read(c) for c in sorted(glob.glob(os.path.join(d, "*.csv")))}

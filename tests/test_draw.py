@@ -25,8 +25,8 @@ from serq.link.rules import walk
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 # found when the suite is collected, so programs added under examples/ are drawn too
-EXAMPLES = sorted(os.path.relpath(p, ROOT) for p in glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"),
-                                                           recursive=True))
+EXAMPLES = sorted(os.path.relpath(p, ROOT) for p in [q for q in glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"),
+                                                           recursive=True) if os.sep + "lib" + os.sep not in q])
 NS = "{http://www.w3.org/2000/svg}"
 
 

@@ -14,7 +14,7 @@ from data.reference_snippets import SNIPPETS
 
 HERE = os.path.dirname(__file__)
 SOURCES = []
-for p in sorted(glob.glob(os.path.join(HERE, "..", "examples", "**", "*.sq"), recursive=True)) + \
+for p in sorted([q for q in glob.glob(os.path.join(HERE, "..", "examples", "**", "*.sq"), recursive=True) if os.sep + "lib" + os.sep not in q]) + \
         sorted(glob.glob(os.path.join(HERE, "data", "errors", "*.sq"))):
     with open(p, encoding="utf-8") as fh:
         SOURCES.append(fh.read())

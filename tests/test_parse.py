@@ -14,7 +14,7 @@ from serq.lang.walk import iter_stmts
 from data.reference_snippets import SNIPPETS
 
 HERE = os.path.dirname(__file__)
-EXAMPLES = sorted(glob.glob(os.path.join(HERE, "..", "examples", "**", "*.sq"), recursive=True))
+EXAMPLES = sorted([q for q in glob.glob(os.path.join(HERE, "..", "examples", "**", "*.sq"), recursive=True) if os.sep + "lib" + os.sep not in q])
 
 
 @pytest.mark.parametrize("section,production,text", SNIPPETS, ids=[f"{i}-{s[0][:30]}" for i, s in enumerate(SNIPPETS)])

@@ -66,7 +66,7 @@ def test_a_context_variable_outside_the_fragment_from_the_ir():
 
 
 def test_every_example_converts_or_is_named_outside():
-    for path in sorted(glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"), recursive=True)):
+    for path in sorted([q for q in glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"), recursive=True) if os.sep + "lib" + os.sep not in q]):
         try:
             prog = api.load(path)
         except api.SerqError:

@@ -34,13 +34,14 @@ EXTRA = [("multi-turn/routing.sq", ["--set", f"policy={k}"]) for k in range(1, 5
     ("vendors/gpu_testbeds.sq", ["--set", "card=1"]),
     ("multi-turn/vllm.sq", ["--seed", "7"]),
     ("single-turn/mg1.sq", ["--seed", "3", "--set", "c2=4"]),
+    ("sizing/vllm.sq", ["--model", "qwen3-30b-a3b", "--gpu", "h200", "--set", "rate=20"]),   # the catalogue's inputs
 ]
 
 
 def cases() -> list:
     """[(case name, argv after `serq run`)]: every example under examples/ (found, not listed), then EXTRA."""
     out = []
-    for p in sorted(glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"), recursive=True)):
+    for p in sorted([q for q in glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"), recursive=True) if os.sep + "lib" + os.sep not in q]):
         rel = os.path.relpath(p, os.path.join(ROOT, "examples")).replace(os.sep, "/")
         out.append((rel, _argv(rel, [])))
     for rel, more in EXTRA:

@@ -67,7 +67,8 @@ class Sizing:
                 "kv_bytes_per_token": v["kv_tok"],
                 "kv_tokens": self.plan.usable_blocks * self.plan.block_size,
                 "peak_flops": v["peak"], "hbm_bytes_per_s": v["bw"], "link_bytes_per_s": v["link"],
-                "floor_s": v["w_read"] / v["bw"]}
+                # a 1-token decode reads the weights and the k experts its token is sent to: no faster
+                "floor_s": (v["w_read"] + v["w_expert"] * v["topk"]) / v["bw"]}
 
 
 def peak_flops(model: Model, gpu: GPU) -> float:

@@ -26,7 +26,7 @@ def _rel(path: str) -> str:
 def programs() -> list[tuple[str, str | None]]:
     """Every example program and test program, with its Lean file, or None when it is outside the
     fragment (said by its F-code diagnostic, one line)."""
-    paths = sorted(glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"), recursive=True))
+    paths = sorted([q for q in glob.glob(os.path.join(ROOT, "examples", "**", "*.sq"), recursive=True) if os.sep + "lib" + os.sep not in q])
     paths += sorted(glob.glob(os.path.join(ROOT, TEST_PROGRAMS, "*.sq")))
     out = []
     for p in paths:
