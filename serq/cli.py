@@ -348,7 +348,7 @@ def sizing_text(s: dict) -> str:
         f"tokens ({s['kv_tokens']} tokens, {s['kv_bytes_per_token']:.0f} bytes a token per GPU)",
         f"  step: a 1-request decode at {s['decode_context']} tokens {s['decode_step_s'] * 1e3:.2f} ms (its floor, "
         f"the weights over the bandwidth, {s['floor_s'] * 1e3:.2f} ms); a prefill of {s['prefill_tokens']} tokens "
-        f"{s['prefill_step_s'] * 1e3:.2f} ms"])
+        f"{s['prefill_step_s'] * 1e3:.2f} ms"] + [f"  note: {n}" for n in s.get("notes", ())])
 
 
 # `--slo`, as `serq run` and `serq sweep --find` (serq/exp/find.py) both read it: a metric (no space
@@ -477,6 +477,7 @@ def sizing_summary(args, supplied: dict) -> dict | None:
     from serq.catalogue.sizing import step_times
     out = sz.summary()
     out.update(step_times(args.file, supplied))
+    out["notes"] = out.pop("notes")   # last, after the figures
     return out
 
 

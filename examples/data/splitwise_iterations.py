@@ -16,14 +16,22 @@ iterations' batches are not known). A row the source repeats verbatim (every fie
 run, kept once. A kept run gives up to two iterations:
 
 - prefill: tokens = batch_size * prompt_size, kv_decode = kv_prefill = 0 (no request has a KV
-  before its prompt), time = prompt_time / 1000; only where tokens <= 2048, vllm.sq's token budget
+  before its prompt), prefilled = tokens, decoding = 0, attention = batch_size * prompt_size ** 2
+  (each prompt's prompt_size tokens from position 0: tokens x (position + tokens)),
+  time = prompt_time / 1000; only where tokens <= 2048, vllm.sq's token budget
   (`B`, vLLM's max_num_batched_tokens): the engine there never runs a larger iteration, and the
   source's larger prompt phases (4096 and 8192 tokens, 8 to 64 prompts of 512) grow faster than
   linearly, so fitting them would tilt the line away from the iterations vllm.sq does run;
 - decode, the mean of the run's token_size - 1 decode iterations: tokens = batch_size; each request's
   position before decode iteration j (j = 1 .. token_size - 1) is prompt_size + j - 1, whose mean is
   prompt_size + (token_size - 2) / 2, so kv_decode = batch_size * (prompt_size + (token_size - 2) / 2);
-  time = token_time / 1000.
+  prefilled = 0, decoding = batch_size, attention = kv_decode + tokens (one token at each position:
+  position + 1, summed; the mean over the iterations, as kv_decode is); time = token_time / 1000.
+
+The columns `tokens`, `kv_decode`, `kv_prefill` are what examples/multi-turn/vllm.sq's execute reads;
+`prefilled`, `decoding`, `attention` are what the roofline of examples/sizing/lib/roofline.sq reads besides
+(docs/calibrate.md, *The measured iterations*). They are written last, so the older columns keep
+their places.
 
 The power-capped H100 rows (`h100-80gb-pcap`) are left out (examples/data/README.md). Every number
 written is the source's, or computed from it as above; `ms` (prompt_time or token_time) and `e2e_ms`
@@ -41,7 +49,7 @@ GPUS = {"a100-80gb": "a100", "h100-80gb": "h100"}
 MAX_TOKENS = 2048   # vllm.sq's token budget B (max_num_batched_tokens): no larger iteration runs there
 AGREE = 0.015   # a run is kept when e2e_time is within 1.5% of prompt_time + (token_size - 1) * token_time
 COLUMNS = ["source_line", "phase", "batch_size", "prompt_size", "token_size", "tokens", "kv_decode", "kv_prefill",
-           "time", "ms", "e2e_ms"]
+           "time", "ms", "e2e_ms", "prefilled", "decoding", "attention"]
 
 
 def name(model: str, gpu: str, tp: str) -> str:
@@ -70,10 +78,10 @@ def rows(path: str) -> dict[str, list[dict]]:
             rs = out.setdefault(key, [])
             if b * p <= MAX_TOKENS:
                 rs.append(dict(common, phase="prefill", tokens=b * p, kv_decode=0, time=repr(pt / 1000),
-                               ms=r["prompt_time"]))
+                               ms=r["prompt_time"], prefilled=b * p, decoding=0, attention=b * p * p))
             kv = b * (p + (t - 2) // 2)   # token_size is even in every row
             rs.append(dict(common, phase="decode", tokens=b, kv_decode=kv, time=repr(tt / 1000),
-                           ms=r["token_time"]))
+                           ms=r["token_time"], prefilled=0, decoding=b, attention=kv + b))
     return out
 
 

@@ -1,7 +1,7 @@
 """A catalogue of models and GPUs, and the KV-cache blocks vLLM would give a model on a GPU.
 
 Models are Hugging Face ``config.json`` files (shipped ones in ``models/``, or a user's own);
-GPUs are small JSON files of datasheet figures (``gpus/``). See docs/sizing_catalogue.md.
+GPUs are small JSON files of datasheet figures (``gpus/``). See docs/sizing.md.
 """
 from __future__ import annotations
 

@@ -68,7 +68,15 @@ class Sizing:
                 "kv_tokens": self.plan.usable_blocks * self.plan.block_size,
                 "peak_flops": v["peak"], "hbm_bytes_per_s": v["bw"], "link_bytes_per_s": v["link"],
                 # a 1-token decode reads the weights and the k experts its token is sent to: no faster
-                "floor_s": (v["w_read"] + v["w_expert"] * v["topk"]) / v["bw"]}
+                "floor_s": (v["w_read"] + v["w_expert"] * v["topk"]) / v["bw"],
+                # what the catalogue assumed or defaulted in reading a user's own files (Model.notes,
+                # GPU.notes); the shipped files' are docs/sizing.md's
+                "notes": [n for x in (self.model, self.gpu) if not _shipped(x.path) for n in x.notes]}
+
+
+def _shipped(path: str) -> bool:
+    from pathlib import Path
+    return Path(path).resolve().parent.parent == Path(__file__).resolve().parent
 
 
 def peak_flops(model: Model, gpu: GPU) -> float:
@@ -154,13 +162,17 @@ def resolve(declared: dict, supplied: dict, model: str | None, gpu: str | None, 
     try:
         sz = size(model, g, t, settings)
     except CatalogueError as exc:
-        raise CatalogueError(str(exc) + _fits_at(model, g, t, settings)) from None
+        # where the weights or the KV cache do not fit, the fewest GPUs that hold them
+        fits = _fits_at(model, g, t, settings) if " needs " in str(exc) or "no room" in str(exc) else ""
+        raise CatalogueError(str(exc) + fits) from None
     sz.values.update(dflt)
+    # the catalogue fills a roofline program's inputs, never another program's of the same names (a
+    # `c0` or `blocks` of its own meaning)
     missing = [k for k in FILLED if k not in declared]
-    if len(missing) == len(FILLED):
-        raise CatalogueError("the program declares none of the inputs the catalogue fills ("
-                             + ", ".join(FILLED) + "): its execute is not the roofline of "
-                             "examples/sizing/roofline.sq (docs/sizing.md)")
+    if missing:
+        raise CatalogueError("--model and --gpu fill the inputs of a program whose execute is the roofline of "
+                             "examples/sizing/lib/roofline.sq (docs/sizing.md); this one does not declare "
+                             + ", ".join(missing))
     add = {k: v for k, v in sz.values.items() if k in declared and k not in supplied}
     return add, sz
 
@@ -172,7 +184,7 @@ def vllm_defaults(gpu: GPU) -> dict:
     gib = 1 << 30
     if gpu.memory_bytes >= 160 * gib:
         return {"B": 16384, "max_seqs": 1024}
-    if gpu.memory_bytes >= 70 * gib and "a100" not in gpu.name:
+    if gpu.memory_bytes >= 70 * gib and "a100" not in (gpu.name + " " + gpu.description).lower():
         return {"B": 8192, "max_seqs": 1024}
     return {"B": 2048, "max_seqs": 256}
 
