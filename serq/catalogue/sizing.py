@@ -21,7 +21,7 @@ from serq.catalogue.model import Model, load_model
 MFU = 0.5           # of the peak FLOP/s a prefill reaches
 MBU = 0.8           # of the HBM bandwidth a decode reaches
 OVERHEAD = 0.003    # seconds an iteration costs besides its kernels (scheduling, sampling, launches)
-LINK_LATENCY = 8e-6  # seconds an all-reduce costs besides its bytes (NCCL's small-message latency)
+LINK_LATENCY = 8e-6  # seconds a step of a ring all-reduce costs besides its bytes (2 (t - 1) steps each)
 
 # the inputs the catalogue fills, and what each is (docs/sizing.md, *The inputs*)
 FILLED = {
