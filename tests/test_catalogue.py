@@ -3,6 +3,7 @@ figures in SI, the KV blocks vLLM 0.33.0 would allocate, and errors a user can a
 from __future__ import annotations
 
 import json
+import os
 from importlib import resources
 
 import pytest
@@ -299,3 +300,35 @@ def test_the_json_files_ship_inside_the_package():
     root = resources.files("serq.catalogue")
     assert {p.name for p in (root / "models").iterdir()} >= {f"{n}.json" for n in PUBLISHED}
     assert {p.name for p in (root / "gpus").iterdir()} >= {f"{n}.json" for n in GPUS}
+
+
+def test_a_mutated_file_is_read_or_refused_with_a_message_never_a_traceback(tmp_path):
+    """Shipped model and GPU files with fields dropped or set to 0, -1, NaN, 1e308, 2**70, a string,
+    null, a list: each pair is sized or refused with a CatalogueError, and what is sized is finite."""
+    import math
+    import random
+
+    from serq.catalogue.sizing import size
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "serq", "catalogue")
+    models = [json.load(open(os.path.join(root, "models", n))) for n in sorted(os.listdir(os.path.join(root, "models")))]
+    gpus = [json.load(open(os.path.join(root, "gpus", n))) for n in sorted(os.listdir(os.path.join(root, "gpus")))]
+    values = [0, -1, 1, 3, 0.5, 1e308, float("nan"), "abc", None, [], {}, True, 2 ** 70]
+    rnd = random.Random(7)
+    mp, gp = tmp_path / "m.json", tmp_path / "g.json"
+    for _ in range(400):
+        m, g = dict(rnd.choice(models)), dict(rnd.choice(gpus))
+        for obj in (m, g):
+            for _ in range(rnd.randint(1, 2)):
+                k = rnd.choice(list(obj))
+                if rnd.random() < 0.2:
+                    obj.pop(k)
+                else:
+                    obj[k] = rnd.choice(values)
+        mp.write_text(json.dumps(m))
+        gp.write_text(json.dumps(g))
+        try:
+            got = size(str(mp), str(gp), rnd.choice([1, 2, 4, 8]))
+        except CatalogueError as exc:
+            assert str(exc)
+            continue
+        assert all(math.isfinite(v) for v in got.values.values()), got.values

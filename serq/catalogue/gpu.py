@@ -39,8 +39,9 @@ def _number(data: dict, key: str, path: Path, *, optional: bool = False) -> floa
     v = data.get(key)
     if v is None and optional:
         return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-        raise CatalogueError(f"'{key}' in {path} must be a number > 0, not {v!r}")
+    # JSON as Python reads it takes NaN and Infinity, and a huge figure overflows to inf once scaled
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e9:
+        raise CatalogueError(f"'{key}' in {path} must be a number > 0 (and below 1e9 in its unit), not {v!r}")
     return float(v)
 
 

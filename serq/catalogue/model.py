@@ -218,9 +218,13 @@ class _Reader:
         return v
 
     def _count(self, key: str, v) -> int:
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise CatalogueError(f"'{key}' in {self.path} must be a whole number >= 1, not {v!r}")
+        # no model has ten million of anything it counts (layers, heads, sizes, a vocabulary)
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_COUNT:
+            raise CatalogueError(f"'{key}' in {self.path} must be a whole number from 1 to {MAX_COUNT:,}, not {v!r}")
         return v
+
+
+MAX_COUNT = 10_000_000
 
 
 def _architecture(cfg: dict, path: Path) -> tuple[str, str]:
@@ -292,6 +296,9 @@ def from_config(cfg: dict, path: Path, name: str) -> Model:
     if family == "gpt_oss":  # transformers' GptOssConfig default head_dim is 64, not hidden / heads
         hd = r.opt("head_dim", 64, "head_dim absent: 64, transformers' GptOssConfig default")
     else:
+        if "head_dim" not in r.cfg and H % nq:
+            raise CatalogueError(f"{path}: hidden_size ({H}) is not a multiple of num_attention_heads ({nq}): "
+                                 "give head_dim")
         hd = r.opt("head_dim", H // nq, f"head_dim absent: hidden_size / num_attention_heads = {H // nq}")
     tied = r.opt("tie_word_embeddings", False, "tie_word_embeddings absent: false (the default of "
                  f"transformers' config for {arch})")
@@ -304,7 +311,9 @@ def from_config(cfg: dict, path: Path, name: str) -> Model:
               sinks=family == "gpt_oss")
     layer_types = cfg.get("layer_types") or ()
     window = cfg.get("sliding_window") if layer_types else None
-    if layer_types and (len(layer_types) != L or not set(layer_types) <= {"full_attention", "sliding_attention"}):
+    if layer_types and (not isinstance(layer_types, list) or len(layer_types) != L
+                        or not all(isinstance(t, str) for t in layer_types)
+                        or not set(layer_types) <= {"full_attention", "sliding_attention"}):
         raise CatalogueError(f"'layer_types' in {path} must list num_hidden_layers ({L}) entries, each "
                              f"'full_attention' or 'sliding_attention'")
     if family == "mixtral":
@@ -351,6 +360,8 @@ def _bloom(r: _Reader, name: str) -> Model:
     L = r.req("n_layer", "num_hidden_layers")
     nq = r.req("n_head", "num_attention_heads")
     V = r.req("vocab_size")
+    if H % nq:
+        raise CatalogueError(f"{r.path}: hidden_size ({H}) is not a multiple of n_head ({nq})")
     tied = r.opt("tie_word_embeddings", True, "tie_word_embeddings absent: true (BloomForCausalLM ties lm_head "
                  "to the word embeddings)")
     d = _dtype_bytes(r)

@@ -155,6 +155,8 @@ def resolve(declared: dict, supplied: dict, model: str | None, gpu: str | None, 
             t = int(str(t))
         except ValueError:
             raise CatalogueError(f"--tp must be a whole number >= 1, not {tp!r}") from None
+    if t < 1:
+        raise CatalogueError(f"--tp must be a whole number >= 1, not {tp!r}")
     g = load_gpu(gpu)
     # vLLM's defaults on this GPU for the settings the user did not name
     dflt = {k: v for k, v in vllm_defaults(g).items() if k in declared and k not in supplied}
