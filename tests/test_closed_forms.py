@@ -171,3 +171,38 @@ def test_a_flow_over_two_stages_by_hand(policy, t1):
     assert obs["t0"]["mean"] == pytest.approx(2.0, rel=1e-9)
     assert obs["t2"]["mean"] == pytest.approx(2.0, rel=1e-9)
     assert rep["stages"]["b"]["utilisation"] == pytest.approx(1.0, rel=1e-9)
+
+
+@pytest.mark.parametrize("draw,mean,median", [
+    ("~lognormal(5, 1)", math.exp(5.5), math.exp(5)),
+    ("~lognormal_mean(250, 300)", 250.0, 250.0 / math.sqrt(1 + (300 / 250) ** 2)),
+])
+def test_lognormal_sample_mean_and_median_are_the_closed_form(draw, mean, median):
+    """A ShareGPT-like length in one line: the sample mean within its 95% interval of exp(mu + sigma^2/2),
+    the sample median within four standard errors of exp(mu) (the median's asymptotic standard error,
+    1 / (2 f(median) sqrt(n)) = median sigma sqrt(2 pi) / (2 sqrt(n)))."""
+    n = 100_000
+    rep = run_text(f"""fn main() {{
+      stage svc : delay;
+      workload {{ arrive poisson(1); turn {{ set x = {draw}; }} }}
+      server {{ observe len = x; }}
+    }}""", arrivals=n)
+    stat = rep["observe"]["len"]
+    near(stat, mean, draw)
+    sigma = math.sqrt(2 * math.log(mean / median))
+    se = median * sigma * math.sqrt(2 * math.pi) / (2 * math.sqrt(n))
+    assert abs(stat["p50"] - median) <= 4 * se, (stat["p50"], median, se)
+
+
+def test_mg1_with_lognormal_service_against_pollaczek_khinchine():
+    """M/G/1 whose service is lognormal (mean 1, sd 1.5: c2 = 2.25): the mean wait is
+    lambda E[S^2] / (2 (1 - rho))."""
+    lam, m, s = 0.6, 1.0, 1.5
+    es2 = s * s + m * m
+    rho = lam * m
+    rep = run_text(f"""fn main() {{
+      stage svc : fifo;
+      workload {{ arrive poisson({lam}); turn {{ Cost w = cost(svc, ~lognormal_mean({m}, {s})); }} }}
+      server {{ run svc (w); }}
+    }}""", horizon=400000, warmup=2000)
+    near(rep["client"]["response"], lam * es2 / (2 * (1 - rho)) + m, "M/G/1 lognormal")

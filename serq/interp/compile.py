@@ -270,6 +270,25 @@ class Compiler:
                     return c.rng.expovariate(2 * p / m)
                 return c.rng.expovariate(2 * (1 - p) / m)
             return f
+        if dist == "lognormal":   # exp of a normal of mean mu and standard deviation sigma (numpy's)
+            mu0, s0 = args
+
+            def f(c):
+                mu, sg = mu0(c), s0(c)
+                if not (-INF < mu < INF and 0 <= sg < INF):
+                    check([mu, sg])
+                return c.rng.lognormvariate(mu, sg)
+            return f
+        if dist == "lognormal_mean":   # the same, by the value's mean m and standard deviation s
+            m0, s0 = args
+
+            def f(c):
+                m, sd = m0(c), s0(c)
+                if not (0 < m < INF and 0 <= sd < INF):
+                    check([m, sd])
+                sg2 = math.log1p((sd / m) ** 2)
+                return c.rng.lognormvariate(math.log(m) - sg2 / 2, math.sqrt(sg2))
+            return f
         if dist == "bernoulli":
             (p0,) = args
 

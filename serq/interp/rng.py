@@ -46,6 +46,12 @@ class Stream:
     def gammavariate(self, k: float, theta: float) -> float:
         return gamma(self.random, k, theta)
 
+    def lognormvariate(self, mu: float, sigma: float) -> float:
+        """exp of a normal of mean mu and standard deviation sigma: Box-Muller's first of a pair
+        (two uniforms a draw, so every draw takes as many from the stream)."""
+        u, v = 1.0 - self.random(), self.random()   # u in (0, 1]
+        return math.exp(mu + sigma * math.sqrt(-2.0 * math.log(u)) * math.cos(2.0 * math.pi * v))
+
 
 PHASES = 64  # up to this many phases an Erlang draw sums its exponentials (as it always has)
 
@@ -126,3 +132,9 @@ class LongStream(random.Random):
 
     def gammavariate(self, k: float, theta: float) -> float:
         return gamma(self.random, k, theta)
+
+    def lognormvariate(self, mu: float, sigma: float) -> float:
+        """exp of a normal of mean mu and standard deviation sigma: Box-Muller's first of a pair
+        (two uniforms a draw, so every draw takes as many from the stream)."""
+        u, v = 1.0 - self.random(), self.random()   # u in (0, 1]
+        return math.exp(mu + sigma * math.sqrt(-2.0 * math.log(u)) * math.cos(2.0 * math.pi * v))

@@ -134,12 +134,13 @@ class Fn(Node):
     at: Optional[Loc] = None
 
 
-DISTRIBUTIONS = {"exp": 1, "det": 1, "uniform": 2, "erlang": 2, "h2": 2, "bernoulli": 1}
+DISTRIBUTIONS = {"exp": 1, "det": 1, "uniform": 2, "erlang": 2, "h2": 2, "bernoulli": 1, "lognormal": 2,
+                 "lognormal_mean": 2}
 
 
 class Draw(Node):
     k: Literal["draw"] = "draw"
-    dist: Literal["exp", "det", "uniform", "erlang", "h2", "bernoulli"]
+    dist: Literal["exp", "det", "uniform", "erlang", "h2", "bernoulli", "lognormal", "lognormal_mean"]
     args: list["Expr"]
     at: Optional[Loc] = None
 

@@ -268,8 +268,7 @@ class ExprLinker:
 
     def draw(self, e: A.Draw, m: Moment, at):
         if e.dist not in I.DISTRIBUTIONS:
-            raise SerqError("L079", f"`~{e.dist}` is no distribution (exp, det, uniform, erlang, h2, bernoulli)",
-                            e.span)
+            raise SerqError("L079", f"`~{e.dist}` is no distribution ({', '.join(I.DISTRIBUTIONS)})", e.span)
         if not m.draws:
             raise SerqError("L081", f"{m.name} may not draw: sample into an attribute first", e.span)
         k = I.DISTRIBUTIONS[e.dist]
@@ -307,6 +306,16 @@ def draw_param_error(dist: str, vals: list) -> str | None:
             return f"the mean must be above 0 and finite, not {fmt(vals[0])}"
         if known(1) and not (1 <= vals[1] < math.inf):
             return f"the squared coefficient of variation is >= 1, not {fmt(vals[1])}"
+    if dist == "lognormal":
+        if known(0) and math.isinf(vals[0]):
+            return f"mu, the mean of the logarithm, must be finite, not {fmt(vals[0])}"
+        if known(1) and not (0 <= vals[1] < math.inf):
+            return f"sigma, the standard deviation of the logarithm, must be >= 0 and finite, not {fmt(vals[1])}"
+    if dist == "lognormal_mean":
+        if known(0) and not (0 < vals[0] < math.inf):
+            return f"the mean must be above 0 and finite, not {fmt(vals[0])}"
+        if known(1) and not (0 <= vals[1] < math.inf):
+            return f"the standard deviation must be >= 0 and finite, not {fmt(vals[1])}"
     if dist == "bernoulli" and known(0) and not (0 <= vals[0] <= 1):
         return f"the probability is in [0, 1], not {fmt(vals[0])}"
     return None
