@@ -206,3 +206,25 @@ def test_mg1_with_lognormal_service_against_pollaczek_khinchine():
       server {{ run svc (w); }}
     }}""", horizon=400000, warmup=2000)
     near(rep["client"]["response"], lam * es2 / (2 * (1 - rho)) + m, "M/G/1 lognormal")
+
+
+def test_an_empirical_draw_follows_its_file_s_weights(tmp_path):
+    """A histogram file (value, weight) and a file of samples: each value drawn as often as its weight,
+    within 4 standard errors of a binomial count; the file is read as the program links, so the IR
+    holds the values, and a value the file does not have is never drawn."""
+    (tmp_path / "h.csv").write_text("value,weight\n1,1\n2,3\n# none of 5\n5,0\n\n")
+    (tmp_path / "s.csv").write_text("tokens\n10\n20\n20\n70\n")
+    (tmp_path / "e.sq").write_text("""fn main() {
+      stage svc : delay;
+      workload { arrive poisson(1); turn { set a = ~empirical("h.csv"); set b = ~empirical("s.csv"); } }
+      server { observe ha = a; observe hb = b; observe two = a == 2; observe twenty = b == 20; }
+    }""")
+    n = 40_000
+    prog = api.load(str(tmp_path / "e.sq"))
+    rep = api.run(prog, Settings(arrivals=n))
+    obs = rep["observe"]
+    for name, p in (("two", 0.75), ("twenty", 0.5)):
+        assert abs(obs[name]["mean"] - p) <= 4 * math.sqrt(p * (1 - p) / n), (name, obs[name]["mean"])
+    assert obs["ha"]["max"] == 2 and obs["ha"]["min"] == 1 and obs["hb"]["max"] == 70
+    draws = [x for x in prog.model_dump_json().split('"dist":"empirical"')[1:]]
+    assert len(draws) == 2 and '"values":[1.0,2.0,5.0]' in prog.model_dump_json().replace(" ", "")

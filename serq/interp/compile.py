@@ -5,6 +5,8 @@ A closure takes one argument, the evaluation context `c`: `c.a` the session's at
 simulator is captured when the closure is made."""
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 
 from serq.diagnostics import SerqError, Span
@@ -288,6 +290,13 @@ class Compiler:
                     check([m, sd])
                 sg2 = math.log1p((sd / m) ** 2)
                 return c.rng.lognormvariate(math.log(m) - sg2 / 2, math.sqrt(sg2))
+            return f
+        if dist == "empirical":   # a value of the file's, each as likely as its weight
+            vals, cum = list(e.values), list(itertools.accumulate(e.weights))
+            total, last = cum[-1], len(vals) - 1
+
+            def f(c):
+                return vals[min(bisect.bisect_right(cum, c.rng.random() * total), last)]
             return f
         if dist == "bernoulli":
             (p0,) = args

@@ -134,14 +134,18 @@ class Fn(Node):
     at: Optional[Loc] = None
 
 
+# each distribution's parameters in the IR (`~empirical("f.csv")` names a file in the source; the IR holds
+# the values read from it, `values` and `weights`, and no parameter)
 DISTRIBUTIONS = {"exp": 1, "det": 1, "uniform": 2, "erlang": 2, "h2": 2, "bernoulli": 1, "lognormal": 2,
-                 "lognormal_mean": 2}
+                 "lognormal_mean": 2, "empirical": 0}
 
 
 class Draw(Node):
     k: Literal["draw"] = "draw"
-    dist: Literal["exp", "det", "uniform", "erlang", "h2", "bernoulli", "lognormal", "lognormal_mean"]
+    dist: Literal["exp", "det", "uniform", "erlang", "h2", "bernoulli", "lognormal", "lognormal_mean", "empirical"]
     args: list["Expr"]
+    values: Optional[list[float]] = None    # empirical: the values, each drawn with its weight
+    weights: Optional[list[float]] = None
     at: Optional[Loc] = None
 
 

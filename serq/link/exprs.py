@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 
 from serq.diagnostics import SerqError, Span
 from serq.ir import model as I
@@ -271,6 +272,13 @@ class ExprLinker:
             raise SerqError("L079", f"`~{e.dist}` is no distribution ({', '.join(I.DISTRIBUTIONS)})", e.span)
         if not m.draws:
             raise SerqError("L081", f"{m.name} may not draw: sample into an attribute first", e.span)
+        if e.dist == "empirical":
+            if len(e.args) != 1 or not isinstance(e.args[0], A.Str):
+                raise SerqError("L042", "`~empirical` takes one parameter, the name of a file of values in quotes "
+                                "(`~empirical(\"lengths.csv\")`, beside the program)", e.span)
+            path = os.path.normpath(os.path.join(os.path.dirname(e.span.file), e.args[0].value))
+            values, weights = read_empirical(path)
+            return I.Draw(dist="empirical", args=[], values=values, weights=weights, at=at)
         k = I.DISTRIBUTIONS[e.dist]
         if len(e.args) != k:
             raise SerqError("L042", f"`~{e.dist}` takes {k} parameter(s), given {len(e.args)}", e.span)
@@ -280,6 +288,62 @@ class ExprLinker:
         if bad is not None:
             raise SerqError("L082", f"`~{e.dist}`: {bad}", e.span)
         return I.Draw(dist=e.dist, args=args, at=at)
+
+
+def read_empirical(path: str) -> tuple[list[float], list[float]]:
+    """An empirical draw's file (docs/reference/catalogue.md, *Draws*): one value a line (each as likely), or
+    `value,weight` a line (a histogram); a first line that is not a number is a header; blank lines and
+    lines from `#` are skipped. An error names the file, line and column (T003; T002 when unreadable)."""
+    try:
+        with open(path, encoding="utf-8-sig") as fh:
+            text = fh.read()
+    except UnicodeDecodeError:
+        raise SerqError("T003", "the file of values is not UTF-8 text", Span(path, 1, 1)) from None
+    except OSError as exc:
+        raise SerqError("T002", f"cannot read the file of values: {exc.strerror or exc}", Span(path, 1, 1)) from None
+    values: list[float] = []
+    weights: list[float] = []
+    width = None
+    for ln, line in enumerate(text.splitlines(), start=1):
+        body = line.split("#", 1)[0]
+        if not body.strip():
+            continue
+        fields = body.split(",")
+        starts, c = [], 1
+        for x in fields:
+            starts.append(c + len(x) - len(x.lstrip()))
+            c += len(x) + 1
+        try:
+            nums = [float(x) for x in fields]
+        except ValueError:
+            if not values and width is None:   # a header
+                width = len(fields)
+                continue
+            bad = next(i for i, x in enumerate(fields) if not _is_number(x))
+            raise SerqError("T003", f"{fields[bad].strip()!r} is not a number", Span(path, ln, starts[bad])) from None
+        if len(nums) not in (1, 2) or (width is not None and len(nums) != width):
+            raise SerqError("T003", f"{len(nums)} field(s): a line is a value, or a value and its weight",
+                            Span(path, ln, 1))
+        width = len(nums)
+        for i, v in enumerate(nums):
+            if not math.isfinite(v) or (i == 1 and v < 0):
+                what = "a weight is a finite number >= 0" if i else "a value is a finite number"
+                raise SerqError("T003", f"{fields[i].strip()!r}: {what}", Span(path, ln, starts[i]))
+        values.append(nums[0])
+        weights.append(nums[1] if len(nums) == 2 else 1.0)
+    if not values:
+        raise SerqError("T003", "the file has no value", Span(path, 1, 1))
+    if not sum(weights) > 0:
+        raise SerqError("T003", "every weight is 0: no value can be drawn", Span(path, 1, 1))
+    return values, weights
+
+
+def _is_number(x: str) -> bool:
+    try:
+        float(x)
+        return True
+    except ValueError:
+        return False
 
 
 def draw_param_error(dist: str, vals: list) -> str | None:

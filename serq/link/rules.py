@@ -680,6 +680,14 @@ def _arities(node, fail):
     if not isinstance(node, I.Node):
         return
     k = getattr(node, "k", None)
+    if k == "draw" and node.dist == "empirical":
+        vs, ws = node.values or [], node.weights or []
+        if not vs or len(ws) != len(vs) or not all(math.isfinite(v) for v in vs) \
+                or not all(math.isfinite(w) and w >= 0 for w in ws) or not sum(ws) > 0:
+            fail("L082", "`~empirical`: values and as many weights, finite, the weights >= 0 and not all 0",
+                 node.at)
+    elif k == "draw" and (node.values is not None or node.weights is not None):
+        fail("L082", f"`~{node.dist}` has no values or weights (only `~empirical` has)", node.at)
     if k == "draw" and len(node.args) != I.DISTRIBUTIONS[node.dist]:
         fail("L042", f"`~{node.dist}` takes {I.DISTRIBUTIONS[node.dist]} parameter(s), given {len(node.args)}",
              node.at)
