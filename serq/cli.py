@@ -296,7 +296,7 @@ def _run(args, prog, settings, supplied: dict | None = None) -> int:
     if args.workload is not None:
         from serq.verify.output import read_workload
         workload = read_workload(args.workload)
-    slo = _slo(args.slo)
+    slo, stats = _slo(args.slo)
     staged = Staged(args.dump) if args.dump is not None else None  # a bad destination: refused before the run
     progress = None
     try:
@@ -327,6 +327,8 @@ def _run(args, prog, settings, supplied: dict | None = None) -> int:
     summary = sizing_summary(args, supplied or {})
     if summary is not None:
         rep["sizing"] = summary
+    if stats:
+        rep["objectives"] = objectives(rep, stats)
     if args.json:
         _out(json.dumps(finite(rep), indent=1, default=_jsonable, allow_nan=False))
     else:
@@ -334,8 +336,19 @@ def _run(args, prog, settings, supplied: dict | None = None) -> int:
         if workload is not None:
             from serq.verify.output import replay_head
             head += replay_head(prog, workload, args.workload) + "\n"
-        _out(head + text(rep, args.file))
+        body = text(rep, args.file)
+        if stats:
+            body += "\n" + objectives_text(rep["objectives"])
+        _out(head + body)
     return 0
+
+
+def objectives_text(objs: list) -> str:
+    """The statistic objectives, a line: each value against its bound, held or not."""
+    parts = [f"{o['metric']} {'-' if o['value'] is None else format(o['value'], '.4g')} {o['op']} {fmt(o['bound'])} "
+             f"{'held' if o['held'] else 'not held'}" for o in objs]
+    n = sum(o["held"] for o in objs)
+    return f"objectives: {n} of {len(objs)} held: " + "; ".join(parts)
 
 
 def sizing_text(s: dict) -> str:
@@ -358,29 +371,77 @@ _SLO = re.compile(r"\s*([^<>=!\s]+)\s*(<=|>=)\s*(\S+)\s*")
 SLO_METRICS = ("ttft", "tpot", "itl", "response")
 
 
+# a time's unit in an objective (`ttft<=500ms`): seconds by default, as the reports are
+SLO_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
+# a bare number above these, for the metric, is more likely milliseconds than seconds: said, not changed
+SLO_PLAUSIBLE = {"ttft": 60.0, "tpot": 5.0, "itl": 5.0, "response": 3600.0}
+
+
+def slo_metric(metric: str) -> str:
+    """A statistic's shorthand as both commands take it: `ttft.p99` is the client's, `client.ttft.p99`."""
+    head = metric.partition(".")[0]
+    return f"client.{metric}" if head in SLO_METRICS and "." in metric else metric
+
+
 def parse_slo(text: str, ops: tuple, form: str) -> tuple[str, str, float]:
-    """One `--slo` objective as (metric, comparison, bound). `ops`: the comparisons the command
-    takes; `form`: its usage, said when the text is not one (`--slo is FORM, not TEXT`). A bound
-    that is not a number, or is NaN, is refused as every number on the command line is."""
+    """One `--slo` objective as (metric, comparison, bound), the one grammar of `serq run` and `serq sweep`:
+    METRIC, a comparison, a number with an optional unit of time (`us`, `ms`, `s`; seconds without one).
+    `ops`: the comparisons the command takes; `form`: its usage, said when the text is not one (`--slo
+    is FORM, not TEXT`). A bound that is not a number, or is NaN, is refused as every number on the
+    command line is; a bare number implausible as seconds for a time metric is taken as seconds, and
+    stderr says so."""
     m = _SLO.fullmatch(text)
     if m is None or m.group(2) not in ops:
         raise UsageError(f"--slo is {form}, not {text!r}")
-    metric = m.group(1)
-    return metric, m.group(2), _number(m.group(3), f"--slo {metric}")
+    metric, value = slo_metric(m.group(1)), m.group(3)
+    unit = next((u for u in sorted(SLO_UNITS, key=len, reverse=True) if value.endswith(u)
+                 and value[:-len(u)] and value[:-len(u)][-1:].isdigit() | (value[:-len(u)][-1:] == ".")), None)
+    x = _number(value[:-len(unit)] if unit else value, f"--slo {metric}")
+    if unit:
+        return metric, m.group(2), x * SLO_UNITS[unit]
+    parts = metric.split(".")
+    time_metric = parts[0] if parts[0] in SLO_METRICS else parts[1] if len(parts) == 3 and parts[0] == "client" else None
+    if time_metric in SLO_PLAUSIBLE and x > SLO_PLAUSIBLE[time_metric]:
+        _say(f"serq: note: --slo {m.group(1)}{m.group(2)}{value}: taken as {fmt(x)} seconds (write {value}ms for "
+             "milliseconds)")
+    return metric, m.group(2), x
 
 
-def _slo(texts: list) -> dict:
-    """`serq run --slo METRIC<=X`, each: {metric: the least X given for it} (report.md,
-    *Throughput, ITL and goodput*)."""
+def _slo(texts: list) -> tuple[dict, list]:
+    """`serq run --slo`, in the grammar `serq sweep --find` takes too: a per-request metric,
+    `METRIC<=X` (every answered request held to it: the goodput, report.md, *Throughput, ITL and
+    goodput*), as {metric: the least X given for it}; and a statistic of the report, `ttft.p99<=500ms`,
+    `client.response.mean<=2`, `throughput.requests_per_s>=10`, as [(metric, op, bound)], each read on
+    the report and said held or not (report.md, *Objectives*)."""
+    from serq.exp.find import FIXED, possible, _unknown
     out: dict = {}
+    stats: list = []
     for text in texts:
-        metric, _, x = parse_slo(text, ("<=",), f"METRIC<=X, METRIC one of {', '.join(SLO_METRICS)}")
-        if metric not in SLO_METRICS:
-            hint = " (a sweep's statistic, which serq sweep --find --slo takes)" if "." in metric else ""
-            raise UsageError(f"--slo {metric}: not a per-request metric: one of {', '.join(SLO_METRICS)}{hint}")
-        if x < 0:
-            raise UsageError(f"--slo {metric}: a limit is a time >= 0, not {fmt(x)}")
-        out[metric] = min(x, out.get(metric, x))
+        metric, op, x = parse_slo(text, ("<=", ">="), "METRIC<=X or METRIC>=X")   # sweep --find's words too
+        if metric in SLO_METRICS:
+            if op != "<=":
+                raise UsageError(f"--slo {metric}: a request's {metric} is held below a limit: {metric}<=X")
+            if x < 0:
+                raise UsageError(f"--slo {metric}: a limit is a time >= 0, not {fmt(x)}")
+            out[metric] = min(x, out.get(metric, x))
+        elif possible(metric):
+            stats.append((metric, op, x))
+        else:
+            raise _unknown(metric, FIXED)
+    return out, stats
+
+
+def objectives(rep: dict, stats: list) -> list:
+    """Each statistic objective read on the report: its value (None where the run has none) and whether
+    it held."""
+    out = []
+    for metric, op, bound in stats:
+        v = rep
+        for part in metric.split("."):
+            v = v.get(part) if isinstance(v, dict) else None
+        value = v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+        held = value is not None and (value <= bound if op == "<=" else value >= bound)
+        out.append({"metric": metric, "op": op, "bound": bound, "value": value, "held": held})
     return out
 
 

@@ -284,3 +284,26 @@ def test_ir_writes_non_finite_numbers_as_strings_that_read_back(tmp_path, capsys
     prog = api.load_ir(str(ir))
     assert prog.settings.inputs["c"] == float("inf") and prog.constants["m"] == float("-inf")
     assert prog == api.load(str(src), {"c": float("inf")})
+
+
+def test_one_slo_grammar_with_units_for_run_and_sweep(capsys):
+    """`--slo` takes a unit of time (`500ms` is 0.5 s), a bare implausible number is said to be seconds,
+    `ttft.p99` is `client.ttft.p99` in both commands, and a statistic objective on `serq run` is read on
+    the report (issue 48, item 3)."""
+    from serq.cli import main as cli_main, parse_slo
+    assert parse_slo("ttft<=500ms", ("<=",), "F") == ("ttft", "<=", 0.5)
+    assert parse_slo("ttft.p99 <= 0.25s", ("<=",), "F") == ("client.ttft.p99", "<=", 0.25)
+    assert parse_slo("itl<=200us", ("<=",), "F")[2] == pytest.approx(2e-4)
+    assert parse_slo("throughput.requests_per_s>=10", (">=",), "F") == ("throughput.requests_per_s", ">=", 10)
+    capsys.readouterr()
+    assert parse_slo("tpot<=50", ("<=",), "F") == ("tpot", "<=", 50)
+    assert "taken as 50 seconds (write 50ms" in capsys.readouterr().err
+    code = cli_main(["run", VLLM, "--horizon", "30", "--quiet", "--json", "--slo", "ttft<=500ms",
+                     "--slo", "ttft.p99<=10s", "--slo", "throughput.requests_per_s>=1000"])
+    rep = json.loads(capsys.readouterr().out)
+    assert code == 0 and rep["slo"] == {"ttft": 0.5}
+    (p99, tput) = rep["objectives"]
+    assert p99["metric"] == "client.ttft.p99" and p99["value"] == rep["client"]["ttft"]["p99"] and p99["held"]
+    assert tput["metric"] == "throughput.requests_per_s" and not tput["held"]
+    for bad in ("ttft>=1", "client.ttft.p98<=1", "ttft<=5x"):
+        assert cli_main(["run", VLLM, "--horizon", "5", "--slo", bad]) == 2
