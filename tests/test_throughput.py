@@ -78,12 +78,40 @@ def test_throughput_against_a_hand_count(ff):
     sim, rep = _sim(TINY, ff=ff)
     assert rep["end"] == 13.625 and rep["client"]["response"]["count"] == 3
     assert rep["throughput"] == {"requests_per_s": 3 / 13.625, "input_tokens_per_s": 60 / 13.625,
+                                 "computed_input_tokens_per_s": 60 / 13.625,
                                  "output_tokens_per_s": 12 / 13.625, "total_tokens_per_s": 72 / 13.625}
     # a warm-up of 12 leaves the turns answered at 12.5 and 13.625: prompts 20 + 30, outputs 4 + 5
     sim, rep = _sim(TINY, {"warmup": 12}, ff=ff)
     span = 13.625 - 12
     assert rep["throughput"] == {"requests_per_s": 2 / span, "input_tokens_per_s": 50 / span,
+                                 "computed_input_tokens_per_s": 50 / span,
                                  "output_tokens_per_s": 9 / span, "total_tokens_per_s": 59 / span}
+
+
+def test_input_tokens_count_the_whole_prompt_as_vllm_s_client_does(tmp_path):
+    """vLLM's chat with its prefix cache: `input_tokens_per_s` is the whole prompts' (the cached prefix
+    included, as vLLM's benchmark client counts them), `computed_input_tokens_per_s` what the engine
+    prefilled; requests.csv's `prompt_tokens` is the whole prompt (OpenAI's usage) and `cached_tokens`
+    the part of it the cache gave (issue 48: caching on showed fewer input tokens/s than off)."""
+    import csv
+    import os
+    from serq import api
+    from serq.ir.model import Settings
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    prog = api.load(os.path.join(root, "examples", "multi-turn", "vllm_chat.sq"))
+    rep = api.run(prog, Settings(horizon=200), record=True)
+    sim = rep.pop("_sim")
+    from serq.interp.dump import Staged
+    st = Staged(str(tmp_path / "d"))
+    st.write(sim, rep)
+    rows = list(csv.DictReader(open(tmp_path / "d" / "requests.csv")))
+    span = rep["end"] - rep["warmup"]
+    whole = sum(float(r["prompt_tokens"]) for r in rows if r["prompt_tokens"])
+    cached = sum(float(r["cached_tokens"]) for r in rows if r["cached_tokens"])
+    tp = rep["throughput"]
+    assert cached > 0 and tp["input_tokens_per_s"] == pytest.approx(whole / span)
+    assert tp["computed_input_tokens_per_s"] == pytest.approx((whole - cached) / span)
+    assert tp["total_tokens_per_s"] == pytest.approx(tp["input_tokens_per_s"] + tp["output_tokens_per_s"])
 
 
 @pytest.mark.parametrize("ff", [True, False])

@@ -108,7 +108,8 @@ class Requests:
                tpot if tpot is not None else 0.0, rec.gap, now - rec.start, rec.preempted, flags)
         for c, x in zip(self.cols, row):
             c.buf.append(x)
-        for c, x in zip(self.toks, (rec.prompt or 0.0, float(rec.ntok), rec.cached)):
+        # prompt_tokens as OpenAI's usage has them, the whole prompt; cached_tokens of them from the cache
+        for c, x in zip(self.toks, ((rec.prompt or 0.0) + rec.cached, float(rec.ntok), rec.cached)):
             c.buf.append(x)
         if len(self.cols[0].buf) >= self.cap:
             for c in self.cols + self.toks:

@@ -89,9 +89,13 @@ def _throughput(sim, answered: int, span: float) -> dict:
     (report.md, *Throughput, ITL and goodput*); with --slo, those that met every objective."""
     def per_s(x):
         return x / span if span > 0 else None
-    out = {"requests_per_s": per_s(answered), "input_tokens_per_s": per_s(sim.tokens_in),
+    # input tokens as vLLM's client counts them, the whole prompt (the cached prefix too); those the
+    # engine computed beside them
+    whole = sim.tokens_in + sim.tokens_cached
+    out = {"requests_per_s": per_s(answered), "input_tokens_per_s": per_s(whole),
+           "computed_input_tokens_per_s": per_s(sim.tokens_in),
            "output_tokens_per_s": per_s(sim.tokens_out),
-           "total_tokens_per_s": per_s(sim.tokens_in + sim.tokens_out)}
+           "total_tokens_per_s": per_s(whole + sim.tokens_out)}
     if sim.slo is not None:
         good = sim.good
         if sim.queued:  # queueing.py keeps no turn's record: its turns have a response alone
@@ -142,7 +146,10 @@ def text(rep: dict, file: str) -> str:
     tp = rep["throughput"]
     line = f"throughput: {_g(tp['requests_per_s'])} requests/s"
     if tp["total_tokens_per_s"]:  # a run without engine tokens has requests alone
-        line += (f"; tokens/s: {_g(tp['input_tokens_per_s'])} input, {_g(tp['output_tokens_per_s'])} output, "
+        computed = tp.get("computed_input_tokens_per_s")
+        cached = (f" ({_g(computed)} computed)" if computed is not None and computed != tp["input_tokens_per_s"]
+                  else "")
+        line += (f"; tokens/s: {_g(tp['input_tokens_per_s'])} input{cached}, {_g(tp['output_tokens_per_s'])} output, "
                  f"{_g(tp['total_tokens_per_s'])} total")
     out.append(line)
     if "slo" in rep:

@@ -68,6 +68,7 @@ class Sim(Iterations):
         # the answered turns' tokens after the warm-up (report.md, *Throughput, ITL and goodput*); `serq run --slo`:
         # each metric's least limit, and the turns that met them all; `--dump`: requests.csv's rows
         self.tokens_in = self.tokens_out = 0.0
+        self.tokens_cached = 0.0   # the answered turns' prompt tokens a cache gave (vLLM's client counts them in)
         self.slo = None
         self.itl_max = False  # the turns keep their longest gap: --slo itl reads it
         self.good = 0
@@ -748,6 +749,7 @@ class Sim(Iterations):
         if now >= self.warmup:  # a request the report counts, as its response is (Series.add)
             if rec.prompt is not None:
                 self.tokens_in += rec.prompt
+                self.tokens_cached += rec.cached
                 self.tokens_out += rec.ntok
             if self.slo is not None and self._good(rec, now, tpot):
                 self.good += 1
