@@ -329,6 +329,9 @@ def _run(args, prog, settings, supplied: dict | None = None) -> int:
         rep["sizing"] = summary
     if stats:
         rep["objectives"] = objectives(rep, stats)
+    # what ran, so that a report read later says it: every input as resolved, and the program's files
+    rep["inputs"] = dict(prog.settings.inputs)
+    rep["program"] = program_id(prog)
     if args.json:
         _out(json.dumps(finite(rep), indent=1, default=_jsonable, allow_nan=False))
     else:
@@ -429,6 +432,24 @@ def _slo(texts: list) -> tuple[dict, list]:
         else:
             raise _unknown(metric, FIXED)
     return out, stats
+
+
+def program_id(prog) -> dict:
+    """The program's files (its source and the libraries it uses) and one SHA-256 over their bytes, in
+    that order: two reports with the same `sha256` ran the same text (their inputs beside it)."""
+    import hashlib
+    h = hashlib.sha256()
+    for f in prog.files:
+        try:
+            with open(f, "rb") as fh:
+                data = fh.read()
+        except OSError:
+            data = b""
+        h.update(hashlib.sha256(data).digest())
+    def shown(f):   # as the user named it: within the working directory relative, else as it is
+        rel = os.path.relpath(f) if os.path.isabs(f) else f
+        return f if rel.startswith("..") else rel
+    return {"files": [shown(f) for f in prog.files], "sha256": h.hexdigest()}
 
 
 def objectives(rep: dict, stats: list) -> list:

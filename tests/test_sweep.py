@@ -64,7 +64,8 @@ def _flat(rep: dict) -> dict:
                     walk(x, f"{path}.{k}" if path else k)
         else:
             out[path] = v
-    walk({k: v for k, v in rep.items() if k not in ("seed", "horizon", "warmup", "notes")}, "")
+    # what ran (inputs, program) is no statistic: a sweep's point and sweep.json say it
+    walk({k: v for k, v in rep.items() if k not in ("seed", "horizon", "warmup", "notes", "inputs", "program")}, "")
     return out
 
 

@@ -110,6 +110,12 @@ def command(args) -> int:
                 "settings": {k2: _plain(v) for k2, v in settings.items()},
                 "inputs": {n: _plain(v) for n, v in sorted(fixed.items())},
                 "runs": len(rows), "failed": failed, "columns": columns, "serq": _version()}
+        from serq.cli import program_id, sizing_summary
+        if not args.file.endswith(".json"):   # the program's files and their hash, as serq run --json says them
+            meta["program_files"] = program_id(api.load(args.file, fixed, base))
+        sized = sizing_summary(args, fixed)
+        if sized is not None:                 # the model, GPU and tp the catalogue sized (docs/sizing.md)
+            meta["sizing"] = {k2: sized[k2] for k2 in ("model", "gpu", "tp", "kv_blocks", "block_size")}
         if find is not None:  # the searched input first: `serq plot DIR` draws against it
             meta["grid"] = {find.name: [_plain(v) for v in sorted({p[find.name] for p in points})], **meta["grid"]}
             meta["find"] = find.as_json()
