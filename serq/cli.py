@@ -330,7 +330,9 @@ def _run(args, prog, settings, supplied: dict | None = None) -> int:
     if stats:
         rep["objectives"] = objectives(rep, stats)
     # what ran, so that a report read later says it: every input as resolved, and the program's files
-    rep["inputs"] = dict(prog.settings.inputs)
+    # an infinite input as serq inputs --json writes it ("Infinity"): an instance file takes it back
+    rep["inputs"] = {k: v if math.isfinite(v) else ("Infinity" if v > 0 else "-Infinity")
+                     for k, v in prog.settings.inputs.items()}
     rep["program"] = program_id(prog)
     if args.json:
         _out(json.dumps(finite(rep), indent=1, default=_jsonable, allow_nan=False))

@@ -68,7 +68,11 @@ def test_inputs_lists_each_input_and_its_default_in_the_programs_order(tmp_path,
     assert code == 0 and err == ""
     assert out == ("rate       0.2\n"
                    "blocks     4096\n"
-                   "chunk_cap  512\n"
+                   "bs         16\n"
+                   "max_seqs   256\n"
+                   "B          2048\n"
+                   "chunk_cap  inf\n"
+                   "caching    1\n"
                    "a          4e-05\n"
                    "omega      0.003\n"
                    "beta       1e-07\n"
@@ -76,9 +80,11 @@ def test_inputs_lists_each_input_and_its_default_in_the_programs_order(tmp_path,
     code, out, _ = main(capsys, "inputs", VLLM, "--json")
     assert code == 0
     got = json.loads(out)
-    assert got == {"inputs": {"rate": 0.2, "blocks": 4096, "chunk_cap": 512, "a": 0.00004, "omega": 0.003,
+    assert got == {"inputs": {"rate": 0.2, "blocks": 4096, "bs": 16, "max_seqs": 256, "B": 2048,
+                              "chunk_cap": "Infinity", "caching": 1, "a": 0.00004, "omega": 0.003,
                               "beta": 0.0000001, "c0": 0.001}}
-    assert list(got["inputs"]) == ["rate", "blocks", "chunk_cap", "a", "omega", "beta", "c0"]
+    assert list(got["inputs"]) == ["rate", "blocks", "bs", "max_seqs", "B", "chunk_cap", "caching", "a", "omega",
+                                   "beta", "c0"]
     # the object is an instance file: its defaults run as the program's own
     inst = tmp_path / "defaults.json"
     inst.write_text(out)

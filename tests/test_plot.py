@@ -74,7 +74,7 @@ def test_dump_series_agree_with_the_report_of_a_real_engine(capsys, tmp_path):
     rep = json.loads(out)
     meta = json.loads((d / "dump.json").read_text())
     assert (meta["seed"], meta["horizon"], meta["warmup"], meta["end"]) == (1, 300.0, 50.0, rep["end"])
-    assert meta["engines"] == ["vllm"] and meta["inputs"]["chunk_cap"] == 512
+    assert meta["engines"] == ["vllm"] and meta["inputs"]["chunk_cap"] == "Infinity"   # vLLM's default: none
     for name, p in rep["pools"].items():
         rows = [tuple(map(float, r)) for r in _rows(d / "pool" / f"{name}.csv")[1:]]
         times = [r[0] for r in rows]
@@ -389,7 +389,7 @@ def test_a_sweep_without_tokens_plots_its_response(capsys, tmp_path):
 
 UNITS = {"seconds", "samples", "requests", "KV tokens", "jobs", "sessions", "holds", "cache entries",
          "fraction of the time busy", "fraction of the time a job is present", "0 or 1", "0 or 1 (its mean: a fraction)", "fraction of samples ≤ x", "runs",
-         "requests per second", "tokens per second", "tokens"}
+         "requests per second", "tokens per second", "tokens", "fraction of tokens"}
 COLUMN = re.compile(r"\b(client|pools|stages|sessions|gauges|observe)\.[\w\[\]]+\.\w+")
 
 

@@ -168,7 +168,7 @@ def test_decode_first_delays_first_tokens_and_prefill_first_delays_the_rest():
 
 # ---- the vLLM workload examples' engine ----------------------------------------------------------
 
-ENGINE_LETS = re.compile(r"^  let (blocks|bs|max_seqs|B|chunk_cap|a|omega|beta|c0) = .*$", re.M)
+ENGINE_LETS = re.compile(r"^  let (blocks|bs|max_seqs|B|chunk_cap|caching|a|omega|beta|c0) = .*$", re.M)
 
 
 def vllm_engine(rel):
@@ -182,7 +182,7 @@ def vllm_engine(rel):
 # vllm_subagents.sq's cache is keyed by content (docs/reference/content.md), so that a subagent
 # hits its orchestrator's blocks: its engine is vllm.sq's with these three lines so written
 CONTENT = (("request (prompt, output) {", "request (prompt, output, stream, parent, at) {"),
-           ("cache (prompt + output);", "cache (prompt + output) content (stream, parent, at);"),
+           ("cache (caching * (prompt + output));", "cache (caching * (prompt + output)) content (stream, parent, at);"),
            ("preempt lifo; }", "preempt lifo; cache content; }"))
 
 
@@ -192,7 +192,7 @@ def test_the_vllm_workloads_run_vllm_sq_s_engine(rel):
     """`use` cannot share an engine (docs/vllm.md): the copies are vllm.sq's, letter for letter (the
     subagents' with its content clauses)."""
     lets, engine = vllm_engine("multi-turn/vllm.sq")
-    assert len(lets) == 9 and "engine vllm on gpu" in engine
+    assert len(lets) == 10 and "engine vllm on gpu" in engine
     if rel.startswith("subagent/"):
         for a, b in CONTENT:
             assert engine.count(a) == 1

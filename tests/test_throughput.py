@@ -79,13 +79,15 @@ def test_throughput_against_a_hand_count(ff):
     assert rep["end"] == 13.625 and rep["client"]["response"]["count"] == 3
     assert rep["throughput"] == {"requests_per_s": 3 / 13.625, "input_tokens_per_s": 60 / 13.625,
                                  "computed_input_tokens_per_s": 60 / 13.625,
-                                 "output_tokens_per_s": 12 / 13.625, "total_tokens_per_s": 72 / 13.625}
+                                 "output_tokens_per_s": 12 / 13.625, "total_tokens_per_s": 72 / 13.625,
+                                 "prefix_cache_hit_rate": 0.0}
     # a warm-up of 12 leaves the turns answered at 12.5 and 13.625: prompts 20 + 30, outputs 4 + 5
     sim, rep = _sim(TINY, {"warmup": 12}, ff=ff)
     span = 13.625 - 12
     assert rep["throughput"] == {"requests_per_s": 2 / span, "input_tokens_per_s": 50 / span,
                                  "computed_input_tokens_per_s": 50 / span,
-                                 "output_tokens_per_s": 9 / span, "total_tokens_per_s": 59 / span}
+                                 "output_tokens_per_s": 9 / span, "total_tokens_per_s": 59 / span,
+                                 "prefix_cache_hit_rate": 0.0}
 
 
 def test_input_tokens_count_the_whole_prompt_as_vllm_s_client_does(tmp_path):
@@ -112,6 +114,7 @@ def test_input_tokens_count_the_whole_prompt_as_vllm_s_client_does(tmp_path):
     assert cached > 0 and tp["input_tokens_per_s"] == pytest.approx(whole / span)
     assert tp["computed_input_tokens_per_s"] == pytest.approx((whole - cached) / span)
     assert tp["total_tokens_per_s"] == pytest.approx(tp["input_tokens_per_s"] + tp["output_tokens_per_s"])
+    assert tp["prefix_cache_hit_rate"] == pytest.approx(cached / whole)
 
 
 @pytest.mark.parametrize("ff", [True, False])

@@ -213,6 +213,10 @@ def _columns(path: str, want: list[str]) -> list[list[float]]:
 
 def _num(v: float) -> str:
     """A figure for a label: 4 significant digits, thousands separated."""
+    if isinstance(v, str):   # "Infinity": an infinite input, as dump.json writes it
+        v = float(v) if v in ("Infinity", "-Infinity") else v
+        if isinstance(v, str):
+            return v
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return str(v)
     if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e7):
@@ -284,7 +288,7 @@ class Units:
         if program:
             try:
                 from serq import api
-                prog = api.load(program, {k: float(v) for k, v in (inputs or {}).items()})
+                prog = api.load(program, {k: float(v) for k, v in (inputs or {}).items() if v is not None})
             except Exception:  # noqa: BLE001 -- only labels depend on it: any failure falls back to names
                 prog = None
         if prog is None:
@@ -380,6 +384,8 @@ def _describe(stat: str, units: Units) -> tuple[str, str]:
     if head == "throughput" and len(parts) == 2 and last.endswith("_per_s"):
         what = last[:-len("_per_s")].replace("_", " ")
         return f"throughput: {what} per second", ("tokens" if what.endswith("tokens") else what) + " per second"
+    if stat == "throughput.prefix_cache_hit_rate":
+        return "prefix cache hit rate (of the prompt tokens)", "fraction of tokens"
     if stat == "end":
         return "the run's end", "seconds"
     if stat == "growing_at_end":

@@ -170,7 +170,9 @@ def write(sim, rep: dict, directory: str):
     prog = sim.prog
     meta = {"program": prog.files[0] if prog.files else None, "seed": sim.seed,
             "horizon": _finite(sim.horizon), "warmup": sim.warmup, "end": _finite(end),
-            "inputs": {k: _finite(v) for k, v in prog.settings.inputs.items()},
+            # an infinite input as serq inputs --json writes it, which float() reads back (plot's Units)
+            "inputs": {k: v if math.isfinite(v) else ("Infinity" if v > 0 else "-Infinity")
+                       for k, v in prog.settings.inputs.items()},
             "pools": {m.label: _finite(m.cap) for m in sim.pools},
             "engines": [e.label for e in getattr(sim, "engines", [])]}
     with open(os.path.join(directory, "dump.json"), "w", encoding="utf-8", newline="\n") as fh:

@@ -940,17 +940,17 @@ class Iterations:
     def _iteration_end(self, eng):
         """The iteration's tokens are applied when it ends."""
         fe = eng.first_end  # a fast-forward's first iteration ended there, and a first token with it
-        if fe is not None:
-            eng.first_end = None
-            # one at a time, that iteration's end is an event of its own: the engine idles and
-            # starts again then, a change point of its busy time (the same sums)
-            eng.busy_avg.split(fe)
+        eng.first_end = eng.tail_start = None
+        if eng.repeat > 1:
+            # one at a time, each iteration's end is an event of its own: the engine idles and starts
+            # again then, a change point of its busy time; so at each of a fast-forwarded run's ends
+            # but the last (now), in order, that the sums are the same to the last bit (a run's whole
+            # time at once is another rounding: issue 48's defaults showed it, 1 ulp of utilisation)
+            split = eng.busy_avg.split
+            for t in eng.ends[:-1]:
+                split(t)
         if eng.grows:  # before anything at this instant: they are earlier
             self._grow_steady(eng)
-        ts = eng.tail_start  # the run's last iteration started there, an event of its own one at a time
-        if ts is not None:
-            eng.tail_start = None
-            eng.busy_avg.split(ts)
         eng.busy = False
         eng.busy_avg.set(self.now, 0.0)  # a next iteration at this instant sets it again
         now = self.now
@@ -1038,10 +1038,7 @@ class Iterations:
             if t1 != t:
                 if gauges is not None and t is not None:
                     gauges()  # the instant before's
-                t = self.now = t1
-                # the iteration that grows would have been an event of its own: the engine idles
-                # and starts again at that instant, a change point of its busy time (the same sums)
-                split(t)
+                t = self.now = t1   # (the engine's busy time has its change point there: _iteration_end)
             a = r.alloc
             pool = a.pool
             pool.make_room(pool.block)

@@ -95,7 +95,9 @@ def _throughput(sim, answered: int, span: float) -> dict:
     out = {"requests_per_s": per_s(answered), "input_tokens_per_s": per_s(whole),
            "computed_input_tokens_per_s": per_s(sim.tokens_in),
            "output_tokens_per_s": per_s(sim.tokens_out),
-           "total_tokens_per_s": per_s(whole + sim.tokens_out)}
+           "total_tokens_per_s": per_s(whole + sim.tokens_out),
+           # of the prompt tokens, the share a prefix cache gave (vLLM's prefix cache hit rate, in tokens)
+           "prefix_cache_hit_rate": sim.tokens_cached / whole if whole > 0 else None}
     if sim.slo is not None:
         good = sim.good
         if sim.queued:  # queueing.py keeps no turn's record: its turns have a response alone
@@ -147,8 +149,9 @@ def text(rep: dict, file: str) -> str:
     line = f"throughput: {_g(tp['requests_per_s'])} requests/s"
     if tp["total_tokens_per_s"]:  # a run without engine tokens has requests alone
         computed = tp.get("computed_input_tokens_per_s")
-        cached = (f" ({_g(computed)} computed)" if computed is not None and computed != tp["input_tokens_per_s"]
-                  else "")
+        hit = tp.get("prefix_cache_hit_rate")
+        cached = (f" ({_g(computed)} computed, a prefix cache hit rate of {100 * hit:.1f}%)"
+                  if computed is not None and computed != tp["input_tokens_per_s"] and hit is not None else "")
         line += (f"; tokens/s: {_g(tp['input_tokens_per_s'])} input{cached}, {_g(tp['output_tokens_per_s'])} output, "
                  f"{_g(tp['total_tokens_per_s'])} total")
     out.append(line)

@@ -33,7 +33,7 @@ def threshold(prog, stage: I.Stage):
     ch = stage.kind.chunk
     v = const_value(ch)
     if v is not None:
-        if v == 0:
+        if v == 0 or v == math.inf:   # no cap: vLLM's threshold 0, its default
             return 0, False
         raise _refuse(prog, stage.at, f"a constant chunk cap ({v:g}) applies even to a request alone, where vLLM "
                       "lifts long_prefill_token_threshold (scheduler.py:606-616)")
@@ -41,6 +41,8 @@ def threshold(prog, stage: I.Stage):
             const_value(ch.c.r) == 1 and const_value(ch.b) == 0:
         a = ch.a
         c = const_value(a)
+        if c == math.inf or c == 0:   # `n > 1 ? inf : inf`, the IR's 0 for no cap: vLLM's default, 0
+            return 0, False
         if c is not None and whole(c, 1):
             return int(c), False
         if a.k == "fn" and a.name == "max" and len(a.args) == 2:
@@ -114,13 +116,24 @@ def _is_lifo(e) -> bool:
     return e.k == "un" and e.op == "-" and e.e.k == "ctx" and e.e.name == "admission"
 
 
+def _zero(e) -> bool:
+    """An expression that is 0 whatever it reads: 0, or a product with a factor 0 (`caching * (...)` with
+    the input caching=0)."""
+    if const_value(e) == 0:
+        return True
+    if e.k == "cost":
+        return _zero(e.e)
+    return e.k == "bin" and e.op == "*" and (_zero(e.l) or _zero(e.r))
+
+
 def _prefix_caching(prog, kv: str) -> bool:
     """On when a hold on the KV pool caches and reuses a prefix that is not a constant 0."""
     from serq.link.rules import walk
     blocks = [prog.server] + ([prog.workload.session] if prog.workload.session else [])
     for b in blocks:
         for s in walk(b):
-            if s.k == "hold" and any(p.pool.name == kv for p in s.pools) and s.cache is not None:
+            if s.k == "hold" and any(p.pool.name == kv for p in s.pools) and s.cache is not None \
+                    and not _zero(s.cache):   # cache (0) keeps nothing: caching off
                 if s.reuse is None or const_value(s.reuse) != 0:
                     return True
     return False

@@ -16,7 +16,7 @@ def program : Program := {
   engine := {
     name := "vllm",
     budget := (some (Expr.num 2048)),
-    chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 512) (Expr.num 0),
+    chunk := Expr.ite (Expr.bin BinOp.gt (Expr.bin BinOp.add (Expr.step StepVar.nres false) (Expr.step StepVar.queued false)) (Expr.num 1)) (Expr.num 0) (Expr.num 0),
     granule := none,
     exclusive := false,
     keys := [],
@@ -41,9 +41,9 @@ def program : Program := {
     Stmt.holdS
       [
         { pool := 1, units := Expr.num 1, reserve := none, staticUnits := true, staticReserve := false },
-        { pool := 0, units := Expr.fn Fun.min [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.bin BinOp.add (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]]) (Expr.obs ObsFn.budgetLeft "vllm")], reserve := (some (Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)])), staticUnits := false, staticReserve := true }]
+        { pool := 0, units := Expr.fn Fun.min [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.bin BinOp.add (Expr.bin BinOp.mul (Expr.num 1) (Expr.fn Fun.min [Expr.obs ObsFn.cachedin "kv", Expr.fn Fun.reusable [Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)], Expr.num 16]])) (Expr.obs ObsFn.budgetLeft "vllm")], reserve := (some (Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)])), staticUnits := false, staticReserve := true }]
       none
-      (some (Expr.bin BinOp.add (Expr.attr "n") (Expr.attr "o")))
+      (some (Expr.bin BinOp.mul (Expr.num 1) (Expr.bin BinOp.add (Expr.attr "n") (Expr.attr "o"))))
       [
         Stmt.setA "known" (Expr.fn Fun.max [Expr.attr "kept", Expr.bin BinOp.add (Expr.attr "computed") (Expr.num 1)]),
         Stmt.setA "kept" (Expr.attr "known"),
