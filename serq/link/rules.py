@@ -135,7 +135,8 @@ def _holds(prog, stmts):
                 for e in _exprs(b):
                     if "cached" in attrs_read(e):
                         raise SerqError("L221", "a hold without `cache` reads `cached`, which is 0 in its body "
-                                        "(`cache (0)` consumes the prefix and keeps nothing)", span_of(prog, b.at))
+                                        "(`cache (cost(P, 0))` consumes the prefix and keeps nothing; in an engine's "
+                                        "request, `cache (0);`)", span_of(prog, b.at))
         if s.lease is not None and all(p.pool.name != s.lease.pool.name for p in s.pools):
             raise SerqError("L226", "`lease P (t)` names one of the hold's pools", span_of(prog, s.at))
         idx_attrs = set()
