@@ -152,7 +152,7 @@ def all_text(root) -> str:
 
 
 def test_expressions_print_as_the_source_wrote_them():
-    prog = api.load(os.path.join(ROOT, "examples/multi-turn/vllm.sq"))
+    prog = api.load(os.path.join(ROOT, "examples/multi-turn/vllm.sq"), {"chunk_cap": 512})
     words = all_text(ET.fromstring(svg(prog)))
     for want in ("a prefill's chunk ≤ running.count + waiting.count > 1 ? chunk_cap : inf",
                  "where chunk_cap = 512, c0 = 0.001",     # the constants the engine reads, with their numbers

@@ -33,7 +33,7 @@ BASE = """
 
 
 def test_vllm_example_lowers_as_the_tables_say():
-    p = api.load(os.path.join(ROOT, "examples", "multi-turn", "vllm.sq"))
+    p = api.load(os.path.join(ROOT, "examples", "multi-turn", "vllm.sq"), {"chunk_cap": 512})
     (st,) = [s for s in p.stages if s.name == "vllm"]
     k = st.kind
     assert k.k == "step"

@@ -30,7 +30,7 @@ _STAT = ("count", "mean", "ci95", "p50", "p90", "p99", "min", "max")
 FIXED = ("end", *(f"sessions.{k}" for k in ("arrived", "completed", "rejected", "stuck", "live_at_end")),
          *(f"client.{c}.{k}" for c in ("ttft", "tpot", "itl", "response") for k in _STAT),
          *(f"throughput.{k}" for k in ("requests_per_s", "input_tokens_per_s", "computed_input_tokens_per_s",
-                                       "output_tokens_per_s",
+                                       "prefix_cache_hit_rate", "output_tokens_per_s",
                                        "total_tokens_per_s")), "growing_at_end")
 PARTS = {"observe": _STAT, "gauges": ("mean", "ci95", "min", "max"),
          "pools": ("cap", "mean_used", "max_used", "admitted", "rejected", "evicted", "preempted", "over_cap"),
