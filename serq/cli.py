@@ -658,6 +658,13 @@ def _jsonable(v):
     return None
 
 
+def _clock(seconds: float) -> str:
+    """A duration as m:ss (h:mm:ss past an hour)."""
+    s = int(seconds + 0.5)
+    h, m = divmod(s // 60, 60)
+    return f"{h}:{m:02d}:{s % 60:02d}" if h else f"{m}:{s % 60:02d}"
+
+
 class _Progress:
     """A progress bar on stderr for runs longer than a couple of seconds."""
 
@@ -682,9 +689,12 @@ class _Progress:
             frac = min(1.0, sim.now / sim.horizon)
         else:
             frac = 0.0
-        bar = "#" * int(frac * 30)
+        bar = "#" * int(frac * 25)
+        spent = t - self.t0
+        # the time left at the pace so far (the elapsed wall time over the fraction done), as sweep's bar says it
+        left = f", {_clock(spent * (1 - frac) / frac)} left" if frac > 0.01 else ""
         with self.lock:
-            sys.stderr.write(f"\r[{bar:<30}] {frac * 100:5.1f}%  t={sim.now:.6g}  sessions={sim.sessions_arrived}")
+            sys.stderr.write(f"\r[{bar:<25}] {frac * 100:5.1f}%  t={sim.now:.6g}  {_clock(spent)} elapsed{left}   ")
             sys.stderr.flush()
             self.shown = True
 

@@ -307,3 +307,19 @@ def test_one_slo_grammar_with_units_for_run_and_sweep(capsys):
     assert tput["metric"] == "throughput.requests_per_s" and not tput["held"]
     for bad in ("ttft>=1", "client.ttft.p98<=1", "ttft<=5x"):
         assert cli_main(["run", VLLM, "--horizon", "5", "--slo", bad]) == 2
+
+
+def test_a_long_run_s_bar_says_the_time_elapsed_and_left(capsys):
+    """On a terminal, after 2 s, `serq run` draws its progress with the time elapsed and, at the pace so
+    far, the time left (issue 48, item 6); piped, a run says nothing on stderr."""
+    import time
+    import types
+    from serq.cli import _Progress, main as cli_main
+    p = _Progress(None)
+    p.t0 = time.monotonic() - 12
+    p(types.SimpleNamespace(arrivals_n=0, horizon=100.0, now=25.0, sessions_arrived=3, sessions_completed=0,
+                            sessions_rejected=0))
+    err = capsys.readouterr().err
+    assert "25.0%" in err and "0:12 elapsed, 0:36 left" in err and len(err) <= 80
+    assert cli_main(["run", VLLM, "--horizon", "5"]) == 0
+    assert capsys.readouterr().err == ""
