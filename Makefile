@@ -44,7 +44,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2
 
-# the user's verification gate (README): every example links and draws, the generated Lean is current, the
+# the user's verification gate (docs/overview.md): every example links and draws, the generated Lean is current, the
 # papers' verdicts at the default bound are as recorded, the differential suite passes, and every Lean
 # module and file compiles with every theorem checked (tools/lean_check.py: a native lake where one is,
 # else Lean in WebAssembly under Node.js, installed into .lean-wasm/; SKIPPED only where neither is)

@@ -142,7 +142,7 @@ def _binding(text: str) -> tuple[str, float]:
 
 # the experiments' commands (serq/exp, docs/tutorial.md): name -> (help, whether it takes inputs). A
 # module adds its command's options and runs it; it is imported when its command runs only, so
-# that the others (`serq check`, README *Speed*) do not pay for importing it
+# that the others (`serq check`, docs/overview.md *Speed*) do not pay for importing it
 EXPERIMENTS = {
     "sweep": ("run the program over a grid of inputs times K seeds, or search one input for the largest "
               "value that meets objectives (--find); tables of the runs", True),
