@@ -165,7 +165,7 @@ def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
 
     def sizing(sp):  # a model on GPUs fills the roofline's inputs (serq/catalogue, docs/sizing.md)
         sp.add_argument("--model", metavar="NAME|config.json", help="size a model: a catalogue name (e.g. "
-                        "llama-3.1-8b) or a Hugging Face config.json; fills the inputs of examples/sizing/roofline.sq")
+                        "llama-3.1-8b) or a Hugging Face config.json; fills the inputs of examples/sizing/lib/roofline.sq")
         sp.add_argument("--gpu", metavar="NAME|FILE.json", help="on this GPU: a catalogue name (e.g. h100) or a file "
                         "of its figures")
         sp.add_argument("--tp", metavar="N", help="over N GPUs, tensor parallel (default 1)")

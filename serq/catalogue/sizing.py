@@ -1,5 +1,5 @@
 """A model on GPUs as the inputs of a program whose `execute` is the roofline of
-examples/sizing/roofline.sq (docs/sizing.md): the bytes an iteration reads, the FLOPs its tokens
+examples/sizing/lib/roofline.sq (docs/sizing.md): the bytes an iteration reads, the FLOPs its tokens
 and its attention take, the GPU's peaks, and the KV blocks vLLM would allocate.
 
 `--model`, `--gpu` and `--tp` on `serq run`, `serq sweep`, `serq inputs` and `serq calibrate` fill
