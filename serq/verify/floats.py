@@ -27,6 +27,7 @@ from typing import Optional
 from serq.ir import model as I
 from serq.ref import ir as R
 from serq.ref.num import of_decimal
+from serq.verify.invariant import _nodes
 
 TOL = 1e-9          # the margin, relative to the larger side (at least 1)
 SEARCH_SHARE = 0.1  # of the timeout, the most the search in floating point may take
@@ -138,7 +139,10 @@ def facts(p: R.Program, sessions: Optional[int] = None) -> Facts:
         if any(r is None or not r or not dyadic(r / n) for n, r in enumerate(rates, 1)):
             f.clock = False
             f.why.append(f"the ps stage {st.name} shares its rate among its jobs")
-    stmts = list(_stmts(p.init + p.turn + (p.session or ()) + p.server))
+    # the statements that may compute a number no float holds, nested ones too
+    stmts = [n for n in _nodes(p.init + p.turn + (p.session or ()) + p.server)
+             if isinstance(n, (R.SetA, R.ObserveA, R.JobS))]
+    isets = [n for n in _nodes(p.engine.body) if isinstance(n, R.ISet)]
     while True:
         before = (f.clock, len(f.attrs), len(f.regs), len(f.obs))
         if f.clock and not exact(p.engine.cost, f):
@@ -152,34 +156,14 @@ def facts(p: R.Program, sessions: Optional[int] = None) -> Facts:
             elif isinstance(s, R.JobS) and f.clock and not exact(s.work, f):
                 f.clock = False
                 f.why.append("a stage's work is no float exactly")
-        for s in _istmts(p.engine.body):
-            if isinstance(s, R.ISet) and not exact(s.e, f):
+        for s in isets:
+            if not exact(s.e, f):
                 f.regs.add(s.name)
         for name, init in p.engine.registers:
             if not dyadic(init):
                 f.regs.add(name)
         if (f.clock, len(f.attrs), len(f.regs), len(f.obs)) == before:
             return f
-
-
-def _stmts(body):
-    for s in body:
-        yield s
-        if isinstance(s, R.BranchS):
-            yield from _stmts(s.then)
-            yield from _stmts(s.else_)
-        elif isinstance(s, R.WhileS):
-            yield from _stmts(s.body)
-        elif isinstance(s, R.HoldS):
-            yield from _stmts(s.body)
-
-
-def _istmts(body):
-    for s in body:
-        yield s
-        if isinstance(s, R.IBranch):
-            yield from _istmts(s.then)
-            yield from _istmts(s.else_)
 
 
 # ---------------------------------------------------------------- the claim, as the interpreter reads it

@@ -210,6 +210,18 @@ def lemmas(p: R.Program) -> list:
 # ---------------------------------------------------------------- refusals
 
 
+def subst(e, f):
+    """The expression with each node x replaced by f(x) (f returns x to keep it and go inside)."""
+    if isinstance(e, tuple):
+        return tuple(subst(x, f) for x in e)
+    if not hasattr(e, "__dataclass_fields__"):
+        return e
+    y = f(e)
+    if y is not e:
+        return y
+    return type(e)(**{k: subst(getattr(e, k), f) for k in e.__dataclass_fields__})
+
+
 def _nodes(x):
     """Every IR node under x, depth first."""
     if isinstance(x, tuple):
@@ -352,7 +364,7 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
         leaves: dict = {}
         abstract(c.e, leaves)
     except Unsupported as u:
-        if c.form == "every" and _reads_register(c.e):
+        if c.form == "every" and any(isinstance(n, R.Reg) for n in _nodes(c.e)):
             return prove_registers(p, j, left, str(u))
         return str(u)
     # only the lemmas the encoded step proves inductive (serq/verify/step.py): every move of the
@@ -381,38 +393,6 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
 # ---------------------------------------------------------------- registers
 
 
-def _reads_register(e) -> bool:
-    if isinstance(e, R.Reg):
-        return True
-    if hasattr(e, "__dataclass_fields__"):
-        return any(_reads_register(getattr(e, k)) for k in e.__dataclass_fields__)
-    if isinstance(e, tuple):
-        return any(_reads_register(x) for x in e)
-    return False
-
-
-def _subst_reg(e, name: str, by):
-    """The expression with register `name` read as `by`."""
-    if isinstance(e, R.Reg):
-        return by if e.name == name else e
-    if isinstance(e, tuple):
-        return tuple(_subst_reg(x, name, by) for x in e)
-    if not hasattr(e, "__dataclass_fields__"):
-        return e
-    return type(e)(**{k: _subst_reg(getattr(e, k), name, by) for k in e.__dataclass_fields__})
-
-
-def _sets(body) -> list:
-    """Every register set of an iteration's statements, those inside branches too."""
-    out = []
-    for st in body:
-        if isinstance(st, R.ISet):
-            out.append(st)
-        elif isinstance(st, R.IBranch):
-            out += _sets(st.then) + _sets(st.else_)
-    return out
-
-
 def prove_registers(p: R.Program, j: int, left, why_not: str) -> Proof | str:
     """An `every iteration` claim over the engine's registers (and numbers) proved as an invariant of
     the registers: it holds of their initial values, and each `set` of the schedule keeps it, whatever
@@ -439,10 +419,11 @@ def prove_registers(p: R.Program, j: int, left, why_not: str) -> Proof | str:
     chk = step.checked(p)
     lems = [lm for lm in lemmas(p) if chk.lemmas.get(lm.key, "not checked") is None] if not chk.failed else []
     read = {n[len(REG):] for n in leaves}
-    for st in _sets(p.engine.body):
+    for st in (n for n in _nodes(p.engine.body) if isinstance(n, R.ISet)):   # inside branches too
         if st.name not in read:
             continue
-        kept = R.Bin("||", R.Not(c.e), _subst_reg(c.e, st.name, st.e))
+        now = subst(c.e, lambda x, st=st: st.e if isinstance(x, R.Reg) and x.name == st.name else x)
+        kept = R.Bin("||", R.Not(c.e), now)
         try:
             why = _implied(p, kept, True, lems, left, regs=True)
         except Unsupported as u:

@@ -199,21 +199,9 @@ def _obs_scope(p: R.Program, n: R.Obs) -> Optional[str]:
     return f"a hold's header reads `{n.fn}({n.of})`, which has no natural value there"
 
 
-def _subst(e, f):
-    """The expression with each node x replaced by f(x) (f returns x to keep it and go inside)."""
-    if isinstance(e, tuple):
-        return tuple(_subst(x, f) for x in e)
-    if not hasattr(e, "__dataclass_fields__"):
-        return e
-    y = f(e)
-    if y is not e:
-        return y
-    return type(e)(**{k: _subst(getattr(e, k), f) for k in e.__dataclass_fields__})
-
-
 def _now(e):
     """The expression with `now` an attribute (a turn's clock is one of its unknowns)."""
-    return _subst(e, lambda x: R.Attr(NOW) if isinstance(x, R.Ctx) and x.name == "now" else x)
+    return V.subst(e, lambda x: R.Attr(NOW) if isinstance(x, R.Ctx) and x.name == "now" else x)
 
 
 def least_cost(p: R.Program, lems: list, left) -> Optional[object]:
@@ -475,7 +463,7 @@ class _Turn:
                 reads[name] = self._fresh("d")
                 return R.Attr(name)
             return x
-        e2 = _subst(_now(e), sub)
+        e2 = V.subst(_now(e), sub)
         for n, v in reads.items():
             attrs = X.assign(attrs, n, v)
         return X.eval_expr(self.p, None, X.Env(attrs), e2)
