@@ -378,6 +378,7 @@ SLO_METRICS = ("ttft", "tpot", "itl", "response")
 
 # a time's unit in an objective (`ttft<=500ms`): seconds by default, as the reports are
 SLO_UNITS = {"us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0}
+_SLO_UNIT = re.compile(r"(.*[\d.])(us|µs|ms|s)")
 # a bare number above these, for the metric, is more likely milliseconds than seconds: said, not changed
 SLO_PLAUSIBLE = {"ttft": 60.0, "tpot": 5.0, "itl": 5.0, "response": 3600.0}
 
@@ -399,14 +400,14 @@ def parse_slo(text: str, ops: tuple, form: str) -> tuple[str, str, float]:
     if m is None or m.group(2) not in ops:
         raise UsageError(f"--slo is {form}, not {text!r}")
     metric, value = slo_metric(m.group(1)), m.group(3)
-    unit = next((u for u in sorted(SLO_UNITS, key=len, reverse=True) if value.endswith(u)
-                 and value[:-len(u)] and value[:-len(u)][-1:].isdigit() | (value[:-len(u)][-1:] == ".")), None)
-    x = _number(value[:-len(unit)] if unit else value, f"--slo {metric}")
+    with_unit = _SLO_UNIT.fullmatch(value)   # a number, then its unit (`500ms`; not `inf`)
+    unit = with_unit.group(2) if with_unit else None
+    x = _number(with_unit.group(1) if with_unit else value, f"--slo {metric}")
     if unit:
         return metric, m.group(2), x * SLO_UNITS[unit]
     parts = metric.split(".")
     time_metric = parts[0] if parts[0] in SLO_METRICS else parts[1] if len(parts) == 3 and parts[0] == "client" else None
-    if time_metric in SLO_PLAUSIBLE and x > SLO_PLAUSIBLE[time_metric]:
+    if time_metric in SLO_PLAUSIBLE and SLO_PLAUSIBLE[time_metric] < x < math.inf:   # inf: no limit, said plainly
         _say(f"serq: note: --slo {m.group(1)}{m.group(2)}{value}: taken as {fmt(x)} seconds (write {value}ms for "
              "milliseconds)")
     return metric, m.group(2), x

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import pytest
@@ -298,6 +299,7 @@ def test_one_slo_grammar_with_units_for_run_and_sweep(capsys):
     capsys.readouterr()
     assert parse_slo("tpot<=50", ("<=",), "F") == ("tpot", "<=", 50)
     assert "taken as 50 seconds (write 50ms" in capsys.readouterr().err
+    assert parse_slo("ttft<=inf", ("<=",), "F")[2] == math.inf and capsys.readouterr().err == ""   # no limit
     code = cli_main(["run", VLLM, "--horizon", "30", "--quiet", "--json", "--slo", "ttft<=500ms",
                      "--slo", "ttft.p99<=10s", "--slo", "throughput.requests_per_s>=1000"])
     rep = json.loads(capsys.readouterr().out)
