@@ -18,17 +18,18 @@ __all__ = ["load", "load_text", "load_ir", "inputs", "parse_instance", "run", "c
 
 
 def run(program: I.Program, settings: I.Settings | None = None, progress=None, workload: dict | None = None,
-        record: bool = False, slo: dict | None = None) -> dict:
+        record: bool = False, slo: dict | None = None, percentiles=None) -> dict:
     """Simulate the program; the report as the catalogue's JSON object (a dict). `workload` (a
     workload file's object, `serq run --workload`) replaces the program's arrivals and draws;
     `record` keeps the engines' and stages' queues over time, and each answered turn, for `--dump`
     (serq/interp/dump.py); `slo` ({"ttft"|"tpot"|"itl"|"response": limit}, `serq run --slo`) adds
-    the goodput (docs/reference/report.md)."""
+    the goodput (docs/reference/report.md); `percentiles` (percent values, `serq run --percentiles`) the
+    summaries' percentiles in place of 50, 90 and 99."""
     return _deep(program.files[0] if program.files else "<ir>",
-                 lambda: _run(program, settings, progress, workload, record, slo))
+                 lambda: _run(program, settings, progress, workload, record, slo, percentiles))
 
 
-def _run(program, settings, progress, workload=None, record=False, slo=None):
+def _run(program, settings, progress, workload=None, record=False, slo=None, percentiles=None):
     from serq.interp.sim import Sim
     sim = Sim(program, settings, workload)
     if record:
@@ -37,6 +38,8 @@ def _run(program, settings, progress, workload=None, record=False, slo=None):
         sim.requests = Requests()
     if slo:
         sim.set_slo(slo)
+    if percentiles:
+        sim.percentiles = tuple(percentiles)
     rep = sim.run(progress)
     rep["_sim"] = sim
     return rep

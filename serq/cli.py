@@ -148,7 +148,11 @@ EXPERIMENTS = {
               "value that meets objectives (--find); tables of the runs", True),
     "plot": ("a report, a --dump directory or a sweep as a PNG or SVG figure", False),
     "calibrate": ("fit the inputs an engine's execute reads to measured iteration times", True),
+    "import": ("convert a public trace (Azure, BurstGPT, Mooncake, ShareGPT) into a serQ trace with arrival "
+               "times", False),
 }
+# a command whose module is not its name (`import` is Python's keyword)
+MODULES = {"import": "trace_import"}
 
 
 def _command(argv: list[str]) -> str | None:
@@ -196,9 +200,15 @@ def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--slo", action="append", default=[], metavar="METRIC<=X",
                    help="an objective every answered request is held to, METRIC one of ttft, tpot, itl, response, X "
                    "in seconds (repeatable): the report adds the goodput, the requests per second that met them all")
+    r.add_argument("--percentiles", metavar="P,P,...", help="the percentiles of each statistic, percents from 0 to "
+                   "100 (default 50,90,99): p95, p99.9 in the report")
+    r.add_argument("--units", choices=("s", "ms"), default="s", help="the text report's client times in seconds "
+                   "(default, the program's unit) or milliseconds, as vLLM's client prints them; the JSON stays in seconds")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.add_argument("--workload", metavar="W.json", help="replace the arrivals and draws with a workload's "
                    "(one `serq verify` wrote)")
+    r.add_argument("--trace", metavar="TRACE.csv", help="replay this trace in place of the one the program names "
+                   "(its `trace \"file.csv\";`; serq import writes one from a public trace)")
     inputs(r)
     t = sub.add_parser("target", help="the engine's settings as a vLLM configuration (JSON)")
     t.add_argument("file", help=program)
@@ -237,7 +247,7 @@ def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
     for name, (text, takes_inputs) in EXPERIMENTS.items():
         sp = sub.add_parser(name, help=text)
         if name == cmd:  # its options come from its module, imported for its own command only
-            importlib.import_module(f"serq.exp.{name}").arguments(sp)
+            importlib.import_module(f"serq.exp.{MODULES.get(name, name)}").arguments(sp)
             if takes_inputs:
                 inputs(sp)
         p.commands[name] = sp
@@ -297,13 +307,15 @@ def _run(args, prog, settings, supplied: dict | None = None) -> int:
         from serq.verify.output import read_workload
         workload = read_workload(args.workload)
     slo, stats = _slo(args.slo)
+    percentiles = _percentiles(args.percentiles, stats)
     staged = Staged(args.dump) if args.dump is not None else None  # a bad destination: refused before the run
     progress = None
     try:
         # the bar on a terminal; on stderr, whatever it is, a note if the run goes too slowly to finish
         progress = _Watch(_Progress(settings) if not args.quiet and sys.stderr.isatty() else None, supplied)
         try:
-            rep = api.run(prog, settings, progress, workload, record=staged is not None, slo=slo)
+            rep = api.run(prog, settings, progress, workload, record=staged is not None, slo=slo,
+                          percentiles=percentiles)
         except OSError as exc:
             # a run touches the disk only to keep its samples past 2^20 a statistic
             # (docs/reference/report.md): a full or unwritable temporary directory
@@ -341,17 +353,23 @@ def _run(args, prog, settings, supplied: dict | None = None) -> int:
         if workload is not None:
             from serq.verify.output import replay_head
             head += replay_head(prog, workload, args.workload) + "\n"
-        body = text(rep, args.file)
+        ms = getattr(args, "units", "s") == "ms"
+        body = text(rep, args.file, ms)
         if stats:
-            body += "\n" + objectives_text(rep["objectives"])
+            body += "\n" + objectives_text(rep["objectives"], ms)
         _out(head + body)
     return 0
 
 
-def objectives_text(objs: list) -> str:
-    """The statistic objectives, a line: each value against its bound, held or not."""
-    parts = [f"{o['metric']} {'-' if o['value'] is None else format(o['value'], '.4g')} {o['op']} {fmt(o['bound'])} "
-             f"{'held' if o['held'] else 'not held'}" for o in objs]
+def objectives_text(objs: list, ms: bool = False) -> str:
+    """The statistic objectives, a line: each value against its bound, held or not (a client time in
+    milliseconds with `ms`, serq run --units ms)."""
+    def shown(o):
+        k = 1000.0 if ms and o["metric"].startswith("client.") and not o["metric"].endswith(".count") else 1.0
+        unit = "ms" if k != 1.0 else ""
+        v = "-" if o["value"] is None else format(o["value"] * k, ".4g") + unit
+        return f"{o['metric']} {v} {o['op']} {fmt(o['bound'] * k)}{unit} {'held' if o['held'] else 'not held'}"
+    parts = [shown(o) for o in objs]
     n = sum(o["held"] for o in objs)
     return f"objectives: {n} of {len(objs)} held: " + "; ".join(parts)
 
@@ -413,6 +431,27 @@ def parse_slo(text: str, ops: tuple, form: str) -> tuple[str, str, float]:
     return metric, m.group(2), x
 
 
+def _percentiles(text: str | None, stats: list) -> tuple | None:
+    """`serq run --percentiles 50,95,99.9`, and any a statistic objective names (`ttft.p95<=0.5`), in
+    increasing order; None: the default."""
+    from serq.exp.find import stat_percentile
+    from serq.interp.stats import PERCENTILES
+    out = []
+    if text is not None:
+        for part in text.split(","):
+            v = _number(part.strip(), "--percentiles") if part.strip() else None
+            if v is None or not 0 <= v <= 100:
+                raise UsageError(f"--percentiles takes percents from 0 to 100, comma-separated (50,95,99.9), not "
+                                 f"{text!r}")
+            out.append(v)
+        if len(out) > 12:
+            raise UsageError(f"--percentiles takes at most 12, not {len(out)}")
+    asked = [v for m, _, _ in stats if (v := stat_percentile(m)) is not None]
+    if not out and not [v for v in asked if v not in PERCENTILES]:
+        return None
+    return tuple(sorted(set(out or PERCENTILES) | set(asked)))
+
+
 def _slo(texts: list) -> tuple[dict, list]:
     """`serq run --slo`, in the grammar `serq sweep --find` takes too: a per-request metric,
     `METRIC<=X` (every answered request held to it: the goodput, report.md, *Throughput, ITL and
@@ -437,12 +476,28 @@ def _slo(texts: list) -> tuple[dict, list]:
     return out, stats
 
 
+def _with_trace(prog, path: str):
+    """`serq run --trace FILE`: the program's trace replaced, read as the linker reads one."""
+    from serq.interp.trace import load_trace
+    wl = prog.workload
+    if wl.trace is None:
+        raise UsageError(f"--trace replaces the program's trace, and {prog.files[0]} names none (`trace \"file.csv\";`)")
+    if not os.path.isfile(path):
+        raise UsageError(f"--trace {path}: no such file")
+    full = os.path.abspath(path)
+    load_trace(full, wl.arrive.k == "trace")  # a malformed one: its diagnostic (T001)
+    return prog.model_copy(update={"workload": wl.model_copy(update={"trace": wl.trace.model_copy(update={"file": full})})})
+
+
 def program_id(prog) -> dict:
     """The program's files (its source and the libraries it uses) and one SHA-256 over their bytes, in
     that order: two reports with the same `sha256` ran the same text (their inputs beside it)."""
     import hashlib
     h = hashlib.sha256()
-    for f in prog.files:
+    files = list(prog.files)
+    if prog.workload is not None and prog.workload.trace is not None:
+        files.append(prog.workload.trace.file)  # the data it replays: another trace, another run
+    for f in files:
         try:
             with open(f, "rb") as fh:
                 data = fh.read()
@@ -452,7 +507,7 @@ def program_id(prog) -> dict:
     def shown(f):   # as the user named it: within the working directory relative, else as it is
         rel = os.path.relpath(f) if os.path.isabs(f) else f
         return f if rel.startswith("..") else rel
-    return {"files": [shown(f) for f in prog.files], "sha256": h.hexdigest()}
+    return {"files": [shown(f) for f in files], "sha256": h.hexdigest()}
 
 
 def objectives(rep: dict, stats: list) -> list:
@@ -772,6 +827,8 @@ class _Watch:
         if sim.workload is not None:
             return len(sim.workload.get("sessions", ())) or None
         arr = sim.prog.workload.arrive
+        if arr.k == "trace":
+            return len(sim.trace)
         return arr.n if arr.k == "batch" and arr.n else None
 
     def _sample(self, cpu):
@@ -920,10 +977,12 @@ def _main(argv: list[str]) -> int:
         if args.cmd == "verify":
             _bound(args)
         if args.cmd in EXPERIMENTS:
-            return importlib.import_module(f"serq.exp.{args.cmd}").command(args)
+            return importlib.import_module(f"serq.exp.{MODULES.get(args.cmd, args.cmd)}").command(args)
         if args.cmd == "inputs":
             return _inputs(args, supplied)
         prog = api.load(args.file, supplied, settings)
+        if getattr(args, "trace", None) is not None:
+            prog = _with_trace(prog, args.trace)
         if args.cmd == "run":
             return _run(args, prog, settings, supplied)
         if args.cmd == "target":

@@ -428,7 +428,9 @@ def test_text_inside_a_lean_comment_cannot_close_or_open_one():
     assert T.comment("a -/ b /- c\nd") == "a - / b / - c d"
 
 
-@pytest.mark.parametrize("row,code,col", [("a,0,x,1,0", "T001", 5), ("a,0,2.5,1,0", "F001", 1)])
+# `new` is a whole number in every trace (T001); a think time of 2.5 s is a trace's, not a natural
+@pytest.mark.parametrize("row,code,col", [("a,0,x,1,0", "T001", 5), ("a,0,2.5,1,0", "T001", 5),
+                                          ("a,0,2,1,2.5", "F001", 1)])
 def test_a_trace_that_is_not_naturals_is_a_diagnostic(tmp_path, row, code, col):
     import shutil
     shutil.copy(os.path.join(ROOT, REQUEST), tmp_path / "p.sq")

@@ -328,3 +328,20 @@ def test_a_missing_experiments_extra_is_a_usage_error(module, extra, tmp_path, m
     code = cli.main(["sweep", MG1, "--arrivals", "100", "--seeds", "1", "--out", str(tmp_path / "o"), *extra])
     assert code == 2 and "pip install 'serq[experiments]'" in capsys.readouterr().err
     assert os.listdir(tmp_path) == []
+
+
+def test_percentiles_reach_every_run_of_a_sweep(tmp_path):
+    """--percentiles and an objective on a percentile (issue 48): the runs' columns carry them."""
+    out = tmp_path / "o"
+    assert cli.main(["sweep", MG1, "--arrivals", "200", "--seeds", "2", "--jobs", "1", "--quiet",
+                     "--percentiles", "50,95,99.9", "--out", str(out)]) == 0
+    with open(out / "runs.csv") as fh:
+        header = next(csv.reader(fh))
+    assert "client.response.p95" in header and "client.response.p99.9" in header
+    assert "client.response.std" in header and "client.response.p90" not in header
+    out2 = tmp_path / "f"
+    assert cli.main(["sweep", MG1, "--arrivals", "200", "--seeds", "2", "--jobs", "1", "--quiet", "--find",
+                     "lambda=0.2:0.8", "--slo", "response.p95<=8", "--out", str(out2)]) == 0
+    with open(out2 / "runs.csv") as fh:
+        header = next(csv.reader(fh))
+    assert "client.response.p95" in header and "client.response.p99" in header

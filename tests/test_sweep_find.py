@@ -329,8 +329,8 @@ RUN_FORM = FIND_FORM
     ("ttft<=nan", "--slo ttft: NaN is not a value", "--slo ttft: NaN is not a value"),
     ("ttft>=0.5", "--slo ttft: a request's ttft is held below a limit: ttft<=X",  # a request's: upper limits
      "--slo ttft: not a statistic of the runs' summary.csv (such as client.ttft.mean, client.ttft.p99)"),
-    ("client.ttft.p98<=0.5", "--slo client.ttft.p98: not a statistic of the runs' summary.csv",
-     "--slo client.ttft.p98: not a statistic of the runs' summary.csv"),
+    ("client.ttft.p101<=0.5", "--slo client.ttft.p101: not a statistic of the runs' summary.csv",
+     "--slo client.ttft.p101: not a statistic of the runs' summary.csv"),
 ])
 def test_slo_usage_errors_of_both_commands(text, run_says, find_says, tmp_path, capsys):
     """`serq run --slo` and `serq sweep --find --slo` read an objective with one parser

@@ -453,3 +453,39 @@ def test_a_statistic_of_runs_extended_at_once(small):
     for i in range(500):
         late.add(float(i), 0.5 + i % 3, 2)
     assert late.vcol.file is not None and not late.after() and S.summary(late.after()) == S.summary([])
+
+
+@pytest.mark.parametrize("values", [
+    [1.0, 2.0, 4.0, 8.0], [0.3] * 7, [5.0], [1e200, -1e200, 3.0], [1e-300, 2e-300],
+    [random.Random(3).lognormvariate(0, 1) for _ in range(5000)],
+])
+def test_std_is_the_population_standard_deviation(values):
+    """numpy's std (ddof 0), which vLLM's benchmark client prints; squares beyond the float range
+    scaled rather than inf."""
+    import statistics
+    from fractions import Fraction
+    got = S.summary(values)["std"]
+    exact = statistics.pstdev([Fraction(v) for v in values])  # exact, then rounded once
+    assert got == pytest.approx(float(exact), rel=1e-12)
+
+
+def test_std_of_no_samples_or_an_infinite_one_is_none():
+    assert S.summary([])["std"] is None
+    assert S.summary([1.0, math.inf])["std"] is None
+
+
+@pytest.mark.parametrize("pcts", [(50.0, 95.0, 99.9), (0.0, 100.0), (25.0,)])
+def test_the_percentiles_asked_for_are_the_summarys(pcts):
+    rng = random.Random(5)
+    values = [rng.random() for _ in range(1001)]
+    s = sorted(values)
+    got = S.summary(values, pcts)
+    keys = list(got)
+    assert keys[:4] == ["count", "mean", "std", "ci95"] and keys[-2:] == ["min", "max"]
+    assert keys[4:-2] == [S.pct_key(p) for p in pcts]
+    for p in pcts:
+        pos = p / 100 * 1000  # 1001 samples: rank p/100 * (n - 1), interpolated
+        lo = int(pos)
+        want = s[lo] + (s[min(lo + 1, 1000)] - s[lo]) * (pos - lo)
+        assert got[S.pct_key(p)] == pytest.approx(want, rel=1e-12)
+    assert S.pct_key(99.9) == "p99.9" and S.pct_key(50.0) == "p50"

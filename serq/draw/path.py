@@ -154,6 +154,8 @@ def arrivals(w: I.Workload) -> list[str]:
         lines = ["arrivals", f"closed: {a.n} sessions"]
     elif isinstance(a, I.Batch):
         lines = ["arrivals", f"batch of {a.n} at time 0"]
+    elif isinstance(a, I.TraceArrivals):
+        lines = ["arrivals", "at the trace's times"]
     else:
         lines = ["arrivals", "none"]
     if w.trace is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import math
 import operator
+import re
 
 from serq.diagnostics import SerqError
 from serq.exp import sweep as S
@@ -26,7 +27,7 @@ DEFAULT_TOL = "1%"  # of HI - LO: seven halvings, nine points
 # summary.csv's statistics that every program's runs have (docs/reference/report.md); the others are
 # PART.NAME.KEY for a part the program names (an observe, a gauge, a pool, a stage, a claim), whose
 # KEY is checked before any run and NAME against the first step's runs
-_STAT = ("count", "mean", "ci95", "p50", "p90", "p99", "min", "max")
+_STAT = ("count", "mean", "std", "ci95", "p50", "p90", "p99", "min", "max")
 FIXED = ("end", *(f"sessions.{k}" for k in ("arrived", "completed", "rejected", "stuck", "live_at_end")),
          *(f"client.{c}.{k}" for c in ("ttft", "tpot", "itl", "response") for k in _STAT),
          *(f"throughput.{k}" for k in ("requests_per_s", "input_tokens_per_s", "computed_input_tokens_per_s",
@@ -39,12 +40,23 @@ _SUCH_AS = ("client.response.mean", "client.response.p99", "client.ttft.p99", "c
 
 
 def possible(metric: str) -> bool:
-    """Whether some program's summary.csv can have this statistic."""
-    if metric in FIXED:
+    """Whether some program's summary.csv can have this statistic (a percentile of a client's or an
+    observation's statistic, `client.ttft.p95`, any: the runs are asked for it, stat_percentile)."""
+    if metric in FIXED or stat_percentile(metric) is not None:
         return True
     part, _, rest = metric.partition(".")
     name, _, key = rest.rpartition(".")
     return part in PARTS and bool(name) and key in PARTS[part]
+
+
+def stat_percentile(metric: str) -> float | None:
+    """The percentile a statistic names, `client.ttft.p95` -> 95.0 (a summary's: client or observe)."""
+    part, _, rest = metric.partition(".")
+    name, _, key = rest.rpartition(".")
+    m = re.fullmatch(r"p(\d+(?:\.\d+)?)", key)
+    if part in ("client", "observe") and name and m and float(m.group(1)) <= 100:
+        return float(m.group(1))
+    return None
 
 
 def _unknown(metric: str, known) -> UsageError:

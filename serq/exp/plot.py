@@ -262,7 +262,7 @@ def _footnote(fig, text: str):
 
 CLIENT_WORDS = {"ttft": "time to first token", "tpot": "time per output token", "itl": "inter-token latency",
                 "response": "response time"}
-STAT_WORDS = {"mean": "mean", "ci95": "95% interval (half-width)", "p50": "p50", "p90": "p90", "p99": "p99",
+STAT_WORDS = {"mean": "mean", "std": "standard deviation", "ci95": "95% interval (half-width)", "p50": "p50", "p90": "p90", "p99": "p99",
               "min": "least", "max": "greatest", "count": "samples"}
 POOL_WORDS = {"mean_used": ("mean used (time average)", None), "max_used": ("greatest used", None),
               "cap": ("cap", None), "admitted": ("holds admitted", "holds"), "rejected": ("holds rejected", "holds"),

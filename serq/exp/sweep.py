@@ -27,7 +27,8 @@ FILES = ("runs.csv", "runs.jsonl", "summary.csv", "sweep.json")
 RETRIES = 2  # a task whose worker process died is run again this many times, then reported failed
 DEFAULT_SEEDS = 5
 # report keys that are not columns: seed is one already, horizon and warm-up are in sweep.json
-_NOT_COLUMNS = ("seed", "horizon", "warmup", "notes")
+# (vllm_bench: the client's figures again, under vLLM's names: serq run's report has them)
+_NOT_COLUMNS = ("seed", "horizon", "warmup", "notes", "vllm_bench")
 # runs.csv's own columns: an input of one of these names would overwrite it in a row. (summary.csv's
 # stat, n, mean, ci95, lo, hi may repeat an input's name, mg1.sq's `mean`: its header then has the
 # name twice, the input's first, as sweep.json's grid places it)
@@ -63,6 +64,8 @@ def arguments(sp) -> None:
     sp.add_argument("--tol", metavar="X",
                     help="--find stops when the interval is X wide, or X%% of HI-LO (default 1%%)")
     sp.add_argument("--json", action="store_true", help="--find's result as one JSON object")
+    sp.add_argument("--percentiles", metavar="P,P,...", help="the percentiles of each run's statistics, as for "
+                    "serq run (default 50,90,99; an objective's, --slo ttft.p95<=..., added)")
 
 
 # ------------------------------------------------------------------ the command
@@ -89,6 +92,10 @@ def command(args) -> int:
         names = [n for n, _ in grid]
         points = [dict(zip(names, vs)) for vs in itertools.product(*(vs for _, vs in grid))]
         settings = {"horizon": base.horizon, "warmup": base.warmup, "arrivals": base.arrivals}
+        from serq.cli import _percentiles
+        pcts = _percentiles(args.percentiles, find.slos if find is not None else [])
+        if pcts is not None:  # each run's summaries' (run_one)
+            settings["percentiles"] = list(pcts)
         if find is None:
             irs = [_link(api, args.file, {**fixed, **pt}, base) for pt in points]
             t_ppf = _t_quantile()  # scipy missing: refused before anything runs
@@ -233,7 +240,9 @@ def run_one(ir_json: str, settings: dict, seed: int) -> dict:
         if prog is None:
             _PARSED.clear()
             prog = _PARSED[ir_json] = I.Program.model_validate_json(ir_json)
-        rep = api.run(prog, I.Settings(seed=seed, **{k: v for k, v in settings.items() if v is not None}))
+        pcts = settings.get("percentiles")
+        rep = api.run(prog, I.Settings(seed=seed, **{k: v for k, v in settings.items()
+                                                      if v is not None and k != "percentiles"}), percentiles=pcts)
     except SerqError as exc:
         return {"status": "failed", "error": f"{exc.span}: error[{exc.code}]: {exc.message}"}
     except UsageError as exc:

@@ -13,7 +13,7 @@ def build(sim) -> dict:
     end = sim.end
     obs = {}
     for name, ser in sorted(sim.obs.items()):
-        obs[name] = summary(ser.after())
+        obs[name] = summary(ser.after(), sim.percentiles)
     notes = list(sim.notes)
     for name, ser in sorted(sim.obs.items()):
         vals = ser.v
@@ -59,7 +59,7 @@ def build(sim) -> dict:
         stages[st.label] = {"utilisation": st.utilisation(end), "completed": st.completed_after_warmup,
                             "kind": _kind(st)}
     gauges = {name: avg.result(end) for name, _, avg in sim.gauges}
-    client = {k: summary(v.after()) for k, v in sim.client.items()}
+    client = {k: summary(v.after(), sim.percentiles) for k, v in sim.client.items()}
     out = {
         "seed": sim.seed,
         "horizon": sim.horizon,
@@ -72,6 +72,8 @@ def build(sim) -> dict:
     }
     if sim.slo is not None:
         out["slo"] = {m: x for m, x in zip(sim.SLO, sim.slo) if x is not None}
+    if out["throughput"]["total_tokens_per_s"]:
+        out["vllm_bench"] = vllm_bench(sim, client, out["throughput"], end - sim.warmup)
     return out | {
         "observe": obs,
         "gauges": gauges,
@@ -107,6 +109,35 @@ def _throughput(sim, answered: int, span: float) -> dict:
     return out
 
 
+# the client's metrics under the names vLLM's benchmark client (`vllm bench serve --save-result`) gives them
+BENCH_METRICS = (("ttft", "ttft"), ("tpot", "tpot"), ("itl", "itl"), ("e2el", "response"))
+
+
+def vllm_bench(sim, client: dict, tp: dict, span: float) -> dict:
+    """The run's figures as vLLM's benchmark client saves its result (report.md, *vllm_bench*): its
+    field names, times in milliseconds; the program's unit of time taken as the second."""
+    def count(x):  # token counts are whole: integers, as vLLM writes them
+        return int(x) if math.isfinite(x) and x == int(x) else x
+    out = {"duration": span, "completed": client["response"]["count"],
+           "total_input_tokens": count(sim.tokens_in + sim.tokens_cached), "total_output_tokens": count(sim.tokens_out),
+           "request_throughput": tp["requests_per_s"]}
+    if "goodput_per_s" in tp:
+        out["request_goodput"] = tp["goodput_per_s"]
+    out["output_throughput"] = tp["output_tokens_per_s"]
+    out["total_token_throughput"] = tp["total_tokens_per_s"]
+
+    def ms(v):
+        return None if v is None else v * 1000.0
+    for name, ours in BENCH_METRICS:
+        st = client[ours]
+        out[f"mean_{name}_ms"] = ms(st["mean"])
+        out[f"median_{name}_ms"] = ms(st.get("p50"))
+        out[f"std_{name}_ms"] = ms(st["std"])
+        for key in list(st)[list(st).index("ci95") + 1:list(st).index("min")]:
+            out[f"{key}_{name}_ms"] = ms(st[key])   # p99 -> p99_ttft_ms, p99.9 -> p99.9_ttft_ms, as vLLM names them
+    return out
+
+
 def finite(rep: dict) -> dict:
     """The report is strict JSON (RFC 8259), which has no inf or NaN: a non-finite number is written
     null, and a note names its field (`non_finite: end is inf`)."""
@@ -139,7 +170,9 @@ def _g(v):
     return _f(v, 0).strip()
 
 
-def text(rep: dict, file: str) -> str:
+def text(rep: dict, file: str, ms: bool = False) -> str:
+    """The report as text; `ms` (serq run --units ms): the client's times in milliseconds, a program
+    whose unit of time is the second (report.md, *Units*)."""
     out = [f"serq run {file}: seed {rep['seed']}, warm-up {rep['warmup']:g}, end {rep['end']:g}"
            + (f" (horizon {rep['horizon']:g})" if rep["horizon"] is not None else "")]
     s = rep["sessions"]
@@ -156,18 +189,27 @@ def text(rep: dict, file: str) -> str:
                  f"{_g(tp['total_tokens_per_s'])} total")
     out.append(line)
     if "slo" in rep:
-        slo = ", ".join(f"{m}<={fmt(x)}" for m, x in rep["slo"].items())
+        slo = ", ".join(f"{m}<={fmt(x * 1000)}ms" if ms else f"{m}<={fmt(x)}" for m, x in rep["slo"].items())
         out.append(f"goodput: {_g(tp['goodput_per_s'])} requests/s meeting {slo}")
 
-    def table(title, rows):
+    def table(title, rows, scale=1.0):
         if not rows:
             return
+        if scale != 1.0:
+            rows = {name: {k: v * scale if k != "count" and isinstance(v, float) else v for k, v in st.items()}
+                    for name, st in rows.items()}
         out.append("")
-        out.append(f"{title:<24}{'count':>10}{'mean':>11}{'±95%':>11}{'p50':>11}{'p90':>11}{'p99':>11}{'max':>11}")
+        # the percentiles the run was asked for (--percentiles): the fields between ci95 and min
+        first = next(iter(rows.values()))
+        keys = list(first)
+        pcts = keys[keys.index("ci95") + 1:keys.index("min")]
+        out.append(f"{title:<24}{'count':>10}{'mean':>11}{'std':>11}{'±95%':>11}"
+                   + "".join(f"{k:>11}" for k in pcts) + f"{'max':>11}")
         for name, st in rows.items():
-            out.append(f"{name:<24}{st['count']:>10} {_f(st['mean'])} {_f(st['ci95'])} {_f(st['p50'])} "
-                       f"{_f(st['p90'])} {_f(st['p99'])} {_f(st['max'])}")
-    table("client", {k: v for k, v in rep["client"].items() if v["count"]})
+            out.append(f"{name:<24}{st['count']:>10} {_f(st['mean'])} {_f(st['std'])} {_f(st['ci95'])} "
+                       + "".join(f"{_f(st[k])} " for k in pcts) + _f(st["max"]))
+    table("client (ms)" if ms else "client", {k: v for k, v in rep["client"].items() if v["count"]},
+          1000.0 if ms else 1.0)
     table("observe", rep["observe"])
     if rep["gauges"]:
         out.append("")

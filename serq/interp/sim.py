@@ -16,6 +16,7 @@ from serq.interp.sessions import (BLOCK, MAX_STEPS, Flat, HoldFrame, Ops, Preemp
                                   run_block, run_sync, too_many)
 from serq.interp.stages import PS, Fifo, FlowNet, FlowStage, MachineJob, Stage
 from serq.interp.stats import Series, TimeAverage, Weighted, sum_of
+from serq.interp.stats import PERCENTILES
 from serq.interp.trace import load_trace
 from serq.ir import model as I
 from serq.lang.lower.constants import fmt
@@ -78,6 +79,7 @@ class Sim(Iterations):
         self.fast_forward = True  # steady decoding as one event (engine.py, _steady)
         self.queueing = True      # a network of queues takes queueing.py's path (tests turn it off)
         self.c_response = self.client["response"]
+        self.percentiles = PERCENTILES  # the summaries' (serq run --percentiles)
         self._build()
         k = prog.workload.arrive.k
         self.closed = k == "closed"
@@ -179,7 +181,9 @@ class Sim(Iterations):
         # planned (before), once one is (planned) and of each preemption (preempted); it runs with
         # fast_forward off, so that every iteration is planned as one
         self.step_log = None
-        self.trace = load_trace(wl.trace.file) if wl.trace is not None else None
+        self.trace = load_trace(wl.trace.file, wl.arrive.k == "trace") if wl.trace is not None else None
+        # `arrive trace;` replays trace session i as session i, at its arrival
+        self.trace_ordered = wl.trace is not None and (wl.trace.ordered or wl.arrive.k == "trace")
         self.trace_rng = LongStream(self.seed, "trace")
         self.trace_next = 0
         self.claims_end = [(c, self.compiler.expr(c.e), self.compiler.expr(c.given) if c.given is not None else None)
@@ -446,6 +450,8 @@ class Sim(Iterations):
                 self.at(0.0, self._arrive_open)
             elif arr.k == "renewal":
                 self.at(self._gap(), self._arrive_open)
+            elif arr.k == "trace":
+                self.at(self.trace[0][0]["arrival"], self._arrive_traced)
             elif arr.k in ("closed", "batch") and arr.n:
                 # the n arrivals at 0 take the sequence numbers n events scheduled at once would
                 # (before anything scheduled later), one event at a time: the same order, without
@@ -529,8 +535,12 @@ class Sim(Iterations):
         finite = hz is not None and hz < INF
         if not finite and n is None and arr.k in ("poisson", "renewal"):
             raise UsageError("an open workload runs until a finite --horizon T or for --arrivals N: give one")
-        if n is not None and arr.k not in ("poisson", "renewal"):
-            raise UsageError(f"--arrivals N counts open arrivals (poisson or renewal); this workload is {arr.k}")
+        if n is not None and arr.k not in ("poisson", "renewal", "trace"):
+            raise UsageError(f"--arrivals N counts open arrivals (poisson, renewal or a trace's); this workload is "
+                             f"{arr.k}")
+        if arr.k == "trace" and n is None and len(self.trace) > MAX_ARRIVALS:
+            raise UsageError(f"the trace has {len(self.trace):,} sessions; a run takes at most {MAX_ARRIVALS:,}: give "
+                             "--arrivals N (the first N) or a shorter trace (serq import --limit)")
         if arr.k == "closed" and not finite:
             raise UsageError("a closed workload's population never ends: give a finite --horizon T")
         if n is not None and n > MAX_ARRIVALS:
@@ -617,6 +627,14 @@ class Sim(Iterations):
         else:
             self.at(self._gap(), self._arrive_open)
 
+    def _arrive_traced(self):
+        """`arrive trace;`: the next trace session, at its arrival; the next one scheduled (--arrivals
+        N: the first N)."""
+        self._arrive_one()
+        k = self.sessions_arrived
+        if k < len(self.trace) and (self.arrivals_n is None or k < self.arrivals_n):
+            self.at(self.trace[k][0]["arrival"], self._arrive_traced)
+
     def _arrive_start(self):
         """The next of a closed or batch workload's sessions at 0 (_run)."""
         self.started += 1
@@ -635,7 +653,7 @@ class Sim(Iterations):
             sess.rng = sess
         if self.trace is not None:
             n = len(self.trace)
-            if self.prog.workload.trace.ordered:
+            if self.trace_ordered:
                 sess.trace = [self.trace[serial % n], 0]
             else:
                 sess.trace = [self.trace[int(self.trace_rng.random() * n)], 0]

@@ -157,18 +157,64 @@ def batch_ci(values) -> float | None:
     return _half_width(means)
 
 
-def summary(values) -> dict:
+# the percentiles a summary gives unless asked for others (`serq run --percentiles`)
+PERCENTILES = (50.0, 90.0, 99.0)
+
+
+def pct_key(p: float) -> str:
+    """A percentile's field: 99 -> p99, 99.9 -> p99.9."""
+    return "p" + f"{p:.6f}".rstrip("0").rstrip(".")
+
+
+def _figures_of(n, mean, std, ci, pcts, pct, lo, hi) -> dict:
+    """A summary's fields in the report's order; pct(q) the q-quantile."""
+    out = {"count": n, "mean": mean, "std": std, "ci95": ci}
+    for p in pcts:
+        out[pct_key(p)] = pct(p / 100) if n else None
+    out["min"], out["max"] = lo, hi
+    return out
+
+
+def _std(m, n, lo, hi, pieces) -> float | None:
+    """The population standard deviation (numpy's std, as vLLM's client reports it) about the mean m
+    of n samples in [lo, hi], given as `pieces()`: (values, counts or None) each. The mean of the
+    squared deviations is an exact sum correctly rounded (_WAcc's, mean_of's): the same to the last
+    bit however the samples are held (a list, runs, chunks on disk). Where a square leaves the float
+    range, the deviations are scaled by the largest, max(m - lo, hi - m), first. None where the
+    mean is not finite (an infinite sample)."""
+    if not n or not math.isfinite(m):
+        return None
+    for s in (1.0, max(m - lo, hi - m)):
+        if math.isinf(s):  # deviations beyond the float range
+            return math.inf
+        acc = _WAcc()
+        try:
+            for vs, ks in pieces():
+                sq = [((v - m) / s) ** 2 for v in vs] if s != 1.0 else [(v - m) ** 2 for v in vs]
+                if ks is None:
+                    acc.feed(sq)
+                else:
+                    acc.feed_runs(sq, ks)
+        except OverflowError:  # a square beyond the float range: scaled
+            continue
+        var = acc.raw_mean(n)
+        if math.isfinite(var):
+            return s * math.sqrt(var)
+    return math.inf
+
+
+def summary(values, pcts=PERCENTILES) -> dict:
     if isinstance(values, Runs):
-        return summary_runs(values)
+        return summary_runs(values, pcts)
     if isinstance(values, Spilled):
-        return _summary_spilled(values)
+        return _summary_spilled(values, pcts)
     n = len(values)
     if n == 0:
-        return {"count": 0, "mean": None, "ci95": None, "p50": None, "p90": None, "p99": None,
-                "min": None, "max": None}
+        return _figures_of(0, None, None, None, pcts, None, None, None)
     s = sorted(values)
-    return {"count": n, "mean": _within(mean_of(values, n), s[0], s[-1]), "ci95": batch_ci(values), "p50": _pct(s, 0.5),
-            "p90": _pct(s, 0.9), "p99": _pct(s, 0.99), "min": s[0], "max": s[-1]}
+    mean = _within(mean_of(values, n), s[0], s[-1])
+    return _figures_of(n, mean, _std(mean, n, s[0], s[-1], lambda: [(values, None)]), batch_ci(values), pcts,
+                       lambda q: _pct(s, q), s[0], s[-1])
 
 
 class TimeAverage:
@@ -719,7 +765,7 @@ def _select(chunks, sample, n_chunks, ranks) -> dict:
     return out
 
 
-def _summary_spilled(sp: Spilled) -> dict:
+def _summary_spilled(sp: Spilled, pcts=PERCENTILES) -> dict:
     """summary() of samples on disk, with memory that does not grow with them: the same figures,
     from two passes of CHUNK samples. The mean and the batch means are exact sums correctly
     rounded (math.fsum's), the percentiles exact order statistics (_select)."""
@@ -753,11 +799,10 @@ def _summary_spilled(sp: Spilled) -> dict:
         sample += srt[::STEP]
         i += len(ch)
     means = [acc.mean(size) for acc in batches]
-    at = _select(sp.chunks, sample, n_chunks, _ranks(n, (0.5, 0.9, 0.99)))
-    return {"count": n, "mean": _within(whole.raw_mean(n), lo, hi),
-            "ci95": _half_width(means) if size >= 2 else None,
-            "p50": _pct_at(at, n, 0.5), "p90": _pct_at(at, n, 0.9), "p99": _pct_at(at, n, 0.99),
-            "min": lo, "max": hi}
+    at = _select(sp.chunks, sample, n_chunks, _ranks(n, [p / 100 for p in pcts]))
+    mean = _within(whole.raw_mean(n), lo, hi)
+    return _figures_of(n, mean, _std(mean, n, lo, hi, lambda: ((ch, None) for ch in sp.chunks())),
+                       _half_width(means) if size >= 2 else None, pcts, lambda q: _pct_at(at, n, q), lo, hi)
 
 
 # ---------------------------------------------------------------- a statistic of runs
@@ -878,7 +923,7 @@ class _WAcc(_Acc):
             self.exact.special += other.exact.special
 
 
-def summary_runs(runs: Runs) -> dict:
+def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
     """summary() of the samples the runs stand for, each value its count of times in a row, without
     writing them out: the same figures to the last bit (tests/test_throughput.py compares). The
     exact sums of value times count for the 20 batch means, and the mean from theirs and those of
@@ -888,19 +933,19 @@ def summary_runs(runs: Runs) -> dict:
     if w.vcol.file is None:
         vs, ks = w.vb[runs.start:], w.kb[runs.start:]
         if ks.count(1) == len(ks):  # each run one sample
-            return summary(vs)
+            return summary(vs, pcts)
         v = vs[0]
         if v != 0.0 and math.isfinite(v) and vs.count(v) == len(vs):
-            return _constant(v, sum(ks))  # one value all along (a constant execute's gaps)
+            return _constant(v, sum(ks), pcts)  # one value all along (a constant execute's gaps)
         n = sum(ks)
         if n <= 4 * len(ks) and n <= SWITCH:  # short runs, written out: summary() of the samples
-            return summary(list(chain.from_iterable(map(repeat, vs.tolist(), ks.tolist()))))
-        return _summary_runs(vs, ks)
+            return summary(list(chain.from_iterable(map(repeat, vs.tolist(), ks.tolist()))), pcts)
+        return _summary_runs(vs, ks, pcts)
     n = 0
     for _, ks in runs.chunks():
         n += sum(ks)
     if n == 0:
-        return summary([])
+        return summary([], pcts)
     size = n // BATCHES
     start = n - size * BATCHES
     accs = [_WAcc() for _ in range(BATCHES + 1)]
@@ -915,21 +960,20 @@ def summary_runs(runs: Runs) -> dict:
             hi = vs[order[-1]]
         g = _pieces(accs, vs, ks, g, size, start)
         samples.append(_run_sample(vs, ks, order))
-    at = _select_runs(runs, samples, _ranks(n, (0.5, 0.9, 0.99)))
-    return _figures(n, size, accs, at, lo, hi)
+    at = _select_runs(runs, samples, _ranks(n, [p / 100 for p in pcts]))
+    return _figures(n, size, accs, at, lo, hi, pcts, runs.chunks)
 
 
-def _constant(v, n) -> dict:
-    """summary() of n samples, each the finite v: every mean v, every batch's too (ci95 0)."""
-    return {"count": n, "mean": v, "ci95": 0.0 if n // BATCHES >= 2 else None, "p50": v, "p90": v, "p99": v,
-            "min": v, "max": v}
+def _constant(v, n, pcts=PERCENTILES) -> dict:
+    """summary() of n samples, each the finite v: every mean v, every batch's too (ci95 0), std 0."""
+    return _figures_of(n, v, 0.0, 0.0 if n // BATCHES >= 2 else None, pcts, lambda q: v, v, v)
 
 
-def _summary_runs(vs, ks) -> dict:
+def _summary_runs(vs, ks, pcts=PERCENTILES) -> dict:
     """summary_runs of runs in memory: one sort, each order statistic the run its rank falls in."""
     m = len(vs)
     if m == 0:
-        return summary([])
+        return summary([], pcts)
     n = sum(ks)
     size = n // BATCHES
     accs = [_WAcc() for _ in range(BATCHES + 1)]
@@ -938,20 +982,20 @@ def _summary_runs(vs, ks) -> dict:
     order = sorted(range(m), key=vl.__getitem__)  # stable: of equal values, the one recorded first first
     sv = list(map(vl.__getitem__, order))
     through = list(accumulate(map(ks.tolist().__getitem__, order)))
-    at = {r: sv[bisect_right(through, r)] for r in _ranks(n, (0.5, 0.9, 0.99))}
-    return _figures(n, size, accs, at, sv[0], sv[-1])
+    at = {r: sv[bisect_right(through, r)] for r in _ranks(n, [p / 100 for p in pcts])}
+    return _figures(n, size, accs, at, sv[0], sv[-1], pcts, lambda: [(vs, ks)])
 
 
-def _figures(n, size, accs, at, lo, hi) -> dict:
+def _figures(n, size, accs, at, lo, hi, pcts, pieces) -> dict:
     """The statistic from the pieces' sums (accs[0] those left out of the batches, accs[1:] the 20
     batches), the order statistics `at` and the least and greatest samples."""
     whole = _WAcc()
     for acc in accs:
         whole.absorb(acc)
-    return {"count": n, "mean": _within(whole.raw_mean(n), lo, hi),
-            "ci95": _half_width([acc.mean(size) for acc in accs[1:]]) if size >= 2 else None,
-            "p50": _pct_at(at, n, 0.5), "p90": _pct_at(at, n, 0.9), "p99": _pct_at(at, n, 0.99),
-            "min": lo, "max": hi}
+    mean = _within(whole.raw_mean(n), lo, hi)
+    return _figures_of(n, mean, _std(mean, n, lo, hi, pieces),
+                       _half_width([acc.mean(size) for acc in accs[1:]]) if size >= 2 else None, pcts,
+                       lambda q: _pct_at(at, n, q), lo, hi)
 
 
 def _pieces(accs, vs, ks, g, size, start) -> int:

@@ -1,9 +1,11 @@
 """Trace files (catalogue: *Trace files*): a CSV with a header; `session`, `turn`, `new`, `out`
-required; `think`, `forced` and the content columns `stream`, `parent`, `common` optional. A malformed file is an error naming file, line, column."""
+required; `think`, `forced`, the content columns `stream`, `parent`, `common` and `arrival` optional
+(`arrive trace;` requires `arrival`). A malformed file is an error naming file, line, column."""
 from __future__ import annotations
 
 import csv
 import math
+import os
 
 from serq.diagnostics import SerqError, Span
 
@@ -14,8 +16,26 @@ def _err(path, line, col, msg):
     return SerqError("T001", msg, Span(path, line, col, line, col + 1))
 
 
-def load_trace(path: str) -> list[list[dict]]:
-    """The trace's sessions, in file order, each the list of its turns."""
+_LAST: list = [None, None]  # the last trace read, by (path, arrivals, size, mtime): the linker's and the run's
+
+
+def load_trace(path: str, arrivals: bool = False) -> list[list[dict]]:
+    """The trace's sessions, in file order, each the list of its turns. With `arrivals` (`arrive
+    trace;`), the `arrival` column is required and each session's first row holds its `arrival`,
+    in seconds from the first session's, nondecreasing in file order."""
+    try:
+        st = os.stat(path)
+        key = (os.path.abspath(path), arrivals, st.st_size, st.st_mtime_ns)
+    except OSError:
+        key = None
+    if key is not None and _LAST[0] == key:
+        return _LAST[1]
+    sessions = _load(path, arrivals)
+    _LAST[:] = [key, sessions]
+    return sessions
+
+
+def _load(path: str, arrivals: bool) -> list[list[dict]]:
     try:
         with open(path, encoding="utf-8", newline="") as fh:
             text = fh.read()
@@ -31,9 +51,14 @@ def load_trace(path: str) -> list[list[dict]]:
     for need in REQUIRED:
         if need not in header:
             raise _err(path, 1, 1, f"the header has no `{need}` column (required: {', '.join(REQUIRED)})")
+    if arrivals and "arrival" not in header:
+        raise _err(path, 1, 1, "the header has no `arrival` column: `arrive trace;` replays each session at its "
+                   "arrival time (seconds), read from it")
     col = {h: i for i, h in enumerate(header)}
     sessions: list[list[dict]] = []
+    seen: set = set()
     last_key = None
+    first = prev = None  # the first session's arrival, the one before
     for ln, row in enumerate(rows[1:], start=2):
         if not row or all(not x.strip() for x in row):
             continue
@@ -58,7 +83,7 @@ def load_trace(path: str) -> list[list[dict]]:
 
         sess = row[col["session"]].strip()
         turn = num("turn", whole=True)
-        rec = {"new": num("new"), "out": num("out", whole=True, lo=1.0), "think": num("think", 0.0),
+        rec = {"new": num("new", whole=True), "out": num("out", whole=True, lo=1.0), "think": num("think", 0.0),
                "forced": num("forced", 0.0, whole=True), "turn": turn,
                # the prompt's content (docs/reference/content.md): its stream, whose first `common`
                # tokens are those of stream `parent`; 0 when the trace does not say
@@ -67,10 +92,19 @@ def load_trace(path: str) -> list[list[dict]]:
         if rec["forced"] not in (0.0, 1.0):
             raise _err(path, ln, starts[col["forced"]], "`forced` is 0 or 1")
         if sess != last_key:
-            if any(s and s[0]["_session"] == sess for s in sessions):
+            if sess in seen:
                 raise _err(path, ln, starts[col["session"]], f"the rows of session {sess!r} are not contiguous")
+            seen.add(sess)
             sessions.append([])
             last_key = sess
+            if arrivals:
+                t = num("arrival")
+                if prev is not None and t < prev:
+                    raise _err(path, ln, starts[col["arrival"]], f"`arrival` is {row[col['arrival']].strip()}, "
+                               f"before the session above's {prev:g}: sessions are in the order they arrive")
+                first = t if first is None else first
+                prev = t
+                rec["arrival"] = t - first
         cur = sessions[-1]
         if turn != len(cur):
             raise _err(path, ln, starts[col["turn"]], f"session {sess!r}: turn {turn:g} where turn {len(cur)} "

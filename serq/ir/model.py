@@ -480,13 +480,19 @@ class NoArrivals(Node):
     at: Optional[Loc] = None
 
 
+class TraceArrivals(Node):
+    """`arrive trace;`: each session of the trace once, at its `arrival` (the first at 0)."""
+    k: Literal["trace"] = "trace"
+    at: Optional[Loc] = None
+
+
 class Trace(Node):
     file: str
     ordered: bool = False
 
 
 class Workload(Node):
-    arrive: Annotated[Union[Poisson, Renewal, Closed, Batch, NoArrivals], Field(discriminator="k")]
+    arrive: Annotated[Union[Poisson, Renewal, Closed, Batch, NoArrivals, TraceArrivals], Field(discriminator="k")]
     trace: Optional[Trace] = None
     init: list[Stmt] = []
     turn: list[Stmt] = []

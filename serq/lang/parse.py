@@ -430,6 +430,9 @@ class _ToAst:
     def wl_arrive_none(self, meta, ch):
         return ("arrive", ("none", None, self.sp(meta)), self.sp(meta))
 
+    def wl_arrive_trace(self, meta, ch):
+        return ("arrive", ("trace", None, self.sp(meta)), self.sp(meta))
+
     def ordered(self, meta, ch):
         return True
 

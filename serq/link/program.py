@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 from serq.diagnostics import SerqError, Span
+from serq.interp.trace import load_trace
 from serq.ir import model as I
 from serq.lang import ast as A
 from serq.lang.kernel import Kernel, KStep
@@ -362,6 +363,11 @@ class Linker:
             if R.sessions_problem(law, v):
                 raise SerqError("L022", R.sessions_problem(law, v), e.span)
             arrive = I.Closed(n=int(v)) if law == "closed" else I.Batch(n=int(v))
+        elif law == "trace":
+            if wl.trace is None:
+                raise SerqError("L238", "`arrive trace;` replays a trace's arrival times: the workload needs "
+                                "`trace \"file.csv\";`, whose `arrival` column gives them", sp)
+            arrive = I.TraceArrivals()
         else:
             arrive = I.NoArrivals()
         arrive = arrive.model_copy(update={"at": self.x.loc(sp)})
@@ -371,6 +377,7 @@ class Linker:
             full = os.path.normpath(os.path.join(os.path.dirname(tsp.file), path))
             if not os.path.isfile(full):
                 raise SerqError("L236", f"cannot find the trace `{path}` (looked for {full})", tsp)
+            load_trace(full, law == "trace")  # a malformed trace is its diagnostic here (serq check), not at the run
             trace = I.Trace(file=full, ordered=ordered)
         for n, hsp in wl.hidden:
             if n in N.SCHEDULER_SET:

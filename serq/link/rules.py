@@ -386,6 +386,8 @@ def check_values(prog: I.Program):
         need(renewal_gap_problem(const_value(arr.gap)), "L231", arr.gap.at, arr.at)
     elif arr.k in ("closed", "batch"):
         need(sessions_problem(arr.k, float(arr.n)), "L022", arr.at)
+    elif arr.k == "trace" and prog.workload.trace is None:
+        fail("L238", "`arrive trace;` replays a trace's arrival times: the workload needs a trace", arr.at)
     for d in list(prog.stages) + list(prog.pools):
         if d.count is not None and not 1 <= d.count <= MAX_MEMBERS:
             fail("L022", f"an array's size must be a whole number from 1 to {MAX_MEMBERS:,}, not {d.count}", d.at)
