@@ -56,6 +56,7 @@ _collecting = gc.isenabled()
 gc.disable()
 try:
     from serq import api
+    from serq._write import OutputError
     from serq.diagnostics import SerqError
     from serq.ir import model as I
     from serq.lang.lower.constants import fmt, whole
@@ -1007,7 +1008,7 @@ def _main(argv: list[str]) -> int:
     except SerqError as exc:
         _say(exc.render())
         return 1
-    except _Failure as exc:
+    except (_Failure, OutputError) as exc:
         _silence(sys.stdout)
         _say(f"serq: error: {exc}")
         return 1

@@ -449,7 +449,6 @@ USAGE = [
     (["sharegpt", "{share}", "-o", "{out}", "--chars-per-token", "0"], "--chars-per-token is a finite number > 0"),
     (["sharegpt", "{share}", "-o", "{out}", "--seed", "-1"], "--seed is a nonnegative integer"),
     (["azure", "{sample}", "-o", "{sample}"], "is the input itself"),
-    (["azure", "{sample}", "-o", "{blocked}"], "cannot write"),
 ]
 
 
@@ -470,6 +469,13 @@ def test_bad_options_are_usage_errors(capsys, tmp_path, argv, msg):
 # ------------------------------------------------------------------ written whole or not at all
 
 
+def test_an_output_that_cannot_be_written_is_exit_1(capsys, tmp_path):
+    """An I/O error (docs/reference/cli.md): exit 1, as for every command's output."""
+    (tmp_path / "file").write_text("")
+    rc, _, err = run(capsys, "azure", DATA / "azure_code_2023.csv", "-o", tmp_path / "file" / "out.csv")
+    assert rc == 1 and "serq: error: cannot write" in err, err
+
+
 def leftovers(folder):
     return sorted(p.name for p in Path(folder).iterdir() if p.name.endswith(".tmp"))
 
@@ -485,7 +491,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(capsys, tmp_path, m
     monkeypatch.setattr(os, where, fail)
     rc, _, err = run(capsys, "mooncake", DATA / "mooncake.jsonl", "-o", out)
     monkeypatch.undo()
-    assert rc == 2 and "cannot write" in err and "No space left on device" in err, err
+    assert rc == 1 and "cannot write" in err and "No space left on device" in err, err
     assert out.read_text() == "the old trace\n"
     assert leftovers(tmp_path) == []
 
@@ -503,15 +509,16 @@ def test_the_writer_whole_or_not_at_all(tmp_path):
         yield "half of it\n"
         raise OSError(5, "Input/output error")
 
-    with pytest.raises(OSError):
+    from serq._write import OutputError
+    with pytest.raises(OutputError):
         write_text(dst, broken())
     assert dst.read_text() == "b\nc\n"  # the old file, whole
     assert leftovers(tmp_path) == []
     new = tmp_path / "new.csv"
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError):
         write_text(new, broken())
     assert not new.exists() and leftovers(tmp_path) == []
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match="cannot write .*nowhere"):
         write_text(tmp_path / "nowhere" / "x.csv", "a\n")
 
 

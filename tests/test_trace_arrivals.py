@@ -214,3 +214,14 @@ def test_new_tokens_are_whole(tmp_path, capsys):
     assert main(["check", prog]) == 1
     err = capsys.readouterr().err
     assert "t.csv:2:7" in err and "`new` is '2.5': a whole number >= 0 is needed" in err
+
+
+def test_a_byte_order_mark_is_read_past_and_a_column_twice_is_an_error(tmp_path, capsys):
+    (tmp_path / "t.csv").write_bytes(b"\xef\xbb\xbfsession,turn,arrival,new,out\na,0,0,1,1\n")
+    prog = tmp_path / "p.sq"
+    prog.write_text(PROGRAM)
+    assert main(["check", str(prog)]) == 0
+    capsys.readouterr()
+    prog = _files(tmp_path, "session,turn,arrival,new,out,new\na,0,0,1,1,2\n")
+    assert main(["check", prog]) == 1
+    assert "t.csv:1:30: error[T001]: the header names `new` twice" in capsys.readouterr().err

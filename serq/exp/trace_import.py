@@ -88,10 +88,7 @@ def command(args) -> int:
     elif fmt == "sharegpt":
         content = _streams([tab.key[i] for i in kept], opts["cpt"])
     from serq._write import write_text
-    try:
-        write_text(args.output, _output(tab, kept, content, opts["scale"]))
-    except OSError as exc:
-        raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    write_text(args.output, _output(tab, kept, content, opts["scale"]))  # OutputError: exit 1
     _say(_summary(fmt, src, args.output, tab, kept, opts["scale"], notes))
     return 0
 

@@ -37,7 +37,7 @@ def load_trace(path: str, arrivals: bool = False) -> list[list[dict]]:
 
 def _load(path: str, arrivals: bool) -> list[list[dict]]:
     try:
-        with open(path, encoding="utf-8", newline="") as fh:
+        with open(path, encoding="utf-8-sig", newline="") as fh:  # a spreadsheet's byte-order mark read past
             text = fh.read()
     except UnicodeDecodeError:
         raise _err(path, 1, 1, "the trace is not UTF-8 text") from None
@@ -48,6 +48,9 @@ def _load(path: str, arrivals: bool) -> list[list[dict]]:
     if not rows:
         raise _err(path, 1, 1, "the trace is empty: it needs a header")
     header = [h.strip() for h in rows[0]]
+    for i, h in enumerate(header):
+        if h and header.index(h) < i:
+            raise _err(path, 1, _col_starts(lines[0])[i], f"the header names `{h}` twice")
     for need in REQUIRED:
         if need not in header:
             raise _err(path, 1, 1, f"the header has no `{need}` column (required: {', '.join(REQUIRED)})")
