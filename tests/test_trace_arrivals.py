@@ -225,3 +225,28 @@ def test_a_byte_order_mark_is_read_past_and_a_column_twice_is_an_error(tmp_path,
     prog = _files(tmp_path, "session,turn,arrival,new,out,new\na,0,0,1,1,2\n")
     assert main(["check", prog]) == 1
     assert "t.csv:1:30: error[T001]: the header names `new` twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fmt, sample, sessions", [
+    ("azure", "azure_code_2023.csv", 30), ("azure", "azure_conv_2024.csv", 30), ("burstgpt", "burstgpt.csv", 29),
+    ("mooncake", "mooncake.jsonl", 24), ("sharegpt", "sharegpt.json", 6)])
+def test_each_public_format_replays_in_one_command(tmp_path, monkeypatch, capsys, fmt, sample, sessions):
+    """`serq run examples/replay/open_trace.sq --trace FORMAT:INPUT` (issue 48): converted as serq import
+    converts it (once: kept in serQ's cache) and replayed at its arrival times."""
+    import json
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    prog = os.path.join(ROOT, "examples", "replay", "open_trace.sq")
+    src = os.path.join(ROOT, "examples", "data", sample)
+    assert main(["run", prog, "--quiet", "--json", "--trace", f"{fmt}:{src}"]) == 0
+    cap = capsys.readouterr()
+    rep = json.loads(cap.out)
+    assert rep["sessions"]["arrived"] == sessions == rep["sessions"]["completed"]
+    assert "converted once" in cap.err
+    out = tmp_path / "t.csv"
+    assert main(["import", fmt, src, "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["run", prog, "--quiet", "--json", "--trace", str(out)]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["client"] == rep["client"]   # the same trace as serq import writes it
+    assert main(["run", prog, "--quiet", "--json", "--trace", f"{fmt}:{src}"]) == 0
+    assert "converted once" not in capsys.readouterr().err   # the cache's copy

@@ -80,6 +80,13 @@ def command(args) -> int:
         same = False
     if same:
         raise UsageError(f"-o {args.output} is the input itself: name another file")
+    tab, kept, notes = _convert(fmt, src, args.output, opts)
+    _say(_summary(fmt, src, args.output, tab, kept, opts["scale"], notes))
+    return 0
+
+
+def _convert(fmt, src, out, opts):
+    """Read, select and write: (the table, the kept rows, the notes)."""
     tab = READERS[fmt](src, opts)
     kept, notes = _select(tab, opts, src)
     content = None
@@ -88,9 +95,40 @@ def command(args) -> int:
     elif fmt == "sharegpt":
         content = _streams([tab.key[i] for i in kept], opts["cpt"])
     from serq._write import write_text
-    write_text(args.output, _output(tab, kept, content, opts["scale"]))  # OutputError: exit 1
-    _say(_summary(fmt, src, args.output, tab, kept, opts["scale"], notes))
-    return 0
+    write_text(out, _output(tab, kept, content, opts["scale"]))  # OutputError: exit 1
+    return tab, kept, notes
+
+
+def converted(spec: str) -> str | None:
+    """`serq run P --trace FORMAT:INPUT`: a public trace converted with the defaults of `serq import`
+    into a serQ trace, its path: kept in serQ's cache (serq/_cache.py), named by the format, the
+    input's bytes and this module's, so a trace is converted once; None when spec names no format
+    (a serQ trace's path)."""
+    fmt, colon, src = spec.partition(":")
+    if not colon or fmt not in FORMATS:
+        return None
+    import argparse
+    import hashlib
+    from serq import _cache
+    try:
+        with open(src, "rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+        with open(__file__, "rb") as fh:
+            mine = hashlib.sha256(fh.read()).hexdigest()
+    except OSError as exc:
+        raise SerqError("T002", f"cannot read the trace: {exc.strerror or exc}", Span(src, 1, 1)) from None
+    out = _cache.path("import", fmt, digest, mine)
+    if out is not None and os.path.isfile(out):
+        _cache.used(out)
+        return out
+    if out is None or not _cache.writable(out):
+        import tempfile
+        out = os.path.join(tempfile.mkdtemp(prefix="serq-import-"), os.path.basename(src) + ".csv")
+    opts = _options(argparse.Namespace(start=None, end=None, limit=None, scale=None, only_model=None,
+                                       block_size=None, rate=None, seed=None, think=None, chars_per_token=None))
+    tab, kept, notes = _convert(fmt, src, out, opts)
+    _say(_summary(fmt, src, "the run (kept in serQ's cache: converted once)", tab, kept, opts["scale"], notes))
+    return out
 
 
 def _say(text):
