@@ -1,0 +1,162 @@
+"""Requests per CPU second, as a user running a workload feels it (issue 49), against a baseline
+commit run in the same script, and how an iteration's cost grows with the running requests.
+
+    .venv/bin/python bench/requests.py        # REQ_ROUNDS=3 REQ_SIZES=10000,100000 BASELINE=1c4cdf6
+
+1. `serq run PROGRAM --arrivals N --quiet` for ../shared/bench/blis_shared.sq (the workload shared
+   with BLIS, whose figures ../shared/bench/README.md records: BLIS's fastest mode 8,500-9,000
+   requests per CPU second) and examples/single-turn/vllm_single_turn.sq (the goal: 10,000 at
+   100,000 requests), each a child process (user + system CPU from os.wait4, start-up included),
+   this checkout and BASELINE in interleaved rounds (this, baseline, this, baseline, ...): the
+   median requests per CPU second of each and the median ratio with its min and max. BASELINE (a
+   commit of this repository, default the main issue 49 was measured against) is checked out in a
+   temporary worktree and run by this venv's Python, so both sides have the same dependencies.
+   Every request of a run is answered (the runs drain), so N / CPU is requests per CPU second.
+2. The cost of one iteration planned alone (fast-forward off: every iteration scheduled, costed and
+   applied, as vLLM's loop does) with 16, 64, 256 and 1,024 requests decoding, in process: a batch of
+   that many sessions, each a 16-token prompt and 4,096 output tokens, KV and seats to spare; the
+   microseconds an iteration (the run's CPU over its iterations) and the ratio of the largest to the
+   smallest. Flat is the goal (within 1.5x); today it grows with the running count.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _rounds import ROOT, child, cpu, spread  # noqa: E402
+
+ROUNDS = int(os.environ.get("REQ_ROUNDS", 3))
+SIZES = [int(x) for x in os.environ.get("REQ_SIZES", "10000,100000").split(",") if x.strip()]
+BASELINE = os.environ.get("BASELINE", "1c4cdf6")
+RUNNING = [int(x) for x in os.environ.get("REQ_RUNNING", "16,64,256,1024").split(",") if x.strip()]
+PROGRAMS = [os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "blis_shared.sq")),
+            os.path.join(ROOT, "examples", "single-turn", "vllm_single_turn.sq")]
+RUN = "import sys; from serq.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def worktree(commit: str) -> str:
+    """A checkout of `commit` in a temporary folder (git worktree), removed at the end."""
+    where = tempfile.mkdtemp(prefix="serq-baseline-")
+    os.rmdir(where)
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", where, commit], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return where
+
+
+def serq_cpu(tree: str, argv: list) -> float:
+    env = dict(os.environ, PYTHONPATH=tree)
+    secs, _, rc, _, err = child([sys.executable, "-c", RUN, *argv], cwd=tree, env=env)
+    if rc != 0:
+        sys.exit(f"bench/requests.py: `serq {' '.join(argv)}` in {tree} failed ({rc}): {err.strip()[-400:]}")
+    return secs
+
+
+def requests_per_cpu(base: str | None):
+    print(f"requests per CPU second, this checkout against {BASELINE if base else '(no baseline)'}, "
+          f"{ROUNDS} interleaved rounds, medians (min, max):")
+    for prog in PROGRAMS:
+        if not os.path.isfile(prog):
+            print(f"  {prog}: not here, skipped")
+            continue
+        for n in SIZES:
+            argv = ["run", prog, "--arrivals", str(n), "--quiet", "--json"]
+            mine, theirs = [], []
+            for _ in range(ROUNDS):
+                mine.append(n / serq_cpu(ROOT, argv))
+                if base:
+                    theirs.append(n / serq_cpu(base, argv))
+            name = os.path.basename(prog)
+            line = f"  {name:<24} {n:>8,} requests: {statistics.median(mine):8,.0f} req/CPU s"
+            if base:
+                ratios = [a / b for a, b in zip(mine, theirs)]
+                line += f"   baseline {statistics.median(theirs):8,.0f}   ratio {spread(ratios)}"
+            print(line, flush=True)
+
+
+def scaling_program(n: int) -> str:
+    return f"""fn main() {{
+  device gpu {{ kv cap {16 * (n + 8) * 260}; }}
+  engine llm on gpu {{
+    reqs cap {n};
+    tokens cap {max(2048, n)};
+    request (p, o) {{
+      prefill (p) growing kv;
+      decode (o - 1) growing kv;
+    }}
+    schedule {{
+      advance running;
+      admit waiting while (running.preempted == 0) taking reqs (1), kv (p + 1);
+    }}
+    execute (0.003 + 0.0000001 * (batch.kv_decode + batch.kv_prefill) + 0.00004 * batch.tokens);
+  }}
+  pool kv on gpu {{ block 16; evict lru; preempt lifo; }}
+  pool reqs on llm {{ queue fifo; }}
+  workload {{
+    arrive batch({n});
+    hidden o;
+    turn {{ Size p = 16; Size o = 4096; }}
+  }}
+  server {{ llm (p, o); }}
+}}
+"""
+
+
+def per_iteration():
+    from serq import api
+    from serq.interp.sim import Sim
+    from serq.ir import model as I
+    print("one iteration planned alone (fast-forward off), microseconds of CPU, median of "
+          f"{ROUNDS} rounds (min, max):")
+    folder = tempfile.mkdtemp(prefix="serq-bench-")
+    us = {}
+    try:
+        progs = {}
+        for n in RUNNING:
+            path = os.path.join(folder, f"decode_{n}.sq")
+            with open(path, "w") as fh:
+                fh.write(scaling_program(n))
+            progs[n] = api.load(path, {})
+        samples = {n: [] for n in RUNNING}
+        for _ in range(ROUNDS):
+            for n in RUNNING:
+                def one():
+                    sim = Sim(progs[n], I.Settings(seed=1))
+                    sim.fast_forward = False
+                    sim.run(None)
+                    return sum(e.iterations for e in sim.engines)
+                secs, iters = cpu(one)
+                samples[n].append(1e6 * secs / iters)
+        for n in RUNNING:
+            us[n] = statistics.median(samples[n])
+            print(f"  {n:>5} running: {us[n]:9.1f} us an iteration (min {min(samples[n]):.1f}, "
+                  f"max {max(samples[n]):.1f})", flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    lo, hi = min(RUNNING), max(RUNNING)
+    growth = us[hi] / us[lo]
+    print(f"  {hi} against {lo}: {growth:.2f}x ({'flat: within 1.5x' if growth <= 1.5 else 'NOT flat (goal: within 1.5x)'})")
+
+
+def main():
+    base = None
+    if BASELINE and BASELINE != "none":
+        try:
+            base = worktree(BASELINE)
+        except (subprocess.CalledProcessError, OSError) as exc:
+            print(f"bench/requests.py: no baseline ({BASELINE}: {exc}); this checkout alone")
+    try:
+        requests_per_cpu(base)
+    finally:
+        if base:
+            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    per_iteration()
+
+
+if __name__ == "__main__":
+    main()
