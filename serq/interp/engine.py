@@ -358,10 +358,8 @@ class Iterations:
         """running.count, .decoding, .kv_decode and .kv_prefill as the residents stand."""
         ndec = 0
         kvb = kvp = 0.0
-        ids = set()  # _resident_ids, built in the same pass
-        add = ids.add
-        for r in eng.reqs:
-            add(r.sess.id)
+        reqs = eng.reqs
+        for r in reqs:
             if not r.alive:
                 continue
             a = r.alloc
@@ -371,10 +369,9 @@ class Iterations:
                     kvb += a.pos
             elif a is not None:
                 kvp += a.pos
+        ids = {r.sess.id for r in reqs}  # _resident_ids's, each collected at C speed
         for p in eng.admitted:
-            for a in p.allocs:
-                if not a.leased:
-                    add(a.frame.sess.id)
+            ids.update([a.frame.sess.id for a in p.allocs if not a.leased])
         return float(len(ids)), float(ndec), kvb, kvp
 
     # -- runs on an engine
@@ -525,6 +522,23 @@ class Iterations:
         if n == 0 or v["Admitted"] or n != len(eng.reqs) or v["Preempted"] or spec["body_default"] is False \
                 or eng.granule or self.ready:
             return end
+        heap = self.heap
+        nxt = heap[0][0] if heap else INF
+        if self.horizon is not None:
+            nxt = min(nxt, self.horizon)
+        if nxt <= end:  # an event before this iteration ends: no steady one can end first
+            return end
+        run = spec["steady_cost"][0]
+        if run is not None and nxt < INF and self.cur_engine is eng:
+            # the next iteration's cost first, as _steady_run would read it: one that ends at or
+            # after the next event is not run, whatever the batch (the walk below is not needed)
+            b, v = eng.batch, eng.vars
+            try:
+                cnt = run(self.machine, eng, b["Kvb"], v["Kvb"], v["Attn"], float(n), end, nxt, 1)[0]
+            except _Miss:
+                cnt = 1
+            if cnt == 0:
+                return end
         watch = None  # the undecided claims over this engine's iterations that read a pool's use
         if self.claims_iter.get(id(eng)):
             watch = self._steady_claims(eng)
@@ -578,9 +592,6 @@ class Iterations:
         if k <= 0:
             return end
         heapq.heapify(crossings)
-        nxt = self.heap[0][0] if self.heap else INF
-        if self.horizon is not None:
-            nxt = min(nxt, self.horizon)
         if k == INF and nxt == INF:
             return end
         run, stored = spec["steady_cost"]
