@@ -803,25 +803,31 @@ class Iterations:
             order.sort(key=lambda t: (t[0], t[1]))
             reqs = [t[2] for t in order]
         give = self._give
-        batch = eng.batch_reqs
+        app = eng.batch_reqs.append
+        budget = eng.budget  # kept here, and in eng.budget wherever another reads it (only, _give)
         for r in reqs:  # without keys, eng.reqs is in admission order already
-            if eng.stop_serving:
-                break
             if not r.alive or r.it == it:
                 continue
-            if only is not None and only(self._req_ctx(eng, r)) == 0:
-                continue
+            if only is not None:
+                eng.budget = budget
+                if only(self._req_ctx(eng, r)) == 0:
+                    continue
             # _give's common case in place: a decode's one token within its allocation, filling no
             # block the content cache publishes
             a = r.alloc
-            if r.mode == "decode" and eng.budget >= 1.0 and r.left >= 1.0 and a is not None and \
+            if r.mode == "decode" and budget >= 1.0 and r.left >= 1.0 and a is not None and \
                     a.pos + 1.0 <= a.units and a.blks is None:
                 r.served = 1.0
-                eng.budget -= 1.0
-                batch.append(r)
+                budget -= 1.0
+                app(r)
                 r.it = it
             else:
+                eng.budget = budget
                 give(eng, r, cap)
+                budget = eng.budget
+                if eng.stop_serving:  # the grower preempted itself: the iteration serves no more
+                    break
+        eng.budget = budget
 
     def _tokens(self, eng, r, cap):
         if r.mode == "decode":
