@@ -423,11 +423,7 @@ def read_azure(path, opts) -> Table:
         if base is None:
             base = ns
         t = (ns - base) / 1e9  # the difference taken in integers: exact to the nanosecond over weeks
-        new, out = _count(f[ic]), _count(f[ig])
-        if new is None:
-            raise _bad_count(path, ln, line, ic, "ContextTokens", f[ic])
-        if out is None:
-            raise _bad_count(path, ln, line, ig, "GeneratedTokens", f[ig])
+        new, out = _counts(path, ln, line, f, (ic, "ContextTokens"), (ig, "GeneratedTokens"))
         if t < first:
             first = t
         if out == 0:  # a serQ turn has an output token at least
@@ -440,6 +436,17 @@ def read_azure(path, opts) -> Table:
         raise _err(path, 1, 1, "the trace has a header and no rows")
     tab.first = first
     return tab
+
+
+def _counts(path, ln, line, f, new, out) -> tuple:
+    """A CSV row's prompt and output tokens, each (column, name): whole numbers >= 0, or its T001."""
+    vals = []
+    for i, name in (new, out):
+        v = _count(f[i])
+        if v is None:
+            raise _bad_count(path, ln, line, i, name, f[i])
+        vals.append(v)
+    return tuple(vals)
 
 
 def read_burstgpt(path, opts) -> Table:
@@ -463,11 +470,7 @@ def read_burstgpt(path, opts) -> Table:
         if not math.isfinite(t):
             raise _err(path, ln, _col(line, it), f"`Timestamp` is {f[it].strip()!r}, not a time in seconds from "
                        "the trace's start")
-        new, out = _count(f[iq]), _count(f[ir])
-        if new is None:
-            raise _bad_count(path, ln, line, iq, "Request tokens", f[iq])
-        if out is None:
-            raise _bad_count(path, ln, line, ir, "Response tokens", f[ir])
+        new, out = _counts(path, ln, line, f, (iq, "Request tokens"), (ir, "Response tokens"))
         if t < first:
             first = t
         if im is not None:
