@@ -388,9 +388,8 @@ def test_a_malformed_trace_names_file_line_column(tmp_path, csv, where):
     (tmp_path / "t.csv").write_text(csv)
     (tmp_path / "t.sq").write_text('fn main() { stage s : delay; workload { arrive renewal(1); trace "t.csv"; } '
                                    'server { run s (cost(s, 1)); } }')
-    prog = api.load(str(tmp_path / "t.sq"))
-    with pytest.raises(SerqError) as e:
-        api.run(prog, Settings(arrivals=1))
+    with pytest.raises(SerqError) as e:   # read as the program links (serq check sees it), not first at the run
+        api.load(str(tmp_path / "t.sq"))
     assert f"t.csv:{where}:" in str(e.value.span) + ":" and e.value.code == "T001"
 
 
@@ -464,7 +463,7 @@ def test_run_from_the_command_line(tmp_path):
     for key in ("seed", "horizon", "warmup", "end", "sessions", "client", "observe", "gauges", "pools", "stages",
                 "claims", "notes"):
         assert key in rep
-    assert set(rep["client"]["response"]) == {"count", "mean", "ci95", "p50", "p90", "p99", "min", "max"}
+    assert set(rep["client"]["response"]) == {"count", "mean", "std", "ci95", "p50", "p90", "p99", "min", "max"}
     assert set(rep["gauges"]["jobs"]) >= {"mean", "ci95", "min", "max"}
     assert (tmp_path / "d" / "gauge" / "jobs.csv").read_text().startswith("time,value\n")
     r = subprocess.run([sys.executable, "-m", "serq.cli", "run", ex], capture_output=True, text=True)
