@@ -58,59 +58,76 @@ def _load(path: str, arrivals: bool) -> list[list[dict]]:
         raise _err(path, 1, 1, "the header has no `arrival` column: `arrive trace;` replays each session at its "
                    "arrival time (seconds), read from it")
     col = {h: i for i, h in enumerate(header)}
+    width = len(header)
+    # (field, column or None, default, whole, least): each row's numbers, read in this order
+    fields = [(name, col.get(name), default, whole, lo) for name, default, whole, lo in (
+        ("turn", None, True, 0.0), ("new", None, True, 0.0), ("out", None, True, 1.0), ("think", 0.0, False, 0.0),
+        ("forced", 0.0, True, 0.0),
+        # the prompt's content (docs/reference/content.md): its stream, whose first `common` tokens
+        # are those of stream `parent`; 0 when the trace does not say
+        ("stream", 0.0, True, 0.0), ("parent", 0.0, True, 0.0), ("common", 0.0, True, 0.0))]
+    i_sess, i_arr = col["session"], col.get("arrival")
     sessions: list[list[dict]] = []
     seen: set = set()
     last_key = None
+    cur: list = []
     first = prev = None  # the first session's arrival, the one before
-    for ln, row in enumerate(rows[1:], start=2):
-        if not row or all(not x.strip() for x in row):
-            continue
+    isinf, floor = math.isinf, math.floor
+
+    def at(ln, i):  # the column a field starts at: worked out for an error only
         starts = _col_starts(lines[ln - 1])
-        if len(row) != len(header):
-            raise _err(path, ln, 1, f"{len(row)} field(s) where the header has {len(header)}")
+        return starts[i] if i < len(starts) else 1
 
-        def num(name, default=None, whole=False, lo=0.0):
-            if name not in col:
-                return default
-            i = col[name]
-            s = row[i].strip()
-            c = starts[i] if i < len(starts) else 1
+    def bad(ln, row, name, i, whole, lo, number=True):
+        s = row[i].strip()
+        if not number:
+            return _err(path, ln, at(ln, i), f"`{name}` is {s!r}, not a number")
+        kind = "a whole number" if whole else "a number"
+        return _err(path, ln, at(ln, i), f"`{name}` is {s!r}: {kind} >= {lo:g} is needed")
+
+    for ln, row in enumerate(rows[1:], start=2):
+        if not row or not "".join(row).strip():  # a blank line, or one of blank fields
+            continue
+        if len(row) != width:
+            raise _err(path, ln, 1, f"{len(row)} field(s) where the header has {width}")
+        rec = {}
+        for name, i, default, whole, lo in fields:
+            if i is None:
+                rec[name] = default
+                continue
             try:
-                v = float(s)
+                v = float(row[i])  # float() itself allows the spaces around a number
             except ValueError:
-                raise _err(path, ln, c, f"`{name}` is {s!r}, not a number") from None
-            if v != v or math.isinf(v) or v < lo or (whole and v != math.floor(v)):
-                kind = "a whole number" if whole else "a number"
-                raise _err(path, ln, c, f"`{name}` is {s!r}: {kind} >= {lo:g} is needed")
-            return v
-
-        sess = row[col["session"]].strip()
-        turn = num("turn", whole=True)
-        rec = {"new": num("new", whole=True), "out": num("out", whole=True, lo=1.0), "think": num("think", 0.0),
-               "forced": num("forced", 0.0, whole=True), "turn": turn,
-               # the prompt's content (docs/reference/content.md): its stream, whose first `common`
-               # tokens are those of stream `parent`; 0 when the trace does not say
-               "stream": num("stream", 0.0, whole=True), "parent": num("parent", 0.0, whole=True),
-               "common": num("common", 0.0, whole=True)}
+                raise bad(ln, row, name, i, whole, lo, False) from None
+            if v != v or isinf(v) or v < lo or (whole and v != floor(v)):
+                raise bad(ln, row, name, i, whole, lo)
+            rec[name] = v
         if rec["forced"] not in (0.0, 1.0):
-            raise _err(path, ln, starts[col["forced"]], "`forced` is 0 or 1")
+            raise _err(path, ln, at(ln, col["forced"]), "`forced` is 0 or 1")
+        sess = row[i_sess].strip()
         if sess != last_key:
             if sess in seen:
-                raise _err(path, ln, starts[col["session"]], f"the rows of session {sess!r} are not contiguous")
+                raise _err(path, ln, at(ln, i_sess), f"the rows of session {sess!r} are not contiguous")
             seen.add(sess)
-            sessions.append([])
+            cur = []
+            sessions.append(cur)
             last_key = sess
             if arrivals:
-                t = num("arrival")
+                try:
+                    t = float(row[i_arr])
+                except ValueError:
+                    raise bad(ln, row, "arrival", i_arr, False, 0.0, False) from None
+                if t != t or isinf(t) or t < 0.0:
+                    raise bad(ln, row, "arrival", i_arr, False, 0.0)
                 if prev is not None and t < prev:
-                    raise _err(path, ln, starts[col["arrival"]], f"`arrival` is {row[col['arrival']].strip()}, "
-                               f"before the session above's {prev:g}: sessions are in the order they arrive")
+                    raise _err(path, ln, at(ln, i_arr), f"`arrival` is {row[i_arr].strip()}, before the session "
+                               f"above's {prev:g}: sessions are in the order they arrive")
                 first = t if first is None else first
                 prev = t
                 rec["arrival"] = t - first
-        cur = sessions[-1]
+        turn = rec["turn"]
         if turn != len(cur):
-            raise _err(path, ln, starts[col["turn"]], f"session {sess!r}: turn {turn:g} where turn {len(cur)} "
+            raise _err(path, ln, at(ln, col["turn"]), f"session {sess!r}: turn {turn:g} where turn {len(cur)} "
                        "comes next (rows are ordered by turn, from 0)")
         rec["_session"] = sess
         cur.append(rec)
