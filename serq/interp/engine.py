@@ -963,9 +963,7 @@ class Iterations:
             # again then, a change point of its busy time; so at each of a fast-forwarded run's ends
             # but the last (now), in order, that the sums are the same to the last bit (a run's whole
             # time at once is another rounding: issue 48's defaults showed it, 1 ulp of utilisation)
-            split = eng.busy_avg.split
-            for t in eng.ends[:-1]:
-                split(t)
+            eng.busy_avg.split_all(eng.ends[:-1])
         if eng.grows:  # before anything at this instant: they are earlier
             self._grow_steady(eng)
         eng.busy = False

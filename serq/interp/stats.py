@@ -7,8 +7,8 @@ import tempfile
 import weakref
 from array import array
 from bisect import bisect_left, bisect_right
-from itertools import accumulate, chain, compress, repeat
-from operator import ne
+from itertools import accumulate, chain, compress, islice, repeat
+from operator import lt, ne, sub
 
 BATCHES = 20
 # Student's t, 0.975 quantile, 19 degrees of freedom (20 batches)
@@ -273,6 +273,28 @@ class TimeAverage:
             self.vals.append(1.0)
             if len(ts) >= self.cap:
                 self._flush()
+
+    def split_all(self, times):
+        """split(t) for each of times in order: where the signal is at 1.0 and the times rise
+        strictly from the last change, their change points and integrals at once (the same
+        additions, acc + (t - last), in the same order: itertools.accumulate)."""
+        k = len(times)
+        if not k:
+            return
+        if self.v != 1.0 or not times[0] > self.last or not all(map(lt, times, islice(times, 1, None))):
+            for t in times:
+                self.split(t)
+            return
+        diffs = list(map(sub, times, chain((self.last,), islice(times, 0, k - 1))))
+        cum = list(accumulate(diffs, initial=self.acc))
+        del cum[0]
+        self.t.extend(times)
+        self.vals.extend(repeat(1.0, k))
+        self.cum.extend(cum)
+        self.acc = cum[-1]
+        self.last = times[-1]
+        if len(self.t) >= self.cap:
+            self._flush()
 
     def _flush(self):
         """All but the last change point onto disk (the last may still change at its instant)."""
