@@ -16,6 +16,25 @@ def _err(path, line, col, msg):
     return SerqError("T001", msg, Span(path, line, col, line, col + 1))
 
 
+class Row:
+    """A trace row: its numbers, `arrival` on a session's first row under `arrive trace;` (else
+    None), its session's name. Read as a mapping too (row["new"], row.get("stream", 0.0)), with
+    the memory of a few numbers (a day of a public trace is millions of rows)."""
+    __slots__ = ("turn", "new", "out", "think", "forced", "stream", "parent", "common", "arrival", "_session")
+
+    def __init__(self, turn, new, out, think, forced, stream, parent, common):
+        self.turn, self.new, self.out, self.think, self.forced = turn, new, out, think, forced
+        self.stream, self.parent, self.common = stream, parent, common
+        self.arrival = None
+        self._session = None
+
+    def __getitem__(self, k):
+        return getattr(self, k)
+
+    def get(self, k, default=None):
+        return getattr(self, k, default)
+
+
 _LAST: list = [None, None]  # the last trace read, by (path, arrivals, size, mtime): the linker's and the run's
 
 
@@ -44,10 +63,12 @@ def _load(path: str, arrivals: bool) -> list[list[dict]]:
     except OSError as exc:  # a missing file, a directory, a read that fails
         raise SerqError("T002", f"cannot read the trace: {exc.strerror or exc}", Span(path, 1, 1)) from None
     lines = text.splitlines()
-    rows = list(csv.reader(lines))
-    if not rows:
+    del text
+    reader = csv.reader(lines)  # row by row: the file's rows are not all held twice
+    head = next(reader, None)
+    if head is None:
         raise _err(path, 1, 1, "the trace is empty: it needs a header")
-    header = [h.strip() for h in rows[0]]
+    header = [h.strip() for h in head]
     for i, h in enumerate(header):
         if h and header.index(h) < i:
             raise _err(path, 1, _col_starts(lines[0])[i], f"the header names `{h}` twice")
@@ -85,15 +106,15 @@ def _load(path: str, arrivals: bool) -> list[list[dict]]:
         kind = "a whole number" if whole else "a number"
         return _err(path, ln, at(ln, i), f"`{name}` is {s!r}: {kind} >= {lo:g} is needed")
 
-    for ln, row in enumerate(rows[1:], start=2):
+    for ln, row in enumerate(reader, start=2):
         if not row or not "".join(row).strip():  # a blank line, or one of blank fields
             continue
         if len(row) != width:
             raise _err(path, ln, 1, f"{len(row)} field(s) where the header has {width}")
-        rec = {}
+        vals = []
         for name, i, default, whole, lo in fields:
             if i is None:
-                rec[name] = default
+                vals.append(default)
                 continue
             try:
                 v = float(row[i])  # float() itself allows the spaces around a number
@@ -101,8 +122,9 @@ def _load(path: str, arrivals: bool) -> list[list[dict]]:
                 raise bad(ln, row, name, i, whole, lo, False) from None
             if v != v or isinf(v) or v < lo or (whole and v != floor(v)):
                 raise bad(ln, row, name, i, whole, lo)
-            rec[name] = v
-        if rec["forced"] not in (0.0, 1.0):
+            vals.append(v)
+        rec = Row(*vals)
+        if rec.forced not in (0.0, 1.0):
             raise _err(path, ln, at(ln, col["forced"]), "`forced` is 0 or 1")
         sess = row[i_sess].strip()
         if sess != last_key:
@@ -124,12 +146,12 @@ def _load(path: str, arrivals: bool) -> list[list[dict]]:
                                f"above's {prev:g}: sessions are in the order they arrive")
                 first = t if first is None else first
                 prev = t
-                rec["arrival"] = t - first
-        turn = rec["turn"]
+                rec.arrival = t - first
+        turn = rec.turn
         if turn != len(cur):
             raise _err(path, ln, at(ln, col["turn"]), f"session {sess!r}: turn {turn:g} where turn {len(cur)} "
                        "comes next (rows are ordered by turn, from 0)")
-        rec["_session"] = sess
+        rec._session = sess
         cur.append(rec)
     if not sessions:
         raise _err(path, 1, 1, "the trace has no rows")
