@@ -38,7 +38,7 @@ class Row:
 _LAST: list = [None, None]  # the last trace read, by (path, arrivals, size, mtime): the linker's and the run's
 
 
-def load_trace(path: str, arrivals: bool = False) -> list[list[dict]]:
+def load_trace(path: str, arrivals: bool = False) -> list[list["Row"]]:
     """The trace's sessions, in file order, each the list of its turns. With `arrivals` (`arrive
     trace;`), the `arrival` column is required and each session's first row holds its `arrival`,
     in seconds from the first session's, nondecreasing in file order."""
@@ -54,7 +54,7 @@ def load_trace(path: str, arrivals: bool = False) -> list[list[dict]]:
     return sessions
 
 
-def _load(path: str, arrivals: bool) -> list[list[dict]]:
+def _load(path: str, arrivals: bool) -> list[list["Row"]]:
     try:
         with open(path, encoding="utf-8-sig", newline="") as fh:  # a spreadsheet's byte-order mark read past
             text = fh.read()
