@@ -56,11 +56,12 @@ _collecting = gc.isenabled()
 gc.disable()
 try:
     from serq import api
-    from serq._write import OutputError
+    from serq._write import OutputError, WholeWriter, write_text
     from serq.diagnostics import SerqError
     from serq.ir import model as I
     from serq.lang.lower.constants import fmt, whole
     from serq.lang.lower.inputs import UsageError
+    from serq.staged import forget_signals, signalled
 finally:
     gc.freeze()
     if _collecting:
@@ -96,7 +97,27 @@ class _Version(argparse.Action):
         raise _VersionAsked
 
 
+class _Once(argparse._StoreAction):
+    """An option that takes one value, given once: argparse keeps the last of several silently
+    (`--find a=0:1 --find b=1:2` searched b only, issue 50, item 10); here the second is a usage error.
+    Every option of every command that stores one value is one (_Parser registers it as `store`)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = parser.__dict__.setdefault("_given", {})
+        if self.dest in given:
+            first = given[self.dest]
+            parser.error(f"{option_string} is given twice ({first[0]} {first[1]}, then {option_string} {values}): "
+                         "it takes one value")
+        given[self.dest] = (option_string, values)
+        setattr(namespace, self.dest, values)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.register("action", "store", _Once)
+        self.register("action", None, _Once)
+
     def error(self, message):  # a usage error: the usage, then main's message and exit 2
         _say(self.format_usage().rstrip())
         raise UsageError(message)
@@ -112,22 +133,28 @@ def _number(text: str, what: str) -> float:
     return v
 
 
-def seed_value(text) -> int:
+def seed_value(text, what: str = "--seed") -> int:
     """A seed as written: an integer literal exactly (any size), else a number that is a whole
     number below 2^53, where a float is exact (1e30 is 1000000000000000019884624838656, not the
-    seed the user wrote, and two seeds written alike would be one)."""
+    seed the user wrote, and two seeds written alike would be one). `what`: where it was written
+    (the flag, or an instance file's field), for the messages."""
     t = str(text).strip()
+    limit = sys.get_int_max_str_digits() if hasattr(sys, "get_int_max_str_digits") else 0
+    if limit and len(t) > limit and t.lstrip("+-").isdigit():
+        # of any size (cli.md): Python's limit on converting between digits and an integer (4300
+        # digits) raised for this process as far as the seed needs, so that it is read and printed
+        sys.set_int_max_str_digits(len(t))
     try:
         v = int(t, 10)
     except ValueError:
-        sv = _number(t, "--seed")
+        sv = _number(t, what)
         if not whole(sv):
-            raise UsageError("--seed is a nonnegative integer") from None
+            raise UsageError(f"{what} is a nonnegative integer") from None
         if sv >= 2 ** 53:
-            raise UsageError(f"--seed {t} is beyond 2^53 as a number: write it as an integer (digits)") from None
+            raise UsageError(f"{what} {t} is beyond 2^53 as a number: write it as an integer (digits)") from None
         v = int(sv)
     if v < 0:
-        raise UsageError("--seed is a nonnegative integer")
+        raise UsageError(f"{what} is a nonnegative integer")
     return v
 
 
@@ -209,7 +236,8 @@ def _parser(cmd: str | None = None) -> argparse.ArgumentParser:
     r.add_argument("--workload", metavar="W.json", help="replace the arrivals and draws with a workload's "
                    "(one `serq verify` wrote)")
     r.add_argument("--trace", metavar="TRACE.csv", help="replay this trace in place of the one the program names "
-                   "(its `trace \"file.csv\";`; serq import writes one from a public trace)")
+                   "(its `trace \"file.csv\";`): a serQ trace, or FORMAT:INPUT, a public trace (azure, burstgpt, "
+                   "mooncake, sharegpt) converted as serq import does")
     inputs(r)
     t = sub.add_parser("target", help="the engine's settings as a vLLM configuration (JSON)")
     t.add_argument("file", help=program)
@@ -267,35 +295,44 @@ def settings_from(args, inst: dict) -> tuple[dict, I.Settings]:
         supplied[n] = v
 
     _size(args, supplied)
+    src = {}  # where each setting came from, for the messages: the flag, or the instance file's field
 
     def flag(key):  # a flag wins over the instance file
         v = getattr(args, key, None)
-        return inst.get(key) if v is None else v
+        if v is not None:
+            src[key] = f"--{key}"
+            return v
+        v = inst.get(key)
+        if v is not None:
+            src[key] = f"the instance file {getattr(args, 'instance', None)}: `{key}`"
+            if isinstance(v, bool) or not isinstance(v, (int, float, str)):  # JSON: a number (or its text)
+                raise UsageError(f"{src[key]} is a number, not {json.dumps(v)[:40]}")
+        return v
 
     seed = flag("seed")
     s = {}
     if seed is not None:
-        s["seed"] = seed_value(seed)
+        s["seed"] = seed_value(seed, src["seed"])
     hz = flag("horizon")
     if hz is not None:
-        hv = _number(str(hz), "--horizon")
+        hv = _number(str(hz), src["horizon"])
         if not hv > 0:
-            raise UsageError("--horizon is a positive time")
+            raise UsageError(f"{src['horizon']} is a positive time")
         s["horizon"] = hv
     wu = flag("warmup")
     if wu is not None:
-        wv = _number(str(wu), "--warmup")
+        wv = _number(str(wu), src["warmup"])
         if wv < 0 or math.isinf(wv):
-            raise UsageError("--warmup is a nonnegative, finite time")
+            raise UsageError(f"{src['warmup']} is a nonnegative, finite time")
         s["warmup"] = wv
     if "horizon" in s and s.get("warmup", 0) >= s["horizon"]:
-        raise UsageError(f"--warmup {s['warmup']:g} is not before --horizon {s['horizon']:g}: "
-                         "nothing would be measured")
+        raise UsageError(f"{src.get('warmup', '--warmup')} {s['warmup']:g} is not before {src['horizon']} "
+                         f"{s['horizon']:g}: nothing would be measured")
     ar = flag("arrivals")
     if ar is not None:
-        av = _number(str(ar), "--arrivals")
+        av = _number(str(ar), src["arrivals"])
         if not whole(av, 1):
-            raise UsageError("--arrivals is a positive integer")
+            raise UsageError(f"{src['arrivals']} is a positive integer")
         s["arrivals"] = int(av)
     return supplied, I.Settings(**s)
 
@@ -309,9 +346,10 @@ def _run(args, prog, settings, supplied: dict | None = None) -> int:
         workload = read_workload(args.workload)
     slo, stats = _slo(args.slo)
     percentiles = _percentiles(args.percentiles, stats)
-    staged = Staged(args.dump) if args.dump is not None else None  # a bad destination: refused before the run
-    progress = None
+    staged = progress = None
     try:
+        if args.dump is not None:  # a bad destination: refused before the run; a signal from here removes it
+            staged = Staged(args.dump)
         # the bar on a terminal; on stderr, whatever it is, a note if the run goes too slowly to finish
         progress = _Watch(_Progress(settings) if not args.quiet and sys.stderr.isatty() else None, supplied)
         try:
@@ -483,6 +521,8 @@ def _with_trace(prog, path: str):
     wl = prog.workload
     if wl.trace is None:
         raise UsageError(f"--trace replaces the program's trace, and {prog.files[0]} names none (`trace \"file.csv\";`)")
+    from serq.exp.trace_import import converted
+    path = converted(path) or path  # FORMAT:INPUT, a public trace: serq import's, at once
     if not os.path.isfile(path):
         raise UsageError(f"--trace {path}: no such file")
     full = os.path.abspath(path)
@@ -540,8 +580,35 @@ def _bound(args) -> tuple:
     return _count(args.sessions, "--sessions"), _count(args.values, "--values"), timeout
 
 
+def _verify_out(out: str | None) -> None:
+    """`verify --out DIR`, looked at before any claim is decided (a search can take minutes): a path
+    that is not a directory, or a place where no file can be made, is exit 1 at once, as when a
+    workload cannot be written (cli.md). Nothing is made here: DIR and its parents are made when a
+    workload is written."""
+    if out is None:
+        return
+    if not out:
+        raise _Failure("--out needs a directory name")
+    if os.path.lexists(out) and not os.path.isdir(out):
+        raise _Failure(f"cannot write the workloads to {out}: it exists and is not a directory")
+    anc = os.path.abspath(out)
+    while not os.path.lexists(anc):
+        anc = os.path.dirname(anc)
+    if not os.path.isdir(anc):
+        raise _Failure(f"cannot write the workloads to {out}: {anc} is not a directory")
+    import tempfile
+    try:  # whether a file can be made there (a read-only file system, /proc): one made and removed
+        fd, probe = tempfile.mkstemp(dir=anc, prefix=".serq-verify-", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise _Failure(f"cannot write the workloads to {out}: {exc.strerror or exc}") from None
+
+
 def _verify(args, prog) -> int:
-    """Each claim's verdict within the bound; the workloads of its counterexamples and witnesses."""
+    """Each claim's verdict within the bound; the workloads of its counterexamples and witnesses. A
+    workload that cannot be written loses nothing of the search: every verdict is printed, the
+    workload with it, then the error (exit 1)."""
     from serq.verify import Disagreement, verify
     from serq.verify.output import as_json, as_text, write_disagreement, write_workloads
     try:
@@ -549,22 +616,24 @@ def _verify(args, prog) -> int:
     except Disagreement as d:  # one semantics read two ways: serQ's bug, with what shows it
         try:
             path = write_disagreement(d, args.file, args.out)
-        except OSError as exc:
-            path = f"(not written: {exc.strerror or exc})"
+        except (OSError, OutputError) as exc:
+            path = f"(not written: {getattr(exc, 'strerror', None) or exc})"
         _say(f"serq: internal error: {d} (a bug in serQ); the workload: {path}")
         return 3
     run_args = [x for b in args.set + args.rest for x in ("--set", b)]
     if args.instance:
         run_args += ["--instance", args.instance]
-    try:
-        replay = write_workloads(res, args.file, args.out, run_args)
-    except OSError as exc:
-        where = args.out if args.out is not None else "the program's directory"
-        raise _Failure(f"cannot write the workloads to {where}: {exc.strerror or exc}") from None
+    unwritten: dict = {}
+    replay = write_workloads(res, args.file, args.out, run_args, unwritten)
     if args.json:
-        _out(json.dumps(as_json(res, replay), indent=1))
+        _out(json.dumps(as_json(res, replay, unwritten), indent=1))
     else:
-        _out(as_text(res, args.file, replay))
+        _out(as_text(res, args.file, replay, unwritten))
+    if unwritten:
+        errors = list(dict.fromkeys(unwritten.values()))
+        for e in errors[:-1]:
+            _say(f"serq: error: {e}")
+        raise _Failure(errors[-1])
     return 0
 
 
@@ -572,11 +641,7 @@ def _claims(args, prog) -> int:
     """The Lean file (stdout or -o); a program without claims still gets its IR, said on stderr."""
     out = api.claims_lean(prog)
     if args.output:
-        try:
-            with open(args.output, "w", encoding="utf-8", newline="\n") as fh:
-                fh.write(out.text)
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
+        write_text(args.output, out.text)  # whole or not at all; OutputError: exit 1
         # as draw, plot and calibrate say what they wrote
         _say(f"{args.file}: wrote {args.output}"
              + (f" (its IR and {out.claims} claim{'s' if out.claims != 1 else ''})" if out.claims else ""))
@@ -664,17 +729,15 @@ def _draw(args, prog) -> int:
     if out is None:
         _out(text.removesuffix("\n"))
         return 0
-    try:
-        with open(out, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    write_text(out, text)  # whole or not at all; OutputError: exit 1, as every output that cannot be written
     _say(f"{args.file}: drew {out}")
     return 0
 
 
-class _Failure(Exception):
-    """An input or output error that is neither the program's nor the command line's: exit 1."""
+# An input or output error that is neither the program's nor the command line's: exit 1. The one class
+# of serq/_write.py, so that what the experiments' modules raise through `serq.cli` is caught here even
+# when this module runs as `python -m serq.cli` (then `__main__`, a second copy of it)
+_Failure = OutputError
 
 
 def _out(text: str):
@@ -915,35 +978,96 @@ def _duration(sec: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """The exit status (cli.md): 0, 1 a program or I/O error, 2 a usage error, 3 an internal error,
-    130 interrupted, 141 the output's reader went away. Never a Python traceback. Run as the
-    process's own command (argv None), the process ends here (_exit)."""
-    code = _guarded(argv)
+    130 interrupted, 141 the output's reader went away; ended by SIGTERM or SIGHUP, after its
+    cleanups, the process ends by that signal (128 + N in argv's case). Never a Python traceback.
+    Run as the process's own command (argv None), the process ends here (_exit)."""
     if argv is None:
-        _exit(code)
+        _whole_stdout()
+    ended: list = []
+    code = _guarded(argv, ended)
+    if argv is None:
+        _exit(code, ended[0] if ended else None)
     return code
 
 
-def _exit(code: int):
+def _whole_stdout():
+    """The process's stdout as a text stream whose every write reaches the system whole or raises
+    (serq/_write.py, WholeWriter): Python's own returns a short count from a large write that a full
+    disk or a reader going away took only part of, and its text layer ignores it, so `serq ir P > f`
+    on a filling disk wrote part of the IR and exited 0 (issue 50, item 3)."""
+    import io
+    out = sys.stdout
+    if out is None:
+        return
+    try:
+        fd = out.fileno()
+        out.flush()
+    except (OSError, ValueError, AttributeError):
+        return
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(WholeWriter(fd)), encoding=out.encoding, errors=out.errors,
+                                  line_buffering=out.line_buffering, write_through=out.write_through)
+
+
+def _flushed(code: int) -> int:
+    """stdout flushed at the end: what a command printed and a buffer still holds. A failure is the
+    command's output lost: its reader gone, 141; otherwise exit 1, said, unless it failed already."""
+    if sys.stdout is None:
+        return code
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence(sys.stdout)
+        return 141 if code == 0 else code
+    except OSError as exc:
+        _silence(sys.stdout)
+        if code == 0:
+            _say(f"serq: error: cannot write the output: {exc.strerror or exc}")
+            return 1
+    except ValueError:  # closed
+        pass
+    return code
+
+
+def _exit(code: int, signum: int | None = None):
     """End the process without the interpreter's teardown, which only frees memory: every module,
     class and object one by one, and a last full collection, a fifth of a short `serq run`'s CPU
     time. The output is flushed first (each write already is; a stream that cannot take it was
-    pointed at /dev/null, _silence); every file serQ writes is closed by its `with`."""
-    for stream in (sys.stdout, sys.stderr):
+    pointed at /dev/null, _silence); every file serQ writes is closed by its `with`. A command ended
+    by a signal (its cleanups done) ends by that signal, as a process it would have killed."""
+    code = _flushed(code)
+    try:
+        if sys.stderr is not None:
+            sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    if signum is not None:
+        import signal
         try:
-            if stream is not None:
-                stream.flush()
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
         except (OSError, ValueError):
             pass
     os._exit(code)
 
 
-def _guarded(argv: list[str] | None) -> int:
+def _guarded(argv: list[str] | None, ended: list | None = None) -> int:
+    """_main, whatever it raises turned into the exit status. While a command has something to clean up
+    (a staging directory, workers, a temporary file being written: serq/staged.py, serq/_write.py),
+    SIGTERM and SIGHUP are raised in it as a KeyboardInterrupt that says which (`signalled`); `ended`
+    then gets the signal, which the process ends by (main). Elsewhere they end it at once, as usual
+    (a long z3 call in `serq verify` is not waited for)."""
+    forget_signals()
     try:
         return _main(list(sys.argv[1:] if argv is None else argv))
     except BrokenPipeError:  # `serq run ... | head`: quiet, as a Unix tool killed by SIGPIPE
         _silence(sys.stdout)
         return 141
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
+        signum = signalled(exc)
+        if signum is not None:  # SIGTERM, SIGHUP: quiet, as a process the signal ends
+            if ended is not None:
+                ended.append(signum)
+            return 128 + signum
         _say("serq: interrupted")
         return 130
     except Exception as exc:  # the safety net: a bug in serQ, not the user's
@@ -977,6 +1101,7 @@ def _main(argv: list[str]) -> int:
             raise UsageError("a program file is required")
         if args.cmd == "verify":
             _bound(args)
+            _verify_out(args.out)
         if args.cmd in EXPERIMENTS:
             return importlib.import_module(f"serq.exp.{MODULES.get(args.cmd, args.cmd)}").command(args)
         if args.cmd == "inputs":

@@ -2,25 +2,183 @@
 docs/reference/cli.md): checked before the work starts, filled in a staging directory next to it,
 and renamed into place at the end, so that a failed or interrupted command leaves what was there.
 A directory is replaced only when it holds nothing but what the command itself writes, so that a
-mistyped destination (`--dump ~`) cannot delete what it holds."""
+mistyped destination (`--dump ~`) cannot delete what it holds; and that is looked at again when the
+output is put in place, so that a file put there while the command ran is never deleted: the
+command then leaves the directory as it is and keeps its output beside it (issue 50, item 1).
+
+While a staging directory exists (and while serq/_write.py writes a file), SIGTERM, SIGHUP and SIGINT
+are raised as exceptions in the main thread (`Terminated`, KeyboardInterrupt), so that the `finally`
+blocks that remove it run; putting the output in place is never cut in half by one
+(`deferred_signals`). Outside them the signals keep their usual effect."""
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import signal
 import tempfile
+import threading
+from contextlib import contextmanager
 from typing import Callable
 
+from serq._write import OutputError, replace
 from serq.lang.lower.inputs import UsageError
+
+
+# ------------------------------------------------------------------ signals as exceptions
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread so that cleanups run (serq/cli.py then ends the
+    process by the same signal). A KeyboardInterrupt, so that what handles Ctrl-C handles it too
+    (Ray's waits turn any other exception raised by a signal handler into a SystemError); which
+    signal it was is kept (`signalled`) where such a handler raises a KeyboardInterrupt of its own."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+_deferring = [0]      # how deep inside deferred_signals the main thread is
+_pending: list = []   # the signals that came meanwhile
+_last: list = []      # the last signal raised as an exception
+
+
+def _raise(signum: int):
+    _last[:] = [signum]
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Terminated(signum)
+
+
+def forget_signals() -> None:
+    """A new command: no signal raised yet (`signalled`)."""
+    _last.clear()
+
+
+def signalled(exc: BaseException) -> int | None:
+    """The signal a KeyboardInterrupt stands for, when it is SIGTERM or SIGHUP (None: Ctrl-C)."""
+    if isinstance(exc, Terminated):
+        return exc.signum
+    return _last[0] if _last and _last[0] != signal.SIGINT else None
+
+
+def _on_signal(signum, frame):
+    if _deferring[0]:
+        _pending.append(signum)
+        return
+    _raise(signum)
+
+
+def handler_installed(signum: int) -> bool:
+    return signal.getsignal(signum) is _on_signal
+
+
+class RaisingSignals:
+    """SIGTERM, SIGHUP and SIGINT raised as exceptions, from `start` to `stop` (or as a `with`
+    block), in the main thread only (elsewhere signals cannot be handled). A signal the process
+    ignores (`nohup`, a background job's SIGINT) or handles its own way is left as it is; nested
+    uses install once."""
+
+    def __init__(self):
+        self.saved: dict = {}
+
+    def start(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for sig in _SIGNALS:
+            old = signal.getsignal(sig)
+            default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+            if old is _on_signal or old != default:
+                continue
+            try:
+                signal.signal(sig, _on_signal)
+            except (ValueError, OSError):
+                continue
+            self.saved[sig] = old
+        if self.saved:  # the outermost: no signal raised yet
+            _last.clear()
+        return self
+
+    def stop(self):
+        saved, self.saved = self.saved, {}
+        for sig, old in saved.items():
+            try:
+                signal.signal(sig, old)
+            except (ValueError, OSError):
+                pass
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+
+@contextmanager
+def deferred_signals():
+    """A step that must not be cut in half (a directory moved aside, the new one moved in): a
+    signal that comes meanwhile is raised after it."""
+    _deferring[0] += 1
+    try:
+        yield
+    finally:
+        _deferring[0] -= 1
+        if not _deferring[0] and _pending:
+            sig = _pending[0]
+            _pending.clear()
+            _raise(sig)
+
+
+# ------------------------------------------------------------------ the staged directory
+
+def _prefix(target: str) -> str:
+    """A staging directory's name before mkdtemp's random part: `.DIR.HOST-PID.`, so that one left by
+    a command that was killed outright (SIGKILL, out of memory: no cleanup runs) is known as such by
+    the next command writing there (_remove_stale)."""
+    return f".{os.path.basename(target)}.{_host()}-{os.getpid()}."
+
+
+def _host() -> str:
+    import socket
+    return "".join(c if c.isalnum() else "_" for c in socket.gethostname())[:64] or "host"
+
+
+def _remove_stale(parent: str, base: str) -> None:
+    """The staging directories `.BASE.HOST-PID.*.serq-tmp` (and `.serq-old`) of this host whose
+    process is gone: what a killed command could not remove. Another host's, or a live process's,
+    are left alone."""
+    import re
+    pat = re.compile(re.escape(f".{base}.{_host()}-") + r"(\d+)\.[^.]+\.serq-(?:tmp|old)")
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in names:
+        m = pat.fullmatch(name)
+        if m is None or int(m.group(1)) == os.getpid():
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue  # alive (or another user's): not ours to remove
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OverflowError, OSError):
+            continue
+        shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
 
 
 class StagedDir:
     """The destination `path` of `option` (for the messages). `foreign(target)` names an entry of an
     existing directory that `what` does not write, or returns None. A bad destination is a usage
-    error; `stage` is where the files go, `commit` puts them in place, `discard` leaves nothing."""
+    error; `stage` is where the files go (`put` writes one), `commit` puts them in place, `discard`
+    leaves nothing."""
 
     def __init__(self, path: str, option: str, what: str, foreign: Callable[[str], str | None]):
-        self.path = path
+        self.path, self.option, self.what, self.foreign = path, option, what, foreign
         self.made, self.done, self.stage = None, False, None
+        self.signals = RaisingSignals()
         if not path:
             raise UsageError(f"{option} needs a directory name")
         target = os.path.realpath(path)  # a symbolic link: the directory it names is replaced
@@ -45,44 +203,120 @@ class StagedDir:
             self.made, anc = anc, os.path.dirname(anc)
         if not os.path.isdir(anc):
             raise UsageError(f"{option} {path}: {anc} is not a directory")
+        self.signals.start()  # from here a signal removes what is made
         try:
             os.makedirs(parent, exist_ok=True)
-            self.stage = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", suffix=".serq-tmp", dir=parent)
+            _remove_stale(parent, os.path.basename(target))
+            self.stage = tempfile.mkdtemp(prefix=_prefix(target), suffix=".serq-tmp", dir=parent)
             mask = os.umask(0)
             os.umask(mask)
             os.chmod(self.stage, 0o777 & ~mask)  # a directory as mkdir makes it, not mkdtemp's private one
         except OSError as exc:
             self.discard()
             raise UsageError(f"{option} {path}: cannot write in {parent}: {exc.strerror or exc}") from None
+        except BaseException:
+            self.discard()
+            raise
+
+    def put(self, name: str, text) -> None:
+        """One file of the output, `name` relative to the destination (a string, or an iterable of
+        strings written one after another), whole: an OSError says why not (serq/_write.py)."""
+        path = os.path.join(self.stage, name)
+        folder = os.path.dirname(path)
+        if folder != self.stage:
+            os.makedirs(folder, exist_ok=True)
+        replace(path, text)
 
     def commit(self):
-        """The staged files in place of the destination; on failure the destination is as it was
-        (an OSError says why)."""
-        if os.path.lexists(self.target):  # the previous one moved aside, removed once replaced
-            old = tempfile.mkdtemp(prefix=f".{os.path.basename(self.target)}.", suffix=".serq-old",
-                                   dir=os.path.dirname(self.target))
-            os.rename(self.target, os.path.join(old, "previous"))
-            try:
-                os.rename(self.stage, self.target)
-            except OSError:
-                os.rename(os.path.join(old, "previous"), self.target)
-                os.rmdir(old)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
+        """The staged files in place of the destination. On failure the destination is as it was
+        (an OSError says why); when something other than this output was put there meanwhile, it is
+        left as it is and the output kept beside it (OutputError says where: exit 1)."""
+        with deferred_signals():
+            for _ in range(3):  # a directory made at the destination meanwhile: looked at again
+                if os.path.lexists(self.target):
+                    self._replace()
+                    break
+                try:
+                    os.rename(self.stage, self.target)
+                    break
+                except OSError as exc:
+                    if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST) or not os.path.lexists(self.target):
+                        raise
+            else:
+                self._keep("it keeps changing")
+            self.done = True
+
+    def _replace(self):
+        """The destination moved aside, looked at again (what was put there before or while it moved
+        is never deleted), the staged one moved in, the old one removed."""
+        extra = self._foreign_now(self.target)
+        if extra is not None:
+            self._keep(extra)
+        old = tempfile.mkdtemp(prefix=_prefix(self.target), suffix=".serq-old", dir=os.path.dirname(self.target))
+        previous = os.path.join(old, "previous")
+        try:
+            os.rename(self.target, previous)
+        except OSError:
+            os.rmdir(old)
+            raise
+        extra = self._foreign_now(previous)
+        if extra is not None:  # put there between the look and the move: put back
+            os.rename(previous, self.target)
+            os.rmdir(old)
+            self._keep(extra)
+        try:
             os.rename(self.stage, self.target)
+        except OSError:
+            os.rename(previous, self.target)
+            os.rmdir(old)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+
+    def _foreign_now(self, directory: str) -> str | None:
+        if not os.path.isdir(directory) or os.path.islink(directory):
+            return "it is no longer a directory"
+        try:
+            return self.foreign(directory)
+        except OSError as exc:
+            return f"it cannot be read: {exc.strerror or exc}"
+
+    def _keep(self, extra: str):
+        """The destination left as it is; the staged output renamed beside it, under a name that says
+        so (`DIR.new`, `DIR.new2`, ...), and OutputError says where."""
+        kept = None
+        for k in range(1, 100):
+            name = f"{self.target}.new{k if k > 1 else ''}"
+            if os.path.lexists(name):
+                continue
+            try:
+                os.rename(self.stage, name)
+            except OSError:
+                continue
+            kept, self.stage = name, None
+            break
+        if kept is None:  # nowhere else to put it: left in the staging directory, said
+            kept, self.stage = self.stage, None
+        # as the user named the destination: `--out runs/x` is kept in `runs/x.new`
+        shown = self.path.rstrip(os.sep) + kept[len(self.target):] if kept.startswith(self.target + ".") else kept
         self.done = True
+        raise OutputError(f"{self.option} {self.path}: something other than {self.what}'s files was put there "
+                          f"while the command ran ({extra}); the directory is left as it is, and the new output "
+                          f"is in {shown}")
 
     def discard(self):
         """Nothing of an unfinished output left: the staging directory and the parents made for it."""
-        if self.done:
-            return
-        if self.stage:
-            shutil.rmtree(self.stage, ignore_errors=True)
-        d = os.path.dirname(self.target)
-        while self.made is not None and d.startswith(self.made):
-            try:
-                os.rmdir(d)
-            except OSError:  # something else was put there meanwhile: kept
+        try:
+            if self.done:
                 return
-            d = os.path.dirname(d)
+            if self.stage:
+                shutil.rmtree(self.stage, ignore_errors=True)
+                self.stage = None
+            d = os.path.dirname(self.target)
+            while self.made is not None and d.startswith(self.made):
+                try:
+                    os.rmdir(d)
+                except OSError:  # something else was put there meanwhile: kept
+                    return
+                d = os.path.dirname(d)
+        finally:
+            self.signals.stop()

@@ -375,11 +375,16 @@ def test_a_program_error_is_the_diagnostic_serq_check_gives(serq, tmp_path):
     assert not (tmp_path / "broken.svg").exists()
 
 
-@pytest.mark.parametrize("args", [["--bogus"], ["-o"], ["--set", "nope=1"], ["-o", "/nonexistent/dir/x.svg"],
-                                  ["--", "--x"]])
+@pytest.mark.parametrize("args", [["--bogus"], ["-o"], ["--set", "nope=1"], ["--", "--x"]])
 def test_usage_errors_exit_2(serq, args):
     r = serq("draw", "examples/single-turn/mg1.sq", *args)
     assert r.returncode == 2 and r.stderr.startswith(("usage:", "serq: error:")), r.stderr
+
+
+def test_an_output_that_cannot_be_written_is_exit_1(serq):
+    """As in every command (docs/reference/cli.md, *Exit status*; issue 50, item 4): an I/O error."""
+    r = serq("draw", "examples/single-turn/mg1.sq", "-o", "/nonexistent/dir/x.svg")
+    assert r.returncode == 1 and r.stderr == "serq: error: cannot write /nonexistent/dir/x.svg: No such file or directory\n"
 
 
 def test_claims_refuses_an_unknown_flag_as_a_usage_error(serq):

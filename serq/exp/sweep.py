@@ -14,6 +14,7 @@ import itertools
 import json
 import math
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -26,6 +27,12 @@ from serq.staged import StagedDir
 FILES = ("runs.csv", "runs.jsonl", "summary.csv", "sweep.json")
 RETRIES = 2  # a task whose worker process died is run again this many times, then reported failed
 DEFAULT_SEEDS = 5
+# the most runs one sweep takes (points times seeds; a search's estimate): every run's row is held in
+# memory until the tables are written (some kilobytes each), so more would take gigabytes before a
+# table is written. Checked before anything is built (issue 50, item 6: --seeds 1000000000)
+MAX_RUNS = 100_000
+JOIN_SECONDS = 5.0  # how long an ended worker is waited for before it is killed
+_TERM_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
 # report keys that are not columns: seed is one already, horizon and warm-up are in sweep.json
 # (vllm_bench: the client's figures again, under vLLM's names: serq run's report has them)
 _NOT_COLUMNS = ("seed", "horizon", "warmup", "notes", "vllm_bench")
@@ -77,18 +84,20 @@ def command(args) -> int:
     inst = api.parse_instance(args.instance) if args.instance else {}
     fixed, base = settings_from(args, inst)
     k = _count(args.seeds, "--seeds")
-    seeds = list(range(base.seed, base.seed + k))
     jobs = _count(args.jobs, "--jobs") if args.jobs is not None else (os.cpu_count() or 1)
     grid = _grid(args.grid, fixed)
     find = None
     if args.find is not None or args.slo or args.tol is not None or args.json:
         from serq.exp.find import Find
         find = Find.from_args(args, grid, fixed)
+    _check_size(k, grid, find)
+    seeds = list(range(base.seed, base.seed + k))
     if args.file.endswith(".json") and (grid or fixed or find):
         what = "--find" if find else "--grid and inputs"
         raise UsageError(f"{args.file} is an IR, its inputs resolved already: {what} need the program")
-    out = _Out(args.out if args.out is not None else f"sweep-{_stem(args.file)}")
-    try:
+    out = None
+    try:  # the destination checked before any run; from here a signal removes its staging directory
+        out = _Out(args.out if args.out is not None else f"sweep-{_stem(args.file)}")
         names = [n for n, _ in grid]
         points = [dict(zip(names, vs)) for vs in itertools.product(*(vs for _, vs in grid))]
         settings = {"horizon": base.horizon, "warmup": base.warmup, "arrivals": base.arrivals}
@@ -133,10 +142,11 @@ def command(args) -> int:
                        "summary.csv": _summary(rows, columns, names, t_ppf),
                        "sweep.json": json.dumps(_json(meta), indent=1, allow_nan=False) + "\n"})
         except OSError as exc:
-            from serq.cli import _Failure  # exit 1, as for `serq run`'s output
-            raise _Failure(f"cannot write the sweep to {out.path}: {exc.strerror or exc}") from None
+            from serq._write import OutputError  # exit 1, as for `serq run`'s output
+            raise OutputError(f"cannot write the sweep to {out.path}: {exc.strerror or exc}") from None
     finally:
-        out.discard()
+        if out is not None:
+            out.discard()
     _tell_failures(rows, names)
     done = f"{len(rows)} runs, {failed} failed: {out.path} ({', '.join(FILES)})"
     if find is not None:
@@ -156,6 +166,22 @@ def _count(text, what) -> int:
     if not (v >= 1 and v < math.inf and v == int(v)):
         raise UsageError(f"{what} is a positive integer, not {text}")
     return int(v)
+
+
+def _check_size(seeds: int, grid, find) -> None:
+    """At most MAX_RUNS runs: the grid's points times the seeds (a search: times the values it may
+    try, its estimate before any run), refused before anything is built or linked."""
+    points = math.prod(len(vs) for _, vs in grid)
+    values = 1
+    if find is not None:
+        from serq.exp.find import _halvings
+        values = 2 + _halvings(find.hi - find.lo, find.tol)
+    runs = points * seeds * values
+    if runs > MAX_RUNS:
+        what = (f"{seeds:,} seed{'s' if seeds != 1 else ''}" + (f" at each of {points:,} grid points" if grid else "")
+                + (f", at each of the {values} values --find may try" if find is not None else ""))
+        raise UsageError(f"a sweep takes at most {MAX_RUNS:,} runs (each run's row is held until the tables are "
+                         f"written), not {runs:,} ({what}): fewer seeds or points, or several sweeps")
 
 
 def _grid(specs: list[str], fixed: dict) -> list[tuple[str, list[float]]]:
@@ -198,7 +224,9 @@ def _link(api, path, inputs, base):
         prog = prog.model_copy(update={"workload": prog.workload.model_copy(
             update={"trace": tr.model_copy(update={"file": os.path.abspath(tr.file)})})})
     Sim(prog, base)._bounded(prog.workload.arrive)  # Sim reads the trace: a malformed one is its diagnostic
-    return prog.model_dump_json()
+    # each run's seed is given to it (run_one); the IR's own is left out, so that a seed of any size
+    # (past the 4,300 digits pydantic's JSON parser reads) reaches the runs
+    return prog.model_copy(update={"settings": prog.settings.model_copy(update={"seed": 1})}).model_dump_json()
 
 
 def _t_quantile():
@@ -293,10 +321,50 @@ def _in_process(irs, tasks, settings, bar) -> dict:
 _POOL: dict = {}  # a pool worker's programs and the queue it reports each task's start on
 
 
-def _pool_init(irs, started):
-    import signal
+def _pool_init(irs, started, parent):
+    from serq.staged import handler_installed
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's: it ends the workers
+    for sig in _TERM_SIGNALS:  # the driver's cleanups (serq/staged.py) are not a worker's: SIGTERM ends it
+        if handler_installed(sig):
+            signal.signal(sig, signal.SIG_DFL)
+    _die_with(parent)
+    _quiet_stdout()
     _POOL["irs"], _POOL["started"] = irs, started
+
+
+def _die_with(parent: int) -> None:
+    """A worker ends when the sweep that started it does, however it ended (SIGKILL, out of
+    memory), so that none is left running, holding the caller's pipes: on Linux the kernel kills it
+    (prctl PR_SET_PDEATHSIG); elsewhere, or where that is refused, a thread of its own looks at its
+    parent's id every 0.2 s (a re-parented process has another)."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0  # PR_SET_PDEATHSIG = 1
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent:  # the parent died before the prctl took
+        os._exit(1)
+    if not armed:
+        import threading
+
+        def watch():
+            while os.getppid() == parent:
+                time.sleep(0.2)
+            os._exit(1)
+        threading.Thread(target=watch, name="serq-parent-watch", daemon=True).start()
+
+
+def _quiet_stdout() -> None:
+    """A worker's stdout is /dev/null: the command's stdout is its result, the driver's alone."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+    except OSError:
+        pass
 
 
 def _pool_task(p, settings, seed):
@@ -340,7 +408,7 @@ def _pool_round(ctx, width, irs, batch, settings, results, bar):
     from concurrent.futures.process import BrokenProcessPool
     started_q = ctx.SimpleQueue()
     pool = ProcessPoolExecutor(max_workers=width, mp_context=ctx, initializer=_pool_init,
-                               initargs=(irs, started_q))
+                               initargs=(irs, started_q, os.getpid()))
     clean = False
     try:
         futs = {pool.submit(_pool_task, p, settings, s): (p, s) for p, s in batch}
@@ -357,14 +425,34 @@ def _pool_round(ctx, width, irs, batch, settings, results, bar):
                 bar.tick()
         clean = True
     finally:
-        if not clean:  # interrupted: the workers are ended, not waited for
-            for proc in list((getattr(pool, "_processes", None) or {}).values()):
-                proc.terminate()
+        if not clean:  # interrupted (Ctrl-C, SIGTERM) or failed: the workers are ended and waited for
+            from serq.staged import deferred_signals
+            with deferred_signals():  # a second signal does not cut this short: raised after
+                _end(list((getattr(pool, "_processes", None) or {}).values()))
         pool.shutdown(wait=clean, cancel_futures=True)
     started = set()
     while not started_q.empty():
         started.add(started_q.get())
     return [t for t in batch if t not in results], started
+
+
+def _end(procs) -> None:
+    """Worker processes terminated, waited for (killed if they do not end), so that none is left
+    holding the caller's stdout or stderr."""
+    for proc in procs:
+        try:
+            proc.terminate()
+        except (OSError, ValueError, AttributeError):
+            pass
+    deadline = time.monotonic() + JOIN_SECONDS
+    for proc in procs:
+        try:
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join(JOIN_SECONDS)
+        except (OSError, ValueError, AttributeError, AssertionError):
+            pass
 
 
 class Runner:
@@ -388,15 +476,21 @@ class Runner:
     def close(self):
         if self.ray is not None:
             ray, self.ray = self.ray, None
-            ray.shutdown()
+            from serq.staged import deferred_signals
+            with deferred_signals():  # a local instance stopped whole, whatever comes meanwhile
+                ray.shutdown()
 
 
 def _ray_start(address, jobs, bar):
     """Ray, connected to the cluster (or a local instance started); stopped again if that fails."""
     import logging
+    import threading
     if address != "local":
         _reachable(address)  # before Ray's import, which takes seconds
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no usage report sent anywhere
+    # no stack dump on stderr when the sweep is ended by SIGTERM (Ray's C++ core worker handles it
+    # with absl's failure handler otherwise: issue 50, item 2); read when Ray is imported
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     if address == "local":
         # one node: its servers on the loopback address, not the address Ray would find for other
         # nodes to reach (read when Ray is imported; despite its name it applies on Linux too)
@@ -407,11 +501,23 @@ def _ray_start(address, jobs, bar):
         raise UsageError(f"--cluster needs Ray: {_EXTRA}") from None
     bar.say("starting a local Ray instance" if address == "local" else f"connecting to the Ray cluster at {address}")
     quiet = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR}
-    import signal
     # Ctrl-C inside ray.init leaves the processes it had started running, which ray.shutdown does
-    # not find: it is held until the instance is up, then stops it whole
+    # not find: it is held until the instance is up, then stops it whole. SIGTERM and SIGHUP likewise;
+    # and Ray's own handler of SIGTERM (a SystemExit, and its C++ core worker's, which prints a stack
+    # dump on stderr) is replaced by what was there before once it is up (issue 50, item 2)
     held: list = []
-    old = signal.signal(signal.SIGINT, lambda *_: held.append(1))
+    saved = {}
+    if threading.current_thread() is threading.main_thread():
+        saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, *_TERM_SIGNALS)}
+        for sig, handler in saved.items():
+            if handler is not signal.SIG_IGN:
+                signal.signal(sig, lambda signum, _: held.append(signum))
+    # ray.init installs its own SIGTERM handler as it starts (a SystemExit), which would cut it short
+    # with its processes running: left out, the signal held as the others are
+    utils = getattr(getattr(ray, "_private", None), "utils", None)
+    own = getattr(utils, "set_sigterm_handler", None)
+    if own is not None:
+        utils.set_sigterm_handler = lambda handler: None
     try:
         try:
             if address == "local":
@@ -425,9 +531,13 @@ def _ray_start(address, jobs, bar):
                         "its token (RAY_AUTH_TOKEN, or ~/.ray/auth_token) here")
             raise UsageError(f"--cluster {address}: cannot connect: {exc}{hint}") from None
         finally:
-            signal.signal(signal.SIGINT, old)
+            if own is not None:
+                utils.set_sigterm_handler = own
+            for sig, handler in saved.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
         if held:
-            raise KeyboardInterrupt
+            from serq.staged import _raise
+            _raise(held[0])
     except BaseException:
         ray.shutdown()
         raise
@@ -629,9 +739,10 @@ class _Out(StagedDir):
         super().__init__(path, "--out", "a sweep", _foreign)
 
     def write(self, files: dict[str, str]):
+        """Each file whole into the staging directory (an OSError says why not), then all in place
+        (serq/staged.py: files put at DIR meanwhile are left, the tables kept beside them)."""
         for name, text in files.items():
-            with open(os.path.join(self.stage, name), "w", encoding="utf-8", newline="") as fh:
-                fh.write(text)
+            self.put(name, text)
         self.commit()
 
 

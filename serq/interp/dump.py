@@ -1,18 +1,22 @@
 """`--dump DIR` (report.md): the samples behind the report as CSV files, written whole or not at all.
 
 The destination is checked, and a staging directory made next to it, before the run; the files go
-into the staging directory, which is renamed into place when they are all written. A previous dump
-(or an empty directory) at DIR is replaced; any other directory is refused, so that a mistyped
-`--dump ~` cannot delete what it holds (cli.md, *--dump*)."""
+into the staging directory, each written whole (serq/_write.py), which is renamed into place when they
+are all written (serq/staged.py). A previous dump (or an empty directory) at DIR is replaced; any other
+directory is refused, so that a mistyped `--dump ~` cannot delete what it holds, and so is one into
+which other files were put while the run went on (cli.md, *--dump*)."""
 from __future__ import annotations
 
 import csv
 import fnmatch
+import io
+import itertools
 import json
 import math
 import os
 from array import array
 
+from serq._write import replace
 from serq.interp import stats
 from serq.interp.stats import Column, Spilled
 from serq.staged import StagedDir
@@ -175,15 +179,29 @@ def write(sim, rep: dict, directory: str):
                        for k, v in prog.settings.inputs.items()},
             "pools": {m.label: _finite(m.cap) for m in sim.pools},
             "engines": [e.label for e in getattr(sim, "engines", [])]}
-    with open(os.path.join(directory, "dump.json"), "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(json.dumps(meta, indent=1, allow_nan=False) + "\n")
+    replace(os.path.join(directory, "dump.json"), json.dumps(meta, indent=1, allow_nan=False) + "\n")
 
 
 def _csv(path, header, rows):
-    with open(path, "w", newline="", encoding="utf-8") as fh:
-        w = csv.writer(fh)
-        w.writerow(header)
-        w.writerows(rows)
+    """A CSV file written whole (serq/_write.py), its rows formatted a batch at a time: a table of
+    millions of rows is never held as one text."""
+    replace(path, _csv_text(header, rows))
+
+
+def _csv_text(header, rows, batch: int = 4096):
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(header)
+    it = iter(rows)
+    while True:
+        part = list(itertools.islice(it, batch))
+        if not part:
+            break
+        w.writerows(part)
+        yield buf.getvalue()
+        buf.seek(0)
+        buf.truncate()
+    yield buf.getvalue()
 
 
 def foreign(directory: str) -> str | None:
@@ -207,7 +225,8 @@ class Staged(StagedDir):
 
     def write(self, sim, rep: dict):
         """The files into the staging directory, then renamed into place; on failure nothing is left
-        but what was at the destination before. An OSError says why."""
+        but what was at the destination before. An OSError says why; OutputError, that other files
+        were put at the destination meanwhile (left as they are, the dump kept beside them)."""
         try:
             write(sim, rep, self.stage)
             self.commit()

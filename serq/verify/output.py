@@ -7,6 +7,7 @@ import math
 import os
 import shlex
 
+from serq._write import OutputError, write_text
 from serq.lang.lower.inputs import UsageError
 from serq.ref import ir as R
 from serq.verify import Result, Verdict, machine_at, workload_of
@@ -21,31 +22,49 @@ def workload_path(file: str, claim: str, out_dir: str | None) -> str:
 
 
 def _write(path: str, body: dict, out_dir: str | None):
-    if out_dir is not None:  # an OSError here is the caller's to report (serq/cli.py: exit 1)
-        os.makedirs(out_dir, exist_ok=True)
-    with open(path, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(json.dumps(body, indent=1) + "\n")
+    """One workload file, whole or not at all (serq/_write.py): OutputError says why not."""
+    if out_dir is not None:
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    write_text(path, json.dumps(body, indent=1) + "\n")
 
 
-def write_workloads(res: Result, file: str, out_dir: str | None, run_args: list) -> dict:
+def write_workloads(res: Result, file: str, out_dir: str | None, run_args: list,
+                    unwritten: dict | None = None) -> dict:
     """Each deciding workload to its file, and each claim at end's first workload whose path does
     not end to `STEM.CLAIM.unended.workload.json`; claim name -> the replaying argv (None without
-    one), and `(claim, "unended")` -> that one's {"workload", "replay", "why"}."""
+    one), and `(claim, "unended")` -> that one's {"workload", "replay", "why"}. A file that cannot
+    be written raises OutputError, or with `unwritten` is noted there (the same keys -> the error)
+    and the others are still written: the verdicts are printed with what was not."""
     replay = {}
+
+    def put(key, path, body):
+        try:
+            _write(path, body, out_dir)
+        except OutputError as exc:
+            if unwritten is None:
+                raise
+            unwritten[key] = str(exc)
+            return False
+        return True
+
     for v in res.claims.values():
         replay[v.name] = None
         if v.workload is not None:
             path = workload_path(file, v.name, out_dir)
-            _write(path, {"program": os.path.basename(file), "claim": v.name, "verdict": v.verdict,
-                          "iteration": v.iteration, "at": v.at, "sessions": v.workload["sessions"]}, out_dir)
-            replay[v.name] = ["serq", "run", file, "--workload", path] + run_args
+            if put(v.name, path, {"program": os.path.basename(file), "claim": v.name, "verdict": v.verdict,
+                                  "iteration": v.iteration, "at": v.at, "sessions": v.workload["sessions"]}):
+                replay[v.name] = ["serq", "run", file, "--workload", path] + run_args
         if v.unended is not None:
             wl, why = v.unended
             path = workload_path(file, f"{v.name}.unended", out_dir)
-            _write(path, {"program": os.path.basename(file), "claim": v.name, "unended": why,
-                          "sessions": wl["sessions"]}, out_dir)
-            replay[(v.name, "unended")] = {"workload": path, "replay": ["serq", "run", file, "--workload", path]
-                                           + run_args, "why": why}
+            written = put((v.name, "unended"), path, {"program": os.path.basename(file), "claim": v.name,
+                                                      "unended": why, "sessions": wl["sessions"]})
+            replay[(v.name, "unended")] = {"workload": path if written else None,
+                                           "replay": (["serq", "run", file, "--workload", path] + run_args
+                                                      if written else None), "why": why}
     return replay
 
 
@@ -137,11 +156,16 @@ def replay_head(prog, wl: dict, path: str) -> str:
     return "\n".join(out)
 
 
-def as_json(res: Result, replay: dict) -> dict:
+def as_json(res: Result, replay: dict, unwritten: dict | None = None) -> dict:
+    """The verdicts as one object (cli.md). A workload that could not be written is given in full
+    under `not_written` ({"error", "sessions"}; `replay` null), so that nothing found is lost."""
+    unwritten = unwritten or {}
     claims = {}
     for v in res.claims.values():
         c = {"verdict": v.verdict, "replay": replay.get(v.name), "iteration": v.iteration,
              "seconds": round(v.seconds, 3)}
+        if v.name in unwritten:
+            c["not_written"] = {"error": unwritten[v.name], "sessions": v.workload["sessions"]}
         if v.by is not None:
             c["by"] = v.by
         if v.invariant is not None:
@@ -157,11 +181,15 @@ def as_json(res: Result, replay: dict) -> dict:
             c["reason"] = v.reason
         if v.form == "end":  # whether every path in the bound ended (null), else the first that did not
             c["unended"] = replay.get((v.name, "unended"))
+            if (v.name, "unended") in unwritten:
+                c["unended"] = {**c["unended"], "not_written": {"error": unwritten[(v.name, "unended")],
+                                                                "sessions": v.unended[0]["sessions"]}}
         claims[v.name] = c
     return {"bound": res.bound, "claims": claims}
 
 
-def as_text(res: Result, file: str, replay: dict) -> str:
+def as_text(res: Result, file: str, replay: dict, unwritten: dict | None = None) -> str:
+    unwritten = unwritten or {}
     b = res.bound
     n = b["sessions"]
     sessions = "1 session" if n == 1 else f"1 to {n} sessions"
@@ -218,10 +246,12 @@ def as_text(res: Result, file: str, replay: dict) -> str:
         if v.reason:
             out.append(f"  why: {v.reason}")
         if u is not None:
-            out.append("  unended: " + shlex.join(u["replay"]))
+            out.append("  unended: " + (shlex.join(u["replay"]) if u["replay"] is not None else
+                                        f"(the workload is not written: {unwritten.get((v.name, 'unended'))})"))
             out += workload_table(v.unended[0]["sessions"])
-        if replay.get(v.name):
-            out.append("  replay: " + shlex.join(replay[v.name]))
+        if replay.get(v.name) or v.name in unwritten:
+            out.append("  replay: " + shlex.join(replay[v.name]) if replay.get(v.name) else
+                       f"  workload (not written: {unwritten[v.name]}):")
             out += workload_table(v.workload["sessions"])
             if v.iteration is not None:
                 out += machine_lines(res.prog, v, res.trace)
