@@ -65,6 +65,7 @@ check: $(STAMP)
 	$(BIN)/python tools/verify_papers.py --check
 	$(BIN)/python -m pytest -n $(LEAN_JOBS) $(DIFFERENTIAL) tests/test_papers.py
 	SERQ_DOCS_ALL=1 $(BIN)/python -m pytest -q tests/test_docs_sizing.py -k "study or tutorial"   # docs/sizing.md's study, the tutorial's sizing sweeps
+	SERQ_RELIABILITY_ALL=1 $(BIN)/python -m pytest -q tests/test_reliability.py   # every signal seed, and a sweep on a local Ray instance
 	$(BIN)/python tools/lean_check.py --jobs $(LEAN_JOBS) --cases $(LEAN_CASES) --seed $(LEAN_SEED)
 
 # regenerate the golden Lean files, lean/Serq/Oracle.lean (and its parts), lean/Serq/Serve.lean,

@@ -6,6 +6,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 
 import pytest
@@ -313,7 +314,9 @@ def test_an_unreadable_csv(tmp_path, capsys):
     (["--fit", "zeta"], "--fit zeta: the program declares no input zeta"),
     (["--fit", "rate"], "--fit rate: engine `vllm`'s execute does not read the input rate (it reads a, omega, beta, c0)"),
     (["--bound", "rate=0,1"], "--bound rate: rate is not fitted"),
-    (["--bound", "a=1,0"], "LO is below HI"),
+    (["--bound", "a=1,0"], "--bound a=1,0: LO must be below HI: LO 1 is not below HI 0"),
+    (["--bound", "a=2,2"], "LO 2 is not below HI 2"),
+    (["--bound", "a=nan,1"], "--bound a=nan,1: LO and HI are numbers (inf for none), not NaN"),
     (["--holdout", "1"], "--holdout is a fraction from 0 below 1"),
     (["--engine", "sglang"], "the program has no engine sglang"),
 ])
@@ -509,3 +512,124 @@ def test_from_vllms_log_to_a_fit(tmp_path, capsys):
     assert f.names == ["k", "d", "c0"]
     for x, v, se in zip(f.names, f.value, f.se):
         assert abs(v - true[x]) <= 3 * se, (x, v, se)
+
+
+# ------------------------------------------------------------------ inputs a fit cannot take (issue 50)
+
+def _with(rows, line, column, value, cols=("tokens", "kv_decode", "kv_prefill", "time")):
+    """The CSV text of rows, with `column` of the row on `line` (2 is the first row) set to value."""
+    text = [",".join(cols)]
+    for i, r in enumerate(rows, start=2):
+        text.append(",".join(value if (i == line and c == column) else repr(r[c]) for c in cols))
+    return "\n".join(text) + "\n"
+
+
+def test_a_time_beyond_any_iterations_is_refused_at_its_row(tmp_path, capsys):
+    """One measured time of 1e308 passed the checks, the fit overflowed, and the instance file held
+    the start values as a fit (standard error inf, R² nan), exit 0."""
+    p = tmp_path / "it.csv"
+    p.write_text(_with(vllm_rows(60, 3), 5, "time", "1e308"))
+    out = tmp_path / "o.json"
+    assert main(["calibrate", VLLM, "--measured", str(p), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert f"{p}:5:" in err and "error[M001]: `time` is '1e308': beyond any iteration's time (at most 1e+09" in err, err
+    assert not out.exists()
+    p.write_text(_with(vllm_rows(60, 3), 5, "time", "5e8"))   # implausible but within the range: a fit
+    assert main(["calibrate", VLLM, "--measured", str(p), "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert all(math.isfinite(v) for v in json.loads(out.read_text())["inputs"].values())
+
+
+@pytest.mark.parametrize("column,value", [("tokens", "1e160"), ("kv_decode", "1e150")])
+def test_a_row_that_makes_the_fit_overflow_is_named_and_nothing_written(tmp_path, capsys, column, value):
+    p = tmp_path / "it.csv"
+    p.write_text(_with(vllm_rows(60, 4), 7, column, value))
+    out = tmp_path / "o.json"
+    assert main(["calibrate", VLLM, "--measured", str(p), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"serq: error: {p}: engine `vllm`'s execute at the start values (a = 4e-05, omega = 0.003, " in err, err
+    assert "where line 7 measured" in err and "which least squares cannot weigh in double precision" in err, err
+    assert not out.exists()
+
+
+def test_start_values_that_overflow_are_refused(tmp_path, capsys):
+    write_csv(tmp_path / "it.csv", vllm_rows(60, 5))
+    assert main(["calibrate", VLLM, "--measured", str(tmp_path / "it.csv"), "-o", str(tmp_path / "o.json"),
+                 "--", "a=1e300"]) == 2
+    err = capsys.readouterr().err
+    assert "at the start values (a = 1e+300," in err and "(beyond it on lines 2, 3, 4, 5, 6 and" in err, err
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_bounds_wider_than_a_double_are_refused(tmp_path, capsys):
+    write_csv(tmp_path / "it.csv", vllm_rows(60, 6))
+    assert main(["calibrate", VLLM, "--measured", str(tmp_path / "it.csv"), "-o", str(tmp_path / "o.json"),
+                 "--bound", "beta=-1e308,1e308"]) == 2
+    err = capsys.readouterr().err
+    assert "the search failed from the start values" in err and "beta in [-1e+308, 1e+308] are wider than a double" \
+        in err, err
+
+
+@pytest.mark.parametrize("status,x,what", [
+    (0, [5e-5, 0.004, 2e-7, 0.0015], "the fit did not converge from the start values"),
+    (-1, [5e-5, 0.004, 2e-7, 0.0015], "the fit did not converge from the start values"),
+    (1, [5e-5, math.nan, 2e-7, 0.0015], "the fit ended on values that are not numbers (a = 5e-05, omega = nan"),
+    (1, [5e-5, 0.004, 1e300, 0.0015], "the fit ended on values (a = 5e-05, omega = 0.004, beta = 1e+300"),
+])
+def test_the_fits_result_is_checked_not_taken(tmp_path, monkeypatch, status, x, what):
+    """A search that failed, or ended on values that are not numbers, is not a fit: refused, not
+    written (the optimizer's own answer, replaced here, decides)."""
+    import scipy.optimize
+    write_csv(tmp_path / "it.csv", vllm_rows(60, 7))
+    cost = C.cost_model(VLLM, {}, None)
+    cols, t, lines = C.read_measured(str(tmp_path / "it.csv"), cost)
+    real = scipy.optimize.least_squares
+
+    def answer(fun, x0, **kw):
+        res = real(fun, x0, **kw)
+        res.status, res.x, res.message = status, np.array(x), "scipy's message"
+        return res
+    monkeypatch.setattr(scipy.optimize, "least_squares", answer)
+    names = cost.reads
+    with pytest.raises(C._Unfit, match=re.escape(what)):
+        C.fit(cost, cols, t, names, {x: (0.0, math.inf) for x in names}, C.held_back(len(t), 0.2, 1), lines)
+
+
+def test_a_column_named_twice_is_an_error_at_its_second_place(tmp_path, capsys):
+    """Which of two `time` columns the fit read was the last one, silently: neither is read."""
+    rows = vllm_rows(20, 8)
+    p = tmp_path / "it.csv"
+    p.write_text("tokens,kv_decode,kv_prefill,time,time\n" + "".join(
+        f"{r['tokens']},{r['kv_decode']},{r['kv_prefill']},{r['time']!r},1\n" for r in rows))
+    assert main(["calibrate", VLLM, "--measured", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert f"{p}:1:34: error[M001]: the header names `time` twice" in err, err
+    p.write_text("tokens,step,tokens\n1,1,1\n")   # any column, the ones not read too
+    assert main(["calibrate", VLLM, "--measured", str(p)]) == 1
+    assert f"{p}:1:13: error[M001]: the header names `tokens` twice" in capsys.readouterr().err
+
+
+def test_a_byte_order_mark_is_read_past(tmp_path, capsys):
+    p = tmp_path / "it.csv"
+    write_csv(p, vllm_rows(60, 9))
+    p.write_bytes(b"\xef\xbb\xbf" + p.read_bytes())   # `tokens`, the first column, found
+    assert main(["calibrate", VLLM, "--measured", str(p), "-o", str(tmp_path / "o.json")]) == 0
+
+
+@pytest.mark.parametrize("where", ["fsync", "replace"])
+def test_the_instance_is_written_whole_or_not_at_all(tmp_path, capsys, monkeypatch, where):
+    """A failed write is an I/O error, exit 1 (docs/reference/cli.md), and leaves the instance file
+    that was there, and no temporary file."""
+    write_csv(tmp_path / "it.csv", vllm_rows(60, 10))
+    out = tmp_path / "o.json"
+    out.write_text("the old instance\n")
+
+    def fail(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, where, fail)
+    rc = main(["calibrate", VLLM, "--measured", str(tmp_path / "it.csv"), "-o", str(out)])
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert rc == 1 and f"serq: error: cannot write {out}: No space left on device" in err, err
+    assert out.read_text() == "the old instance\n"
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["it.csv", "o.json"]

@@ -545,7 +545,6 @@ def test_plot_usage_errors(capsys, dumped, tmp_path):
         ([str(sw), "-o", str(tmp_path / "s.pdf")], "the figure's name ends in .png or .svg"),
         ([str(sw), "-o", str(tmp_path / "s.png"), "--format", "svg"], "--format says svg"),
         ([str(sw), "--format", "jpg"], "invalid choice: 'jpg'"),
-        ([str(sw), "-o", str(tmp_path / "no" / "dir" / "s.png")], "cannot write"),
     ]
     for args, says in cases:
         rc, out, err = cli(capsys, "plot", *args)
@@ -600,3 +599,222 @@ def test_the_tutorial_runs_as_written(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "sweep-chunk" / "summary.csv")))
     tpot = {(r["rate"], r["chunk_cap"]): float(r["mean"]) for r in rows if r["stat"] == "client.tpot.p99"}
     assert f"{tpot[('2', '256')] * 1000:.1f} ms with 256 against {tpot[('2', '2048')] * 1000:.1f} ms" in text
+
+
+# ------------------------------------------------------------------ corrupted inputs (issue 50)
+
+def _plot(capsys, *args):
+    """serq plot ARGS: its status and stderr, and the warnings that escaped it (none may)."""
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rc, _, err = cli(capsys, "plot", *map(str, args))
+    assert "Warning" not in err and not caught, (err, [str(w.message) for w in caught])
+    return rc, err
+
+
+def _report(dumped, tmp_path, edit, name="r.json"):
+    rep = json.loads((dumped / "r.json").read_text())
+    edit(rep)
+    path = tmp_path / name
+    path.write_text(json.dumps(rep))   # inf and NaN as Python writes them: Infinity, NaN
+    return path
+
+
+def _set(path, value):
+    def edit(doc):
+        *head, last = path
+        for k in head:
+            doc = doc[k]
+        doc[last] = value
+    return edit
+
+
+@pytest.mark.parametrize("path,value,says", [
+    (("client", "ttft", "mean"), "0.5", "client.ttft.mean is '0.5': not a number"),
+    (("stages", "vllm", "utilisation"), "high", "stages.vllm.utilisation is 'high': not a number"),
+    (("client", "ttft", "p50"), 1e308, "client.ttft.p50 is 1e+308: beyond what a figure's axis can draw"),
+    (("client", "tpot", "min"), -1e308, "client.tpot.min is -1e+308: beyond what a figure's axis can draw"),
+    (("client", "ttft", "p99"), math.inf, "client.ttft.p99 is inf: not a finite number"),
+    (("client", "response", "max"), math.nan, "client.response.max is nan: not a finite number"),
+    (("client", "ttft", "count"), 2.5, "client.ttft.count is 2.5: not a whole number"),
+    (("pools", "kv"), [1, 2], "pools.kv is a list: not an object"),
+    (("pools", "kv", "cap"), {"a": 1}, "pools.kv.cap is an object: not a number"),
+    (("stages", "vllm", "kind"), 3, "stages.vllm.kind is 3: not a string"),
+    (("seed",), "one", "seed is 'one': not a number"),
+    (("end",), True, "end is true: not a number"),
+])
+def test_a_report_with_a_bad_field_is_refused_naming_the_file_and_field(capsys, dumped, tmp_path, path, value,
+                                                                         says):
+    src = _report(dumped, tmp_path, _set(path, value))
+    rc, err = _plot(capsys, src, "-o", tmp_path / "r.png")
+    assert rc == 2 and f"serq: error: {src}: {says}" in err, err
+    assert not (tmp_path / "r.png").exists()
+
+
+def test_huge_but_finite_values_still_plot(capsys, dumped, tmp_path):
+    def edit(rep):
+        rep["client"]["ttft"].update({"min": -1e200, "p50": 1e150, "max": 1e200})
+        rep["client"]["tpot"].update({"min": 1e-300, "max": 1e-200})   # 100 decades: a log axis at most
+        rep["pools"]["kv"].update({"cap": 1e-300, "mean_used": 1e300})  # a share of 1e602 %: the bar at the end
+        rep["stages"]["vllm"]["utilisation"] = 1e300
+    src = _report(dumped, tmp_path, edit)
+    for out in (tmp_path / "r.png", tmp_path / "r.svg"):
+        rc, err = _plot(capsys, src, "-o", out)
+        assert rc == 0, err
+    _png_ok(tmp_path / "r.png")
+    _svg_ok(tmp_path / "r.svg")
+
+
+def _copy_dump(dumped, tmp_path):
+    d = tmp_path / "run"
+    shutil.copytree(dumped / "run", d)
+    return d
+
+
+def _edit_csv(path, row, column, value):
+    rows = _rows(path)
+    rows[row][rows[0].index(column)] = value
+    with open(path, "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+
+
+@pytest.mark.parametrize("value,says", [
+    ("1e308", "requests.csv:3: ttft is '1e308': beyond what a figure's axis can draw (at most 1e+200 in magnitude)"),
+    ("-1e308", "requests.csv:3: ttft is '-1e308': beyond what a figure's axis can draw"),
+    ("inf", "requests.csv:3: ttft is 'inf', not a finite number"),
+    ("fast", "requests.csv:3: ttft is 'fast', not a number"),
+])
+def test_a_requests_table_with_a_bad_value_is_refused_naming_the_line(capsys, dumped, tmp_path, value, says):
+    d = _copy_dump(dumped, tmp_path)
+    _edit_csv(d / "requests.csv", 2, "ttft", value)
+    rc, err = _plot(capsys, d / "requests.csv", "-o", tmp_path / "q.png")
+    assert rc == 2 and says in err and str(d / "requests.csv") in err, err
+    assert not (tmp_path / "q.png").exists()
+    _edit_csv(d / "requests.csv", 2, "ttft", "1e150")   # huge, finite, drawable: drawn
+    rc, err = _plot(capsys, d / "requests.csv", "-o", tmp_path / "q.png")
+    assert rc == 0, err
+    _png_ok(tmp_path / "q.png")
+
+
+def test_a_requests_table_with_a_short_row_or_a_column_twice(capsys, dumped, tmp_path):
+    d = _copy_dump(dumped, tmp_path)
+    rows = _rows(d / "requests.csv")
+    with open(d / "requests.csv", "w", newline="") as fh:
+        csv.writer(fh).writerows([rows[0], rows[1][:4]] + rows[2:])
+    rc, err = _plot(capsys, d / "requests.csv", "-o", tmp_path / "q.png")
+    assert rc == 2 and f"{d / 'requests.csv'}:2: 4 field(s) where the header has {len(rows[0])}" in err, err
+    with open(d / "requests.csv", "w", newline="") as fh:
+        csv.writer(fh).writerows([rows[0][:-1] + ["ttft"]] + rows[1:])
+    rc, err = _plot(capsys, d / "requests.csv", "-o", tmp_path / "q.png")
+    assert rc == 2 and f"{d / 'requests.csv'}:1: the header names `ttft` twice" in err, err
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("warmup", "40", "dump.json: warmup is '40': not a number"),
+    ("end", "200", "dump.json: end is '200': not a number"),
+    ("end", None, "dump.json: end is null: not a number"),
+    ("end", -1, "dump.json: end is -1: below 0"),
+    ("inputs", [1], "dump.json: inputs is a list: not an object"),
+    ("engines", "vllm", "dump.json: engines is 'vllm': not a list of engines' names"),
+    ("pools", {"kv": "big"}, "dump.json: pools.kv is 'big': not a number"),
+])
+def test_a_dump_with_a_bad_field_is_refused_naming_it(capsys, dumped, tmp_path, field, value, says):
+    d = _copy_dump(dumped, tmp_path)
+    meta = json.loads((d / "dump.json").read_text())
+    meta[field] = value
+    (d / "dump.json").write_text(json.dumps(meta))
+    rc, err = _plot(capsys, d, "-o", tmp_path / "d.png")
+    assert rc == 2 and f"serq: error: {d}/{says}" in err, err
+    if isinstance(value, str) and field != "engines":   # the table's title reads the dump.json beside it
+        rc, err = _plot(capsys, d / "requests.csv", "-o", tmp_path / "q.png")
+        assert rc == 2 and f"serq: error: {d}/{says}" in err, err
+
+
+@pytest.mark.parametrize("file,row,column,value,says", [
+    ("pool/kv.csv", 2, "used", "1e308", "pool/kv.csv:3: used is '1e308': beyond what a figure's axis can draw"),
+    ("pool/kv.csv", 2, "used", "-3", "pool/kv.csv:3: used is '-3', below 0"),
+    ("stage/vllm.csv", 3, "time", "0", "stage/vllm.csv:4: time 0 comes before the row above's"),
+    ("stage/vllm.csv", 1, "time", "1e9", "stage/vllm.csv:2: time 1e9 is past the run's end"),
+    ("client_ttft.csv", 1, "value", "nan", "client_ttft.csv:2: value is 'nan', not a finite number"),
+])
+def test_a_dumps_series_with_a_bad_value_is_refused_naming_the_line(capsys, dumped, tmp_path, file, row, column,
+                                                                    value, says):
+    d = _copy_dump(dumped, tmp_path)
+    _edit_csv(d / file, row, column, value)
+    rc, err = _plot(capsys, d, "-o", tmp_path / "d.png")
+    assert rc == 2 and f"serq: error: {d}/{says}" in err, err
+
+
+def test_a_gauge_that_is_not_a_number_for_a_while_is_a_gap(capsys, dumped, tmp_path):
+    """A gauge's value may be inf or NaN (a ratio over an empty pool): drawn as a gap, binned or not."""
+    d = _copy_dump(dumped, tmp_path)
+    for name in ("kv_used", "seqs"):
+        rows = _rows(d / "gauge" / f"{name}.csv")
+        for r in rows[2:len(rows) // 2]:
+            r[1] = "inf" if len(r[0]) % 2 else "nan"
+        with open(d / "gauge" / f"{name}.csv", "w", newline="") as fh:
+            csv.writer(fh).writerows(rows)
+    rc, err = _plot(capsys, d, "-o", tmp_path / "d.png")
+    assert rc == 0, err
+    _png_ok(tmp_path / "d.png")
+
+
+def test_a_sweep_with_a_short_row_or_a_bad_sweep_json_is_refused(capsys, tmp_path):
+    sw = make_sweep(tmp_path / "sw")
+    lines = (sw / "summary.csv").read_text().splitlines()
+    (sw / "summary.csv").write_text("\n".join(lines[:5] + ["0,1"] + lines[6:]) + "\n")
+    rc, err = _plot(capsys, sw, "-o", tmp_path / "s.png")
+    assert rc == 2 and f"serq: error: {sw}/summary.csv:6: 2 field(s) where the header has {len(lines[0].split(','))}" \
+        in err, err
+    sw = make_sweep(tmp_path / "sw2")
+    meta = json.loads((sw / "sweep.json").read_text())
+    for field, value, says in [("inputs", [1, 2], "inputs is a list: not an object"),
+                               ("seeds", 3, "seeds is 3: not a list of seeds"),
+                               ("settings", {"horizon": "long"}, "settings.horizon is 'long': not a number"),
+                               ("grid", {"rate": [1, "fast"], "chunk_cap": [256]},
+                                "grid.rate[1] is 'fast': not a number"),
+                               ("grid", {"rate": [1, 1e300], "chunk_cap": [256]},
+                                "grid.rate[1] is 1e+300: beyond what a figure's axis can draw")]:
+        (sw / "sweep.json").write_text(json.dumps({**meta, field: value}))
+        rc, err = _plot(capsys, sw, "-o", tmp_path / "s.png")
+        assert rc == 2 and f"serq: error: {sw}/sweep.json: {says}" in err, (field, err)
+    assert not (tmp_path / "s.png").exists()
+
+
+def test_a_sweep_whose_every_run_failed_says_so(capsys, tmp_path):
+    prog = tmp_path / "failing.sq"
+    prog.write_text('use "std/args";\nfn main() {\n  let x = args.number("x", 1);\n  stage s : fifo;\n'
+                    "  workload { arrive batch(2); turn { Size d = ~uniform(-2, -1); } session { turn; } }\n"
+                    "  server { run s (cost(s, d * x)); }\n}\n")
+    rc, _, err = cli(capsys, "sweep", str(prog), "--grid", "x=1,2", "--seeds", "1", "--jobs", "1",
+                     "--out", str(tmp_path / "f"), "--quiet")
+    assert rc == 1, err
+    why = "every run of the sweep failed (2 of 2), so summary.csv has no statistic; runs.csv's error column says why"
+    rc, err = _plot(capsys, tmp_path / "f")
+    assert rc == 2 and f"{tmp_path / 'f'}: nothing to plot: {why}" in err, err
+    rc, err = _plot(capsys, tmp_path / "f", "--y", "client.ttft.p99")
+    assert rc == 2 and f"--y client.ttft.p99: not a statistic of {tmp_path / 'f'}: {why}" in err, err
+    assert "(such as )" not in err
+
+
+def test_an_output_that_cannot_be_written_is_exit_1_and_the_old_figure_stays(capsys, dumped, tmp_path, monkeypatch):
+    """The figure is written whole or not at all (serq/_write.py): an I/O error is exit 1
+    (docs/reference/cli.md), the figure that was there stays, no temporary file is left."""
+    rc, err = _plot(capsys, dumped / "r.json", "-o", tmp_path / "no" / "dir" / "r.png")
+    assert rc == 1 and "serq: error: cannot write" in err, err
+    out = tmp_path / "r.png"
+    out.write_bytes(b"the old figure")
+
+    def fail(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(os, "fsync", fail)
+    rc, err = _plot(capsys, dumped / "r.json", "-o", out)
+    monkeypatch.undo()
+    assert rc == 1 and "cannot write" in err and "No space left on device" in err, err
+    assert out.read_bytes() == b"the old figure"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.png"]
+    # a bad input leaves it too
+    bad = _report(dumped, tmp_path, _set(("end",), "soon"), "bad.json")
+    rc, err = _plot(capsys, bad, "-o", out)
+    assert rc == 2 and out.read_bytes() == b"the old figure"

@@ -20,6 +20,12 @@ COLUMNS = {
 }
 KV_READ = "kv_read"   # kv_decode + kv_prefill, for a cost that reads them only as that sum
 TIME = "time"
+# a measured iteration's time, at most: 1e9 seconds is 31 years, 1e9 ms eleven days; a larger one is
+# not a measurement, and near 1e154 its square, which least squares sums, overflows
+TIME_MAX = 1e9
+# a residual or a derivative beyond this is not weighed: their squares, summed over the rows and
+# multiplied in JᵀJ, would near the largest double (1.8e308)
+BIG = 1e100
 EXPERIMENTS = "pip install 'serq[experiments]'"
 
 
@@ -379,7 +385,8 @@ def read_measured(path: str, cost: Cost):
         return SerqError("M001", msg, Span(path, line, col, line, col + 1))
 
     try:
-        with open(path, encoding="utf-8", newline="") as fh:
+        # a spreadsheet's byte-order mark read past, as a trace's
+        with open(path, encoding="utf-8-sig", newline="") as fh:
             text = fh.read()
     except UnicodeDecodeError:
         raise err(1, 1, "the measured iterations are not UTF-8 text") from None
@@ -387,10 +394,22 @@ def read_measured(path: str, cost: Cost):
         raise SerqError("M002", f"cannot read the measured iterations: {exc.strerror or exc}",
                         Span(path, 1, 1)) from None
     lines = text.splitlines()
-    rows = list(csv.reader(lines))
+    rows = []
+    reader = csv.reader(lines)
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:  # a field past the csv module's size limit, a stray quote
+            raise err(reader.line_num or 1, 1, f"not a CSV row: {exc}") from None
+        rows.append((reader.line_num, row))  # the line it ends on: a quoted field may span lines
     if not rows:
         raise err(1, 1, "the file is empty: it needs a header")
-    header = [h.strip() for h in rows[0]]
+    header = [h.strip() for h in rows[0][1]]
+    for i, h in enumerate(header):  # which of two would be read is a guess: neither
+        if h and header.index(h) < i:
+            raise err(1, _col_starts(lines[0])[i], f"the header names `{h}` twice")
     plain, summed = cost.columns(False), cost.columns(True)
     if all(c in header for c in plain):
         need = plain
@@ -407,7 +426,7 @@ def read_measured(path: str, cost: Cost):
     want = need + [TIME]
     vals = {c: [] for c in want}
     where = []
-    for ln, row in enumerate(rows[1:], start=2):
+    for ln, row in rows[1:]:
         if not row or all(not x.strip() for x in row):
             continue
         if len(row) != len(header):
@@ -423,6 +442,9 @@ def read_measured(path: str, cost: Cost):
                 raise err(ln, at, f"`{c}` is {s!r}, not a number") from None
             if c == TIME and not (0 < v < math.inf):
                 raise err(ln, at, f"`{TIME}` is {s!r}: a measured time is a finite number above 0")
+            if c == TIME and v > TIME_MAX:
+                raise err(ln, at, f"`{TIME}` is {s!r}: beyond any iteration's time (at most {TIME_MAX:g} of "
+                          "the program's time unit: 31 years in seconds)")
             if not (0 <= v < math.inf):
                 raise err(ln, at, f"`{c}` is {s!r}: a finite number >= 0 is needed")
             vals[c].append(v)
@@ -478,11 +500,25 @@ def scores(pred, t):
     return (n, mape, r2)
 
 
-def fit(cost: Cost, cols, t, names, bounds, held) -> Fit:
+def fit(cost: Cost, cols, t, names, bounds, held, lines=None) -> Fit:
+    """The bounded least-squares fit of `names` on the rows not held back, checked: a search that
+    fails, overflows or ends on values that are not numbers is refused (_Unfit, naming the rows
+    that cause it: `lines`, each row's line in the file, as read_measured returns them)."""
+    import warnings
+
+    import numpy as np
+    # numpy's and scipy's warnings (an overflow in a dot product) are the checks' to report, once
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        return _fit(cost, cols, t, names, bounds, held, lines)
+
+
+def _fit(cost, cols, t, names, bounds, held, lines) -> Fit:
     import numpy as np
     from scipy.optimize import least_squares
 
     mask = ~np.asarray(held, dtype=bool)
+    lines = np.asarray(lines if lines is not None else range(2, len(t) + 2))
     fcols = {c: v[mask] for c, v in cols.items()}
     ft = t[mask]
     n, p = len(ft), len(names)
@@ -497,25 +533,78 @@ def fit(cost: Cost, cols, t, names, bounds, held) -> Fit:
         r = cost.predict(dict(zip(names, x)), fcols, n) - ft
         return np.where(np.isfinite(r), r, wall)
 
-    r0 = resid(x0)
-    if not np.all(np.abs(r0) < wall):
-        raise _Unfit(f"engine `{cost.engine}`'s execute is not a finite number at the start values on some "
-                     "rows; give start values inside the model's domain with --set")
-    res = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac", method="trf", ftol=1e-12, xtol=1e-12,
-                        gtol=1e-12, max_nfev=200 * (p + 1))
+    def at(x):
+        return ", ".join(f"{nm} = {v:.6g}" for nm, v in zip(names, x))
+
+    # every row, the held-back ones too: each is predicted with the fitted values
+    r0 = cost.predict(dict(zip(names, x0)), cols, len(t)) - t
+    if not np.all(np.isfinite(r0)):
+        raise _Unfit(f"engine `{cost.engine}`'s execute is not a finite number at the start values ({at(x0)}) on "
+                     f"{_rows(lines, ~np.isfinite(r0))}; give start values inside the model's domain with --set")
+    if np.any(np.abs(r0) > BIG):
+        raise _Unfit(f"engine `{cost.engine}`'s execute at the start values ({at(x0)}) {_huge(r0, t, lines)}; check "
+                     "the row's values, or give start values with --set")
+    try:
+        res = least_squares(resid, x0, bounds=(lo, hi), x_scale="jac", method="trf", ftol=1e-12, xtol=1e-12,
+                            gtol=1e-12, max_nfev=200 * (p + 1))
+    except (ValueError, np.linalg.LinAlgError) as exc:  # a step, a scale or a bound's width that overflowed
+        huge = [f"{nm} in [{a:g}, {b:g}]" for nm, a, b in zip(names, lo, hi) if not math.isfinite(b - a) and
+                math.isfinite(a) and math.isfinite(b)]
+        raise _Unfit(f"the search failed from the start values ({at(x0)}): {exc}"
+                     + (f"; the bounds {', '.join(huge)} are wider than a double holds" if huge else "")) from None
     x = res.x
+    if res.status <= 0:  # -1: scipy refused the problem; 0: out of evaluations, not converged
+        raise _Unfit(f"the fit did not converge from the start values ({at(x0)}): {res.message}")
+    if not np.all(np.isfinite(x)):
+        raise _Unfit(f"the fit ended on values that are not numbers ({at(x)})")
+    # at the values the search ended on, every row, the held-back ones too
+    pred = cost.predict(dict(zip(names, x)), cols, len(t))
+    r1 = pred - t
+    if not np.all(np.isfinite(r1)):
+        raise _Unfit(f"the fit ended on values ({at(x)}) where engine `{cost.engine}`'s execute is not a finite "
+                     f"number on {_rows(lines, ~np.isfinite(r1))}")
+    if np.any(np.abs(r1) > BIG):
+        raise _Unfit(f"the fit ended on values ({at(x)}) where engine `{cost.engine}`'s execute "
+                     f"{_huge(r1, t, lines)}")
+    far = np.abs(r1[mask]) >= wall
+    if np.any(far):  # the search stopped against the wall, or a row no value of the inputs comes near
+        i = int(np.argmax(far))
+        raise _Unfit(f"the fit ended on values ({at(x)}) where engine `{cost.engine}`'s execute predicts "
+                     f"{pred[mask][i]:.3g} where line {int(lines[mask][i])} measured {ft[i]:.6g}"
+                     + (f" (and as far off on {_rows(lines[mask], far)})" if far.sum() > 1 else "")
+                     + ": a million times the longest time measured or more; the search did not bring the model "
+                     "near that row: check its values")
     rss = float(np.sum(res.fun ** 2))
     s2 = rss / (n - p)
+    if not (math.isfinite(s2) and np.all(np.abs(res.jac) <= BIG)):
+        raise _Unfit(f"the fit's derivatives at the values it ended on ({at(x)}) are beyond what least squares can "
+                     "weigh (above 1e100, or not numbers): its standard errors would not be numbers")
     se = _standard_errors(res.jac, s2)
+    if np.any(np.isinf(se)):
+        raise _Unfit(f"the fit's standard errors overflow at the values it ended on ({at(x)})")
     span = np.where(np.isfinite(hi - lo), hi - lo, np.maximum(np.abs(x), 1.0))
     at_bound = [bool(abs(x[i] - lo[i]) <= 1e-9 * span[i] or abs(x[i] - hi[i]) <= 1e-9 * span[i])
                 for i in range(p)]
-    vals = dict(zip(names, x))
-    sc = {"fitted": scores(cost.predict(vals, fcols, n), ft)}
     hmask = ~mask
-    hcols = {c: v[hmask] for c, v in cols.items()}
-    sc["held back"] = scores(cost.predict(vals, hcols, int(hmask.sum())), t[hmask])
+    sc = {"fitted": scores(pred[mask], ft), "held back": scores(pred[hmask], t[hmask])}
     return Fit(names, start, x, se, at_bound, s2, sc, n, int(hmask.sum()), res.nfev, res.status)
+
+
+def _huge(r, t, lines) -> str:
+    """What a residual beyond BIG is, on which rows."""
+    import numpy as np
+    off = np.abs(r) > BIG
+    i = int(np.argmax(off))
+    more = f" (beyond it on {_rows(lines, off)})" if off.sum() > 1 else ""
+    return (f"predicts {r[i] + t[i]:.3g} where line {int(lines[i])} measured {t[i]:.6g}{more}: a residual beyond "
+            f"{BIG:g}, which least squares cannot weigh in double precision")
+
+
+def _rows(lines, which) -> str:
+    """The lines of the rows `which` marks, the first five: `line 4`, `lines 4, 9 and 2 more`."""
+    ls = [int(v) for v in lines[which]]
+    more = f" and {len(ls) - 5} more" if len(ls) > 5 else ""
+    return f"line{'s' if len(ls) > 1 else ''} {', '.join(map(str, ls[:5]))}{more}"
 
 
 class _Unfit(Exception):
@@ -556,8 +645,10 @@ def _bound(text: str, fitted: list[str]):
         lo, hi = float(lo_s), float(hi_s)
     except ValueError:
         raise UsageError(f"--bound {text}: LO and HI are numbers (inf for none)") from None
-    if math.isnan(lo) or math.isnan(hi) or not lo < hi:
-        raise UsageError(f"--bound {text}: LO is below HI")
+    if math.isnan(lo) or math.isnan(hi):
+        raise UsageError(f"--bound {text}: LO and HI are numbers (inf for none), not NaN")
+    if not lo < hi:
+        raise UsageError(f"--bound {text}: LO must be below HI: LO {lo_s.strip()} is not below HI {hi_s.strip()}")
     return name, (lo, hi)
 
 
@@ -646,16 +737,16 @@ def command(args) -> int:
     for b in args.bound:
         n, lohi = _bound(b, names)
         bounds[n] = lohi
-    cols, t, _ = read_measured(args.measured, cost)
+    cols, t, lines = read_measured(args.measured, cost)
     held = held_back(len(t), holdout, seed)
     n_fit = len(t) - sum(held)
     if n_fit <= len(names):
         raise UsageError(f"fitting {len(names)} input(s) needs more than {len(names)} fitted rows; "
                          f"{args.measured} has {len(t)}, {sum(held)} held back (--holdout {holdout:g})")
     try:
-        f = fit(cost, cols, t, names, bounds, held)
+        f = fit(cost, cols, t, names, bounds, held, lines)
     except _Unfit as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(f"{args.measured}: {exc}") from None
     _out(table(f, cost, args.measured, holdout, seed))
     out = args.output or os.path.splitext(args.measured)[0] + ".instance.json"
     inst_out = dict(inst)
@@ -665,10 +756,7 @@ def command(args) -> int:
             given[x] = v
     given.update({x: float(v) for x, v in zip(names, f.value)})
     inst_out["inputs"] = given
-    try:
-        with open(out, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(json.dumps(inst_out, indent=1) + "\n")
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    from serq._write import write_text
+    write_text(out, json.dumps(inst_out, indent=1) + "\n")  # whole or not at all; OutputError: exit 1
     _say(f"{args.file}: wrote {out} (serq run {args.file} --instance {out})")
     return 0

@@ -35,6 +35,11 @@ REQUESTS_XY = ("prompt_tokens", "ttft")
 MAX_POINTS = 20000  # points drawn as vectors; more are drawn as an image within the SVG (a PNG is one anyway)
 KINDS = {"report": "a report", "dump": "a dump directory", "requests": "a requests table (CSV)",
          "sweep": "a sweep directory"}
+# the greatest magnitude a value drawn on an axis may have: matplotlib's layout adds margins and
+# ticks to the data's range and fails (an overflow, a tick range it cannot count) near the largest
+# double; a larger value in an input is refused, naming the file and the field
+LIMIT = 1e200
+DECADES = 100  # a log axis spans at most this many decades (its ticks are counted); wider, a linear one
 
 
 def arguments(sp) -> None:
@@ -63,20 +68,33 @@ def command(args) -> int:
             raise UsageError(f"--{opt} applies to a sweep directory{also}; {src} is {KINDS[kind]}")
     out, fmt = _output(src, args.output, args.format)
     plt = _pyplot()
-    if kind == "report":
-        fig = _report_figure(plt, _read_report(src), src)
-    elif kind == "dump":
-        fig = _dump_figure(plt, src)
-    elif kind == "requests":
-        fig = _requests_figure(plt, src, args.x, args.y)
+    import warnings
+
+    import numpy as np
+    before = set(plt.get_fignums())
+    # every input is checked where it is read; what numpy and matplotlib would still say about
+    # the values drawn (a NaN left out, a degenerate range widened) is not the user's business
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            if kind == "report":
+                fig = _report_figure(plt, _read_report(src), src)
+            elif kind == "dump":
+                fig = _dump_figure(plt, src)
+            elif kind == "requests":
+                fig = _requests_figure(plt, src, args.x, args.y)
+            else:
+                fig = _sweep_figure(plt, src, args.x, args.y, args.by)
+            data = _render(fig, fmt)
+        finally:  # this command's figures, whether drawn or not (a check failed half-way)
+            for num in set(plt.get_fignums()) - before:
+                plt.close(num)
+    from serq._write import write_bytes, write_text
+    # whole or not at all: a failed write leaves the figure that was there (OutputError: exit 1)
+    if fmt == "png":
+        write_bytes(out, data)
     else:
-        fig = _sweep_figure(plt, src, args.x, args.y, args.by)
-    try:
-        _save(plt, fig, out, fmt)
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+        write_text(out, data)
     _say(f"{args.file}: plotted {out}")
     return 0
 
@@ -98,7 +116,11 @@ def _kind(src: str) -> str:
             return "sweep"
         if os.path.isfile(os.path.join(src, "dump.json")):
             return "dump"
-        if any(n.startswith("client_") and n.endswith(".csv") for n in os.listdir(src)):
+        try:
+            names = os.listdir(src)
+        except OSError as exc:
+            raise UsageError(f"{src}: cannot read it: {exc.strerror or exc}") from None
+        if any(n.startswith("client_") and n.endswith(".csv") for n in names):
             raise UsageError(f"{src}: a dump without dump.json (written before serq plot existed); "
                              "run serq run --dump again")
         raise UsageError(f"{src}: neither a sweep directory (sweep.json) nor a dump directory (dump.json)")
@@ -150,22 +172,22 @@ def _settle(fig):
     fig.set_layout_engine("none")
 
 
-def _save(plt, fig, out: str, fmt: str):
-    # no date and no matplotlib version: the same input gives the same bytes
+def _render(fig, fmt: str):
+    """The figure's file: the PNG's bytes or the SVG's text, made in memory (the file is written
+    whole, after). No date and no matplotlib version: the same input gives the same bytes."""
+    import io
     _settle(fig)
     if fmt == "png":
-        fig.savefig(out, format="png", metadata={"Software": None})
-        return
-    import io
+        png = io.BytesIO()
+        fig.savefig(png, format="png", metadata={"Software": None})
+        return png.getvalue()
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
     # a clip path's or marker's id hashes its bounds' floats to the last bit, which a layout may
     # round differently from one drawing to the next: numbered in order of appearance instead
     ids: dict = {}
-    text = re.sub(r"\b([pm])([0-9a-f]{10})\b", lambda m: ids.setdefault(m.group(0), f"{m.group(1)}{len(ids)}"),
+    return re.sub(r"\b([pm])([0-9a-f]{10})\b", lambda m: ids.setdefault(m.group(0), f"{m.group(1)}{len(ids)}"),
                   buf.getvalue())
-    with open(out, "w", encoding="utf-8", newline="\n") as fh:
-        fh.write(text)
 
 
 def _read_json(path: str, what: str):
@@ -176,36 +198,201 @@ def _read_json(path: str, what: str):
         raise UsageError(f"{path}: cannot read it: {exc.strerror or exc}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: not {what} ({exc})") from None
+    except RecursionError:
+        raise UsageError(f"{path}: not {what} (it nests too deeply to read)") from None
+
+
+def _show(v) -> str:
+    """A value as a message quotes it."""
+    if isinstance(v, str):
+        return repr(v if len(v) <= 40 else v[:37] + "...")
+    if v is None or isinstance(v, bool):
+        return json.dumps(v)
+    if isinstance(v, dict):
+        return "an object"
+    if isinstance(v, list):
+        return "a list"
+    if isinstance(v, int) and v.bit_length() > 128:
+        return f"an integer of {v.bit_length()} bits"
+    return repr(v)
+
+
+class _Fields:
+    """The checks of one input file's fields: each refusal names the file, the field and why."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def bad(self, field: str, v, why: str) -> UsageError:
+        return UsageError(f"{self.path}: {field} is {_show(v)}: {why}")
+
+    def obj(self, v, field: str, none: bool = True) -> dict:
+        if v is None and none:
+            return {}
+        if not isinstance(v, dict):
+            raise self.bad(field, v, "not an object")
+        return v
+
+    def text(self, v, field: str, none: bool = True):
+        if v is None and none:
+            return None
+        if not isinstance(v, str):
+            raise self.bad(field, v, "not a string")
+        return v
+
+    def num(self, v, field: str, *, none: bool = True, low: float | None = None, whole: bool = False,
+            axis: bool = False, infinite: bool = False):
+        """A number, or None (JSON's null, where `none`). Not finite only where `infinite` says so
+        (an input's value, written "Infinity" as serq ir writes it); a report writes any other as
+        null. `axis`: drawn on an axis, so at most LIMIT in magnitude."""
+        if v is None:
+            if none:
+                return None
+            raise self.bad(field, v, "not a number")
+        if infinite and v in ("Infinity", "-Infinity", "NaN"):
+            return float(v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise self.bad(field, v, "not a number")
+        try:
+            f = float(v)
+        except OverflowError:
+            raise self.bad(field, v, "beyond a double's range") from None
+        if not math.isfinite(f):
+            if infinite:
+                return f
+            raise self.bad(field, v, "not a finite number (serq writes null for one that is not)")
+        if low is not None and f < low:
+            raise self.bad(field, v, f"below {low:g}")
+        if whole and f != math.floor(f):
+            raise self.bad(field, v, "not a whole number")
+        if axis and abs(f) > LIMIT:
+            raise self.bad(field, v, f"beyond what a figure's axis can draw (at most {LIMIT:g} in magnitude)")
+        return int(f) if whole else f
 
 
 def _read_report(src: str) -> dict:
+    """The report's fields the figure draws, each checked: a number where one is drawn or printed."""
     rep = _read_json(src, "a report (JSON)")
     if not isinstance(rep, dict) or not isinstance(rep.get("client"), dict) or "end" not in rep:
         raise UsageError(f"{src}: not a report of serq run --json")
-    return rep
+    f = _Fields(src)
+    out = {"seed": f.num(rep.get("seed"), "seed", whole=True), "warmup": f.num(rep.get("warmup"), "warmup"),
+           "end": f.num(rep["end"], "end"), "horizon": f.num(rep.get("horizon"), "horizon"), "client": {},
+           "pools": {}, "stages": {}}
+    for k, _ in CLIENT:
+        st = f.obj(rep["client"].get(k), f"client.{k}")
+        if not st:
+            continue
+        c = out["client"][k] = {"count": f.num(st.get("count"), f"client.{k}.count", low=0, whole=True)}
+        for q in ("min", "p50", "p90", "p99", "max"):  # the points drawn
+            c[q] = f.num(st.get(q), f"client.{k}.{q}", axis=True)
+        for q in ("mean", "ci95"):
+            c[q] = f.num(st.get(q), f"client.{k}.{q}")
+    for name, p in f.obj(rep.get("pools"), "pools").items():
+        p = f.obj(p, f"pools.{name}", none=False)
+        out["pools"][name] = {k: f.num(p.get(k), f"pools.{name}.{k}")
+                              for k in ("cap", "mean_used", "max_used", "rejected", "evicted", "preempted")}
+    for name, st in f.obj(rep.get("stages"), "stages").items():
+        st = f.obj(st, f"stages.{name}", none=False)
+        out["stages"][name] = {"kind": f.text(st.get("kind"), f"stages.{name}.kind"),
+                               "utilisation": f.num(st.get("utilisation"), f"stages.{name}.utilisation"),
+                               "completed": f.num(st.get("completed"), f"stages.{name}.completed", low=0,
+                                                  whole=True)}
+    return out
 
 
-def _read_csv(path: str) -> tuple[list[str], list[list[str]]]:
+def _read_dump_meta(path: str, need_end: bool = True) -> dict:
+    """A dump's dump.json, each field the figures read checked (serq/interp/dump.py writes it)."""
+    meta = _read_json(path, "a dump's dump.json")
+    if not isinstance(meta, dict) or (need_end and ("end" not in meta or "warmup" not in meta)):
+        raise UsageError(f"{path}: not a dump's dump.json")
+    f = _Fields(path)
+    out = {"program": f.text(meta.get("program"), "program"), "seed": f.num(meta.get("seed"), "seed", whole=True),
+           "horizon": f.num(meta.get("horizon"), "horizon"),
+           "warmup": f.num(meta.get("warmup"), "warmup", low=0, axis=True) or 0.0,
+           "end": f.num(meta.get("end"), "end", none=not need_end, low=0, axis=True),
+           "inputs": {k: f.num(v, f"inputs.{k}", infinite=True)
+                      for k, v in f.obj(meta.get("inputs"), "inputs").items()},
+           "pools": {k: f.num(v, f"pools.{k}") for k, v in f.obj(meta.get("pools"), "pools").items()}}
+    engines = meta.get("engines")
+    if engines is not None and not (isinstance(engines, list) and all(isinstance(e, str) for e in engines)):
+        raise f.bad("engines", engines, "not a list of engines' names")
+    out["engines"] = list(engines or [])
+    return out
+
+
+def _read_csv(path: str, by_name: bool = True) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """A CSV file's header and its rows, each with its line; blank lines skipped. A file read by
+    its columns' names (`by_name`; summary.csv is read by position) names each once: which of two
+    a figure would read is a guess."""
+    rows = []
     try:
         with open(path, newline="", encoding="utf-8") as fh:
-            rows = list(csv.reader(fh))
+            reader = csv.reader(fh)
+            for row in reader:
+                rows.append((reader.line_num, row))
     except OSError as exc:
         raise UsageError(f"{path}: cannot read it: {exc.strerror or exc}") from None
-    except (csv.Error, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not a CSV file ({exc})") from None
+    except csv.Error as exc:  # a field past the csv module's limit, a NUL
+        raise UsageError(f"{path}:{reader.line_num}: not a CSV row ({exc})") from None
     if not rows:
         raise UsageError(f"{path}: empty, not even a header")
-    return rows[0], rows[1:]
+    head = rows[0][1]
+    for i, h in enumerate(head if by_name else []):
+        if head.index(h) < i:
+            raise UsageError(f"{path}:1: the header names `{h}` twice")
+    return head, [(n, r) for n, r in rows[1:] if any(x.strip() for x in r)]
 
 
-def _columns(path: str, want: list[str]) -> list[list[float]]:
-    """The named columns of a dump's CSV file as floats."""
-    head, rows = _read_csv(path)
+def _cell(path: str, line: int, name: str, text: str, *, low: float | None = None, finite: bool = True) -> float:
+    """A CSV cell as a number drawn on an axis (at most LIMIT in magnitude); `finite` False lets
+    inf and nan through (a gauge's value may be either), drawn as a gap."""
+    t = text.strip()
     try:
-        idx = [head.index(w) for w in want]
-        return [[float(r[i]) for r in rows] for i in idx]
-    except (ValueError, IndexError):
-        raise UsageError(f"{path}: expected the columns {', '.join(want)}, with numbers") from None
+        v = float(t)
+    except ValueError:
+        raise UsageError(f"{path}:{line}: {name} is {_show(t)}, not a number") from None
+    if not math.isfinite(v):
+        if finite:
+            raise UsageError(f"{path}:{line}: {name} is {_show(t)}, not a finite number")
+        return v
+    if low is not None and v < low:
+        raise UsageError(f"{path}:{line}: {name} is {_show(t)}, below {low:g}")
+    if abs(v) > LIMIT:
+        raise UsageError(f"{path}:{line}: {name} is {_show(t)}: beyond what a figure's axis can draw "
+                         f"(at most {LIMIT:g} in magnitude)")
+    return v
+
+
+def _columns(path: str, want: list[str], end: float | None = None, finite: bool = True) -> list[list[float]]:
+    """The named columns of a dump's CSV file as numbers, each checked: `time` (where a series has
+    one) from 0, never going back, at most the run's `end`; the others numbers >= 0 (a gauge's,
+    `finite` False, any number, inf and nan drawn as gaps)."""
+    head, rows = _read_csv(path)
+    miss = [w for w in want if w not in head]
+    if miss:
+        raise UsageError(f"{path}: no column {miss[0]}: expected the columns {', '.join(want)} "
+                         f"(its columns: {', '.join(head[:12])}{', ...' if len(head) > 12 else ''})")
+    idx = [head.index(w) for w in want]
+    out: list[list[float]] = [[] for _ in want]
+    last = 0.0
+    for n, r in rows:
+        if len(r) != len(head):
+            raise UsageError(f"{path}:{n}: {len(r)} field(s) where the header has {len(head)}")
+        for k, (w, i) in enumerate(zip(want, idx)):
+            if w == "time":
+                v = _cell(path, n, w, r[i], low=0.0)
+                if v < last:
+                    raise UsageError(f"{path}:{n}: time {r[i].strip()} comes before the row above's {last!r}")
+                if end is not None and v > end:
+                    raise UsageError(f"{path}:{n}: time {r[i].strip()} is past the run's end ({end!r}, dump.json)")
+                last = v
+            else:
+                v = _cell(path, n, w, r[i], low=None if not finite else 0.0, finite=finite)
+            out[k].append(v)
+    return out
 
 
 # ------------------------------------------------------------------ shared pieces
@@ -235,10 +422,11 @@ def _secs(v: float) -> str:
     return f"{v:.4g} s"
 
 
-def _log_worthy(vals) -> bool:
-    """A log axis when the values are positive and span more than two decades."""
+def _log_worthy(vals, ratio: float = 100) -> bool:
+    """A log axis when the values are positive and span more than two decades (the greatest more
+    than `ratio` times the least), and at most DECADES, whose ticks matplotlib can lay out."""
     vals = [v for v in vals if v is not None and math.isfinite(v)]
-    return bool(vals) and min(vals) > 0 and max(vals) / min(vals) > 100
+    return bool(vals) and min(vals) > 0 and ratio < max(vals) / min(vals) <= 10.0 ** DECADES
 
 
 def _plain_log(axis):
@@ -399,8 +587,8 @@ def _describe(stat: str, units: Units) -> tuple[str, str]:
 def _report_figure(plt, rep: dict, src: str):
     client = [(k, title, rep["client"].get(k)) for k, title in CLIENT]
     client = [(k, t, s) for k, t, s in client if s and s.get("count")]
-    pools = rep.get("pools") or {}
-    stages = rep.get("stages") or {}
+    pools = rep["pools"]
+    stages = rep["stages"]
     ncol = max(3, len(client))
     rows = 1 + bool(pools or stages)
     fig = plt.figure(figsize=(4.2 * ncol, 3.4 * rows + 0.6))
@@ -438,8 +626,8 @@ def _report_figure(plt, rep: dict, src: str):
             ax = fig.add_subplot(gs[1, half:] if pools else gs[1, :])
             _stage_bars(ax, stages)
     prog = os.path.basename(src)
-    hz = rep.get("horizon")
-    fig.suptitle(f"{prog}: seed {rep.get('seed')}, warm-up {_num(rep.get('warmup') or 0)} s, end {_num(rep['end'] or 0)} s"
+    hz = rep["horizon"]
+    fig.suptitle(f"{prog}: seed {rep['seed']}, warm-up {_num(rep['warmup'] or 0)} s, end {_num(rep['end'] or 0)} s"
                  + (f" (horizon {_num(hz)} s)" if hz is not None else ""), fontsize=11.5)
     _footnote(fig, "Points are the report's quantiles (min, p50, p90, p99, max) of the samples after the warm-up, "
               "joined by dotted lines: not a full CDF (serq run --dump DIR; serq plot DIR draws that).")
@@ -451,15 +639,17 @@ def _pool_bars(ax, pools: dict):
     capped = [n for n in names if pools[n].get("cap")]
     uncapped = [n for n in names if not pools[n].get("cap")]
     y = list(range(len(capped)))
-    mean = [100 * (pools[n]["mean_used"] or 0) / pools[n]["cap"] for n in capped]
-    top = [100 * (pools[n]["max_used"] or 0) / pools[n]["cap"] for n in capped]
+    mean = [_share(pools[n]["mean_used"], pools[n]["cap"]) for n in capped]
+    top = [_share(pools[n]["max_used"], pools[n]["cap"]) for n in capped]
     ax.barh([v + 0.18 for v in y], top, height=0.36, color="C1", alpha=0.55, label="max used")
     ax.barh([v - 0.18 for v in y], mean, height=0.36, color="C0", label="mean used (time average)")
     for v, n, m, t in zip(y, capped, mean, top):
         p = pools[n]
-        ax.text(max(m, 0) + 1, v - 0.18, f"{_num(p['mean_used'] or 0)} of {_num(p['cap'])}", va="center", fontsize=8)
-        extra = [f"{k} {p[k]:,}" for k in ("rejected", "evicted", "preempted") if p.get(k)]
-        ax.text(max(t, 0) + 1, v + 0.18, f"{_num(p['max_used'] or 0)}" + (f"  ({', '.join(extra)})" if extra else ""),
+        ax.text(min(max(m, 0), 134) + 1, v - 0.18, f"{_num(p['mean_used'] or 0)} of {_num(p['cap'])}", va="center",
+                fontsize=8)
+        extra = [f"{k} {_num(p[k])}" for k in ("rejected", "evicted", "preempted") if p.get(k)]
+        ax.text(min(max(t, 0), 134) + 1, v + 0.18,
+                f"{_num(p['max_used'] or 0)}" + (f"  ({', '.join(extra)})" if extra else ""),
                 va="center", fontsize=8)
     _percent_axes(ax, y, [f"pool {n}" for n in capped], "% of the pool's cap")
     title = "pools: units used"
@@ -469,6 +659,14 @@ def _pool_bars(ax, pools: dict):
     ax.set_title(title)
     if capped:
         ax.legend(loc="lower right", frameon=False)
+
+
+def _share(v, cap) -> float:
+    """v as a percentage of cap, for a bar on an axis from 0 to 135%: a share beyond what the axis
+    shows (a report's pool used a billion times its cap) is drawn at the axis' end, its label the
+    number."""
+    pct = 100 * (v or 0) / cap
+    return min(max(pct, -1.0), 1000.0) if math.isfinite(pct) else 1000.0 if pct > 0 else 0.0
 
 
 def _percent_axes(ax, y, labels, xlabel):
@@ -482,23 +680,31 @@ def _percent_axes(ax, y, labels, xlabel):
     ax.grid(axis="y", visible=False)
 
 
+def _pct(u) -> str:
+    """A fraction as a percentage with one decimal, as the text report prints it."""
+    v = 100 * (u or 0)
+    return f"{v:.1f}%" if abs(v) < 1e7 else f"{v:.3g}%"
+
+
 def _stage_bars(ax, stages: dict):
     """The stages' utilisation, each counted as the text report says (`kind`, serq/interp/report.py
     COUNTS): a delay's figure is the time a job is present (a think or tool time), not a server's
     load, so a delay is left out of the bars and named under the title with what it counts."""
     names = [n for n in stages if stages[n].get("kind") != "delay"]
     delays = [n for n in stages if stages[n].get("kind") == "delay"]
-    util = [100 * (stages[n]["utilisation"] or 0) for n in names]
+    util = [_share(stages[n]["utilisation"], 1) for n in names]
     y = list(range(len(names)))
     ax.barh(y, util, height=0.5, color="C2")
     for v, n, u in zip(y, names, util):
         what = "runs" if stages[n].get("kind") == "engine" else "jobs"  # an engine's: a prefill, a decode
-        ax.text(u + 1, v, f"{u:.1f}%  ({stages[n]['completed']:,} {what} completed)", va="center", fontsize=8)
+        ax.text(min(max(u, 0), 134) + 1, v,
+                f"{_pct(stages[n]['utilisation'])}  ({_num(stages[n]['completed'] or 0)} {what} completed)",
+                va="center", fontsize=8)
     _percent_axes(ax, y, [f"stage {n}" for n in names], "% of the time busy, after the warm-up")
     title = "stages: utilisation"
     if delays:
-        said = "; ".join(f"{n}, a job present {100 * (stages[n]['utilisation'] or 0):.1f}% of the time "
-                         f"({stages[n]['completed']:,} jobs)" for n in delays)
+        said = "; ".join(f"{n}, a job present {_pct(stages[n]['utilisation'])} of the time "
+                         f"({_num(stages[n]['completed'] or 0)} jobs)" for n in delays)
         title += "\n" + "\n".join(textwrap.wrap(f"{'delays' if len(delays) > 1 else 'delay'}, a think time, "
                                                  f"not a server's load (not drawn): {said}", 72))
     ax.set_ylim(max(len(names), 2) - 0.5, -0.5)  # one bar keeps a bar's height
@@ -512,11 +718,9 @@ def _stage_bars(ax, stages: dict):
 
 
 def _dump_figure(plt, src: str):
-    meta = _read_json(os.path.join(src, "dump.json"), "a dump's dump.json")
-    if not isinstance(meta, dict) or "end" not in meta or "warmup" not in meta:
-        raise UsageError(f"{src}/dump.json: not a dump's dump.json")
+    meta = _read_dump_meta(os.path.join(src, "dump.json"))
     end = meta["end"]
-    warm = meta["warmup"] or 0.0
+    warm = meta["warmup"]
     client = []
     for k, title in CLIENT:
         path = os.path.join(src, f"client_{k}.csv")
@@ -536,9 +740,9 @@ def _dump_figure(plt, src: str):
     for j, panel in enumerate(shown):
         ax = fig.add_subplot(gs[1 + j // 2, 3 * (j % 2):3 * (j % 2) + 3])
         _time_panel(ax, panel, end, warm)
-    prog = os.path.basename(meta.get("program") or src)
-    inputs = meta.get("inputs") or {}
-    head = f"{prog}: seed {meta.get('seed')}, warm-up {_num(warm)} s, end {_num(end)} s"
+    prog = os.path.basename(meta["program"] or src)
+    inputs = meta["inputs"]
+    head = f"{prog}: seed {meta['seed']}, warm-up {_num(warm)} s, end {_num(end)} s"
     if inputs:
         head += "\n" + ", ".join(f"{k} = {_num(v)}" for k, v in inputs.items())
     fig.suptitle(head, fontsize=11.5)
@@ -622,8 +826,9 @@ def _time_panels(src: str, meta: dict, units: Units | None = None) -> tuple[list
     units = units or Units()
     once = _Once()
     panels = []
-    caps = meta.get("pools") or {}
-    engines = list(meta.get("engines") or [])
+    caps = meta["pools"]
+    engines = meta["engines"]
+    end = meta["end"]
     sdir = os.path.join(src, "stage")
     others = []
     for base, names in _families(_names(sdir, engines)):
@@ -632,7 +837,7 @@ def _time_panels(src: str, meta: dict, units: Units | None = None) -> tuple[list
             continue
         lines: list = []
         for i, name in enumerate(names[:FAMILY]):
-            t, run, wait = _columns(os.path.join(sdir, name + ".csv"), ["time", "running", "waiting"])
+            t, run, wait = _columns(os.path.join(sdir, name + ".csv"), ["time", "running", "waiting"], end)
             tag = name[len(base):] + " " if len(names) > 1 else ""
             once.line(lines, f"{name}: running.count", f"{tag}running" + ("" if tag else " (running.count)"),
                       t, run, f"C{2 + 2 * i}", "-")
@@ -644,7 +849,7 @@ def _time_panels(src: str, meta: dict, units: Units | None = None) -> tuple[list
     for base, names in _families(_names(pdir, list(caps))):
         lines = []
         for i, name in enumerate(names[:FAMILY]):
-            t, used, queued = _columns(os.path.join(pdir, name + ".csv"), ["time", "used", "queued"])
+            t, used, queued = _columns(os.path.join(pdir, name + ".csv"), ["time", "used", "queued"], end)
             tag = name[len(base):] + " " if len(names) > 1 else ""
             once.line(lines, f"used({_surface(name)})", f"{tag}used", t, used, f"C{i}", "-")
             if any(queued):
@@ -661,7 +866,7 @@ def _time_panels(src: str, meta: dict, units: Units | None = None) -> tuple[list
     if others:
         lines = []
         for i, name in enumerate(others[:FAMILY]):
-            t, run, wait = _columns(os.path.join(sdir, name + ".csv"), ["time", "running", "waiting"])
+            t, run, wait = _columns(os.path.join(sdir, name + ".csv"), ["time", "running", "waiting"], end)
             once.line(lines, f"{name} in service", f"{name} in service", t, run, f"C{(i + 4) % 10}", "-")
             if any(wait):
                 once.line(lines, f"{name} queued", f"{name} queued", t, wait, f"C{(i + 4) % 10}", "--")
@@ -670,7 +875,7 @@ def _time_panels(src: str, meta: dict, units: Units | None = None) -> tuple[list
         panels.append({"title": f"stages: jobs in service{queued}{more}", "ylabel": "jobs", "lines": lines})
     gdir = os.path.join(src, "gauge")
     for name in _names(gdir, list(units.gauges)):
-        t, v = _columns(os.path.join(gdir, name + ".csv"), ["time", "value"])
+        t, v = _columns(os.path.join(gdir, name + ".csv"), ["time", "value"], end, finite=False)
         unit, text = units.gauges.get(name, (None, ""))
         lines = []
         once.line(lines, f"gauge {name}", name, t, v, "C5", "-")
@@ -710,7 +915,10 @@ def _names(d: str, order: list) -> list[str]:
     """The series in d, in `order` (the program's), the rest by name, members by index."""
     if not os.path.isdir(d):
         return []
-    have = {n[:-4] for n in os.listdir(d) if n.endswith(".csv")}
+    try:
+        have = {n[:-4] for n in os.listdir(d) if n.endswith(".csv")}
+    except OSError as exc:
+        raise UsageError(f"{d}: cannot read it: {exc.strerror or exc}") from None
     first = [n for n in order if n in have]
     return first + sorted(have - set(first), key=_member)
 
@@ -761,30 +969,38 @@ def _time_panel(ax, panel: dict, end: float, warm: float):
 
 def _draw_series(ax, t, v, end, label, color, ls) -> float:
     """A piecewise-constant series up to end: its steps, or, past MAX_SERIES changes, per bin its
-    time average (a line) and the least and greatest value it held (a band). The greatest value."""
+    time average (a line) and the least and greatest value it held (a band). A value that is not a
+    number (a gauge's inf or nan) is a gap. The greatest value (0 without one)."""
     import numpy as np
     ts = np.asarray(t, dtype=float)
     vs = np.asarray(v, dtype=float)
+    vs = np.where(np.isfinite(vs), vs, np.nan)
     if not len(ts):
         return 0.0
-    if len(ts) <= MAX_SERIES:
+    if len(ts) <= MAX_SERIES or not end > 0:
         ax.step(np.append(ts, end), np.append(vs, vs[-1]), where="post", color=color, ls=ls, lw=1.1, label=label)
-        return float(np.nanmax(vs))
-    edges = np.linspace(0.0, end, BINS + 1)
-    dt = np.diff(np.append(ts, end))
-    cum = np.concatenate([[0.0], np.cumsum(vs * dt)])
+        return float(np.nanmax(vs)) if np.isfinite(vs).any() else 0.0
+    # on the run's time scaled to [0, 1]: a huge value times a long time would overflow
+    tn = ts / end
+    edges = np.linspace(0.0, 1.0, BINS + 1)
+    held = ~np.isnan(vs)                     # the time a value is held, gaps left out of the average
+    val = np.where(held, vs, 0.0)
+    dt = np.diff(np.append(tn, 1.0))
+    cum_v = np.concatenate([[0.0], np.cumsum(val * dt)])
+    cum_w = np.concatenate([[0.0], np.cumsum(held * dt)])
 
-    def integral(x):
-        i = np.searchsorted(ts, x, side="right") - 1
-        return cum[i] + vs[i] * (x - ts[i])
-    mean = np.diff(integral(edges)) / np.diff(edges)
-    first = np.searchsorted(ts, edges[:-1], side="right") - 1   # the value held at a bin's start
-    last = np.maximum(np.searchsorted(ts, edges[1:], side="left"), first + 1)
-    lo = np.array([vs[a:b].min() for a, b in zip(first, last)])
-    hi = np.array([vs[a:b].max() for a, b in zip(first, last)])
-    ax.stairs(hi, edges, baseline=lo, fill=True, color=color, alpha=0.18, lw=0)
-    ax.stairs(mean, edges, color=color, ls=ls, lw=1.1, label=label)
-    return float(hi.max())
+    def integral(cum, f, x):
+        i = np.searchsorted(tn, x, side="right") - 1
+        j = np.maximum(i, 0)
+        return np.where(i < 0, 0.0, cum[j] + f[j] * (x - tn[j]))   # nothing before the first change
+    mean = np.diff(integral(cum_v, val, edges)) / np.diff(integral(cum_w, held.astype(float), edges))
+    first = np.maximum(np.searchsorted(tn, edges[:-1], side="right") - 1, 0)   # the value held at a bin's start
+    last = np.maximum(np.searchsorted(tn, edges[1:], side="left"), first + 1)
+    lo = np.array([np.nanmin(vs[a:b]) if held[a:b].any() else np.nan for a, b in zip(first, last)])
+    hi = np.array([np.nanmax(vs[a:b]) if held[a:b].any() else np.nan for a, b in zip(first, last)])
+    ax.stairs(hi, edges * end, baseline=lo, fill=True, color=color, alpha=0.18, lw=0)
+    ax.stairs(mean, edges * end, color=color, ls=ls, lw=1.1, label=label)
+    return float(np.nanmax(hi)) if np.isfinite(hi).any() else 0.0
 
 
 # ------------------------------------------------------------------ a dump's requests.csv
@@ -811,22 +1027,18 @@ def _requests_figure(plt, src: str, x: str | None, ys: list | None):
         raise UsageError(f"{src}: no request in it (none was answered after the warm-up): nothing to draw")
     x, ys = chosen[0][1], [name for _, name, _ in chosen[1:]]
     col = {c: i for i, c in enumerate(head)}
+    for n, r in rows:
+        if len(r) != len(head):
+            raise UsageError(f"{src}:{n}: {len(r)} field(s) where the header has {len(head)}")
 
     def cells(name):
+        """A column as numbers, an empty cell NaN (a row without it: left out)."""
         i = col[name]
-        out = []
-        for n, r in enumerate(rows, start=2):
-            t = r[i].strip() if i < len(r) else ""
-            if t == "":
-                out.append(math.nan)
-                continue
-            try:
-                out.append(float(t))
-            except ValueError:
-                raise UsageError(f"{src}:{n}: {name} is {t!r}, not a number") from None
-        return np.asarray(out, dtype=float)
+        return np.asarray([math.nan if r[i].strip() == "" else _cell(src, n, name, r[i]) for n, r in rows],
+                          dtype=float)
 
     xs = cells(x)
+    yvs = {y: cells(y) for y in ys}   # every cell read before a figure is made
     meta = _dump_meta(os.path.dirname(os.path.abspath(src)))
     ncol = min(3, len(ys))
     nrow = -(-len(ys) // ncol)
@@ -835,7 +1047,7 @@ def _requests_figure(plt, src: str, x: str | None, ys: list | None):
     drawn_any, said = False, []
     for k, y in enumerate(ys):
         ax = axes[k // ncol][k % ncol]
-        yv = cells(y)
+        yv = yvs[y]
         have = ~np.isnan(xs) & ~np.isnan(yv)
         px, py = xs[have], yv[have]
         n = len(px)
@@ -874,8 +1086,8 @@ def _requests_figure(plt, src: str, x: str | None, ys: list | None):
     head_line = f"{os.path.basename(src)}: each answered request"
     if meta:
         prog = os.path.basename(meta.get("program") or os.path.dirname(os.path.abspath(src)))
-        head_line = (f"{prog}: each answered request, seed {meta.get('seed')}, "
-                     f"warm-up {_num(meta.get('warmup') or 0)} s, end {_num(meta.get('end') or 0)} s")
+        head_line = (f"{prog}: each answered request, seed {meta['seed']}, "
+                     f"warm-up {_num(meta['warmup'] or 0)} s, end {_num(meta['end'] or 0)} s")
     fig.suptitle(head_line, fontsize=11)
     _footnote(fig, "A point is a row of requests.csv: a turn answered after the warm-up (serq run --dump).")
     return fig
@@ -892,25 +1104,89 @@ def _request_label(name: str) -> str:
 
 
 def _dump_meta(directory: str) -> dict | None:
-    """The dump.json beside a requests.csv, when there is one to read; None otherwise (a table
-    moved out of its dump is drawn all the same)."""
+    """The dump.json beside a requests.csv, when there is one; None otherwise (a table moved out of
+    its dump is drawn all the same). One that is not a dump's is refused, naming what is wrong."""
     path = os.path.join(directory, "dump.json")
-    try:
-        with open(path, encoding="utf-8") as fh:
-            meta = json.load(fh)
-    except (OSError, ValueError, UnicodeDecodeError):
+    if not os.path.isfile(path):
         return None
-    return meta if isinstance(meta, dict) else None
+    return _read_dump_meta(path, need_end=False)
 
 
 # ------------------------------------------------------------------ a sweep
 
 
-def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None):
-    meta = _read_json(os.path.join(src, "sweep.json"), "a sweep's sweep.json")
+def _read_sweep(src: str) -> dict:
+    """A sweep directory's sweep.json, each field the figure reads checked (serq/exp/sweep.py
+    writes it)."""
+    path = os.path.join(src, "sweep.json")
+    meta = _read_json(path, "a sweep's sweep.json")
     grid = meta.get("grid") if isinstance(meta, dict) else None
     if not isinstance(grid, dict) or not grid:
         raise UsageError(f"{src}/sweep.json: not a sweep's sweep.json (no grid)")
+    f = _Fields(path)
+    out = {"grid": {}, "program": f.text(meta.get("program"), "program")}
+    for name, vals in grid.items():
+        if not isinstance(vals, list) or not vals:
+            raise f.bad(f"grid.{name}", vals, "not a list of the values swept")
+        # a value is a number, inf written "Infinity" (strict JSON has none)
+        out["grid"][name] = [f.num(v, f"grid.{name}[{i}]", none=False, axis=True, infinite=True)
+                             for i, v in enumerate(vals)]
+    seeds = meta.get("seeds")
+    if seeds is not None and not isinstance(seeds, list):
+        raise f.bad("seeds", seeds, "not a list of seeds")
+    out["seeds"] = [f.num(v, f"seeds[{i}]", none=False, whole=True) for i, v in enumerate(seeds or [])]
+    settings = f.obj(meta.get("settings"), "settings")
+    out["settings"] = {k: f.num(settings.get(k), f"settings.{k}") for k in ("horizon", "warmup")}
+    for k in ("runs", "failed"):
+        out[k] = f.num(meta.get(k), k, low=0, whole=True)
+    out["inputs"] = {k: f.num(v, f"inputs.{k}", infinite=True) for k, v in f.obj(meta.get("inputs"), "inputs").items()}
+    return out
+
+
+def _read_summary(src: str, names: list[str]) -> list[dict]:
+    """summary.csv's rows, by position as sweep.json's grid places the inputs (`point`, the
+    inputs, `stat`, `n`, `mean`, `ci95`, `lo`, `hi`), each checked: {"at": {input: value}, "stat",
+    "mean", "lo", "hi"}, a number not finite (a statistic with no value) None."""
+    path = os.path.join(src, "summary.csv")
+    head, rows = _read_csv(path, by_name=False)
+    # by position: an input may share a statistic's column name (mg1.sq's `mean`), which a lookup
+    # by name would read in the statistic's stead
+    layout = ["point"] + names + ["stat", "n", "mean", "ci95", "lo", "hi"]
+    if head[:len(layout)] != layout:
+        raise UsageError(f"{src}/summary.csv: its columns are not {', '.join(layout)} "
+                         "(as sweep.json's grid has the inputs)")
+    k = len(names) + 1
+    out = []
+    for n, r in rows:
+        if len(r) != len(head):
+            raise UsageError(f"{path}:{n}: {len(r)} field(s) where the header has {len(head)}")
+
+        def num(i, empty):
+            t = r[i].strip()
+            if t == "" and empty:
+                return None
+            return _cell(path, n, head[i], t, finite=False)
+        at = {name: num(1 + i, False) for i, name in enumerate(names)}
+        mean, lo, hi = (num(k + j, True) for j in (2, 4, 5))
+        out.append({"at": at, "stat": r[k], "mean": _finite(mean), "lo": _finite(lo), "hi": _finite(hi)})
+    return out
+
+
+def _finite(v):
+    return v if v is not None and math.isfinite(v) else None
+
+
+def _no_stat(src: str, meta: dict) -> str:
+    """Why a sweep's summary has no statistic: its runs failed, or it is empty."""
+    if meta["failed"] and meta["failed"] == meta["runs"]:
+        return (f"every run of the sweep failed ({meta['failed']} of {meta['runs']}), so summary.csv has no "
+                "statistic; runs.csv's error column says why each failed")
+    return "summary.csv has no statistic"
+
+
+def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None):
+    meta = _read_sweep(src)
+    grid = meta["grid"]
     names = list(grid)
     x = x or names[0]
     if x not in grid:
@@ -921,47 +1197,37 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
         raise UsageError(f"--by {by} is the x axis already")
     # one line per value of the other grid inputs (--by's first): never averaged over one of them
     rest = ([by] if by else []) + [n for n in names if n not in (x, by)]
-    head, rows = _read_csv(os.path.join(src, "summary.csv"))
-    # by position, as sweep.json's grid places the inputs: an input may share a statistic's column
-    # name (mg1.sq's `mean`), which a lookup by name would read in the statistic's stead
-    layout = ["point"] + names + ["stat", "n", "mean", "ci95", "lo", "hi"]
-    if head[:len(layout)] != layout:
-        raise UsageError(f"{src}/summary.csv: its columns are not {', '.join(layout)} "
-                         "(as sweep.json's grid has the inputs)")
-    col = {c: len(names) + 1 + i for i, c in enumerate(layout[len(names) + 1:])}  # the statistic's
-    at = {n: 1 + i for i, n in enumerate(names)}                                    # the inputs'
-    stats = list(dict.fromkeys(r[col["stat"]] for r in rows))
+    rows = _read_summary(src, names)
+    stats = list(dict.fromkeys(r["stat"] for r in rows))
     if ys:
         for y in ys:
+            if not stats:
+                raise UsageError(f"--y {y}: not a statistic of {src}: {_no_stat(src, meta)}")
             if y not in stats:
                 near = [s for s in stats if y.split(".")[-1] in s and y.split(".")[0] in s][:6] or \
-                    [s for s in stats if s.startswith("client.")][:6]
+                    [s for s in stats if s.startswith("client.")][:6] or stats[:6]
                 raise UsageError(f"--y {y}: not a statistic of this sweep's summary.csv (such as {', '.join(near)})")
     else:  # the defaults a run has (an M/M/1 has no token, so no ttft nor tpot: no empty panels)
-        measured = [s for s in stats if any(r[col["stat"]] == s and _float(r[col["mean"]]) is not None for r in rows)]
+        measured = list(dict.fromkeys(r["stat"] for r in rows if r["mean"] is not None))
         ys = [y for y in SWEEP_Y if y in measured]
         if ys == ["client.response.mean"] and "client.response.p99" in measured:
             ys.append("client.response.p99")  # a run without tokens: its response's mean and tail
         ys = ys or measured[:1] or stats[:1]
     if not ys:
-        raise UsageError(f"{src}/summary.csv: no statistic to plot")
+        raise UsageError(f"{src}: nothing to plot: {_no_stat(src, meta)}")
     data = {}
     for r in rows:
-        stat = r[col["stat"]]
-        if stat not in ys:
+        stat = r["stat"]
+        if stat not in ys or r["mean"] is None:
             continue
-        key = tuple(_grid_value(r[at[n]]) for n in rest)
-        mean = _float(r[col["mean"]])
-        if mean is None:
-            continue
-        lo, hi = _float(r[col["lo"]]), _float(r[col["hi"]])
-        data.setdefault(stat, {}).setdefault(key, []).append((_grid_value(r[at[x]]), mean, lo, hi))
-    units = Units(meta.get("program"), meta.get("inputs"))
+        key = tuple(r["at"][n] for n in rest)
+        data.setdefault(stat, {}).setdefault(key, []).append((r["at"][x], r["mean"], r["lo"], r["hi"]))
+    units = Units(meta["program"], meta["inputs"])
     ncol = min(3, len(ys))
     nrow = -(-len(ys) // ncol)
     fig = plt.figure(figsize=(max(9.6, 4.6 * ncol + 0.4), 3.7 * nrow + 1.0))  # room for the title
     axes = fig.subplots(nrow, ncol, squeeze=False)
-    xs_all = [_grid_value(v) for v in grid[x]]
+    xs_all = [v for v in grid[x] if math.isfinite(v)]   # inf is no place on an axis
     handles = {}
     clipped = []
     for i, y in enumerate(ys):
@@ -973,10 +1239,10 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
         # latencies against load span decades near saturation: a log axis when the means are
         # positive and span more than 20 times; a band's lower end below it (a t interval over
         # few seeds can reach below zero) is cut at the axis, and said so
-        log = bool(means) and min(means) > 0 and max(means) / min(means) > 20
+        log = _log_worthy(means, 20)
         floor = min(means) / 3 if log else 0.0 if means and min(means) >= 0 else None
         for j, (key, pts) in enumerate(ordered):
-            pts.sort()
+            pts.sort(key=lambda pt: pt[0])  # by x alone: two rows of one point (a file edited) compare no further
             px = [p[0] for p in pts]
             color = f"C{j % 10}"
             label = ", ".join(f"{n} = {v:g}" if isinstance(v, float) else f"{n} = {v}" for n, v in zip(rest, key)) \
@@ -1011,17 +1277,17 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
     if handles and rest:  # one line a panel needs no legend: the panel's title names it
         fig.legend(list(handles.values()), list(handles), loc="outside right center",
                    ncol=1, frameon=False, title=", ".join(rest) or None)
-    seeds = meta.get("seeds") or []
-    prog = os.path.basename(str(meta.get("program") or src))
-    settings = meta.get("settings") or {}
+    seeds = meta["seeds"]
+    prog = os.path.basename(meta["program"] or src)
+    settings = meta["settings"]
     bits = [f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''} a point"]
     if settings.get("horizon") is not None:
         bits.append(f"horizon {_num(settings['horizon'])} s")
     if settings.get("warmup"):
         bits.append(f"warm-up {_num(settings['warmup'])} s")
-    if meta.get("failed"):
-        bits.append(f"{meta['failed']} of {meta.get('runs')} runs failed")
-    fixed_in = meta.get("inputs") or {}
+    if meta["failed"]:
+        bits.append(f"{meta['failed']} of {meta['runs']} runs failed")
+    fixed_in = meta["inputs"]
     if fixed_in:
         bits.append(", ".join(f"{k} = {v:g}" if isinstance(v, (int, float)) else f"{k} = {v}"
                               for k, v in fixed_in.items()))
@@ -1032,26 +1298,6 @@ def _sweep_figure(plt, src: str, x: str | None, ys: list | None, by: str | None)
         _footnote(fig, f"The bands of {' and '.join(dict.fromkeys(clipped))} are cut at zero, or on a log axis at a "
                   "third of the least mean: an interval over few seeds can reach below zero, which the statistic cannot.")
     return fig
-
-
-def _float(text: str):
-    if text is None or text == "":
-        return None
-    try:
-        v = float(text)
-    except ValueError:
-        return None
-    return v if math.isfinite(v) else None
-
-
-def _grid_value(text):
-    """A grid value as a number where it is one (summary.csv holds text)."""
-    if isinstance(text, (int, float)):
-        return float(text)
-    try:
-        return float(text)
-    except (TypeError, ValueError):
-        return text
 
 
 def _sortable(v):
