@@ -40,9 +40,11 @@ demo: $(STAMP)
 	$(BIN)/serq check examples/multi-turn/vllm.sq
 	$(BIN)/serq run examples/single-turn/mg1.sq --horizon 20000 --warmup 500
 
-# the suite on two workers (pytest-xdist): under 10 minutes on 2 cores
+# the suite on two workers (pytest-xdist): under 10 minutes on 2 cores. The fault-injection and input-fuzz
+# campaigns (processes signalled at random points, full disks, corrupted files) run in `make check`
+CHECK_ONLY := tests/test_reliability.py tests/test_fuzz_inputs.py
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 $(CHECK_ONLY:%=--ignore=%)
 
 # the user's verification gate (docs/overview.md): every example links and draws, the generated Lean is current, the
 # papers' verdicts at the default bound are as recorded, the differential suite passes, and every Lean
@@ -65,7 +67,7 @@ check: $(STAMP)
 	$(BIN)/python tools/verify_papers.py --check
 	$(BIN)/python -m pytest -n $(LEAN_JOBS) $(DIFFERENTIAL) tests/test_papers.py
 	SERQ_DOCS_ALL=1 $(BIN)/python -m pytest -q tests/test_docs_sizing.py -k "study or tutorial"   # docs/sizing.md's study, the tutorial's sizing sweeps
-	SERQ_RELIABILITY_ALL=1 $(BIN)/python -m pytest -q tests/test_reliability.py   # every signal seed, and a sweep on a local Ray instance
+	SERQ_RELIABILITY_ALL=1 $(BIN)/python -m pytest -q -n 2 $(CHECK_ONLY)   # every signal seed, a sweep on Ray, corrupted inputs
 	$(BIN)/python tools/lean_check.py --jobs $(LEAN_JOBS) --cases $(LEAN_CASES) --seed $(LEAN_SEED)
 
 # regenerate the golden Lean files, lean/Serq/Oracle.lean (and its parts), lean/Serq/Serve.lean,
