@@ -210,6 +210,15 @@ class Table:
     def skip(self, why, n=1):
         self.skipped[why] = self.skipped.get(why, 0) + n
 
+    def row(self, t, new, out):
+        """A single-turn row kept; one of 0 output tokens skipped (a serQ turn has one at least)."""
+        if out == 0:
+            self.skip("rows with 0 output tokens")
+            return
+        self.t.append(t)
+        self.new.append(new)
+        self.out.append(out)
+
     def __len__(self):
         return len(self.t)
 
@@ -426,12 +435,7 @@ def read_azure(path, opts) -> Table:
         new, out = _counts(path, ln, line, f, (ic, "ContextTokens"), (ig, "GeneratedTokens"))
         if t < first:
             first = t
-        if out == 0:  # a serQ turn has an output token at least
-            tab.skip("rows with 0 output tokens")
-            continue
-        tab.t.append(t)
-        tab.new.append(new)
-        tab.out.append(out)
+        tab.row(t, new, out)
     if not rows:
         raise _err(path, 1, 1, "the trace has a header and no rows")
     tab.first = first
@@ -479,12 +483,7 @@ def read_burstgpt(path, opts) -> Table:
             if key is not None and m.lower() != key:
                 tab.skip("rows of other models")
                 continue
-        if out == 0:  # a failed request (BurstGPT's README): nothing to replay
-            tab.skip("rows with 0 output tokens")
-            continue
-        tab.t.append(t)
-        tab.new.append(new)
-        tab.out.append(out)
+        tab.row(t, new, out)  # 0 output tokens: a failed request (BurstGPT's README), nothing to replay
     if not rows:
         raise _err(path, 1, 1, "the trace has a header and no rows")
     if key is not None and not any(m.lower() == key for m in tab.models):
