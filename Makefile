@@ -66,10 +66,12 @@ check: $(STAMP)
 	$(BIN)/python tools/gen_oracle_lean.py --check
 	$(BIN)/python tools/gen_claims_proved.py --check
 	$(BIN)/python tools/gen_serve_lean.py --check
-	$(BIN)/python tools/verify_papers.py --check
 	@if [ "$(CHECK_SUITE)" != 0 ]; then $(BIN)/python -m pytest -n $(LEAN_JOBS) $(DIFFERENTIAL) tests/test_papers.py; \
 	else echo "the differential suite and tests/test_papers.py: run by make test just before (CHECK_SUITE=0)"; fi
-	SERQ_DOCS_ALL=1 $(BIN)/python -m pytest -q tests/test_docs_sizing.py -k "study or tutorial"   # docs/sizing.md's study, the tutorial's sizing sweeps
+	@# the papers' verdicts beside docs/sizing.md's study and the tutorial's sizing sweeps: each one process, on 2 cores
+	@log=$$(mktemp) && { $(BIN)/python tools/verify_papers.py --check > $$log 2>&1 & p=$$!; } && \
+	SERQ_DOCS_ALL=1 $(BIN)/python -m pytest -q tests/test_docs_sizing.py -k "study or tutorial"; a=$$?; \
+	wait $$p; b=$$?; echo "tools/verify_papers.py --check:"; cat $$log; rm -f $$log; test $$a = 0 -a $$b = 0
 	SERQ_RELIABILITY_ALL=1 $(BIN)/python -m pytest -q -n 2 $(CHECK_ONLY)   # every signal seed, a sweep on Ray, corrupted inputs
 	$(BIN)/python tools/lean_check.py --jobs $(LEAN_JOBS) --cases $(LEAN_CASES) --seed $(LEAN_SEED)
 
