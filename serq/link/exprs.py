@@ -211,7 +211,12 @@ class ExprLinker:
             if v is not None:
                 check_index(v, count, idxs[0].span, name)
         elif count is not None:
-            raise SerqError("L085", f"`{name}` is an array of {count}: name a member, `{name}[i]`", r.span)
+            if count == 1 and len(r.segs) > 1:  # a queue family of one also takes `D.kv` (*Queues*)
+                index = I.Num(v=0.0)
+            else:
+                head, _, rest = name.partition(".")
+                member = f"{head}[i].{rest}" if rest else f"{name}[i]"
+                raise SerqError("L085", f"`{name}` is an array of {count}: name a member, `{member}`", r.span)
         return I.Target(name=name, index=index)
 
     def call(self, e: A.Call, m: Moment, at):
