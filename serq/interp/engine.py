@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import heapq
 import math
+import os
 from itertools import islice
-from operator import sub
+from operator import attrgetter, sub
 
 from serq.interp.compile import _DEPTH, _NoSource, _Source
 from serq.interp.pools import Pool, round_up
@@ -19,11 +20,14 @@ _floor = FUNCS["floor"][2]  # keeps inf
 INF = math.inf
 BIG = 1 << 62  # no bound on a loop's iterations (the next event or the horizon ends it)
 RUNNING = ("Nres", "Ndec", "Kvb", "Kvp")
+_sess_id = attrgetter("sess.id")
+_W = 2.0 ** 53  # float sums of whole numbers below it are exact in any grouping
+CO_MIN = 16     # a cohort forms where this many run at least (below, one at a time costs less)
 
 
 class Req:
     """A run on the engine: `run E prefill|decode (w) [growing P]`."""
-    __slots__ = ("sess", "mode", "work", "left", "alloc", "served", "alive", "seq", "it", "adm")
+    __slots__ = ("sess", "mode", "work", "left", "alloc", "served", "alive", "seq", "it", "adm", "e0", "cn")
 
     def __init__(self, sess, mode, work, alloc, seq):
         self.sess = sess
@@ -36,6 +40,7 @@ class Req:
         self.seq = seq
         self.it = -1                                  # the iteration that served it last
         self.adm = getattr(sess, "eng_adm", 0)        # its session's admission: the running order
+        self.cn = -1                                  # its number in the engine's cohort, -1 out of it
 
     def cancel(self):
         if self.alive:
@@ -56,6 +61,8 @@ class Engine:
         self.label = decl.name if index is None else f"{decl.name}[{index}]"
         self.at = decl.at
         self.reqs: list[Req] = []      # the runs at the engine
+        self.reqs_v = 0                # a count of its changes (with the admitted pools' av: Nres kept)
+        self.nres = (-1, 0.0)          # (that version, running.count)
         self.admitted: list = []       # pools whose queues it admits, in declaration order
         self.memory: list = []         # pools it is the memory of
         self.busy = False
@@ -82,6 +89,17 @@ class Engine:
         self.first_end = None          # a fast-forward's first iteration's end, where it commits a first token
         self.ends: list = []           # a fast-forward's iterations' ends, its first's first (_itl_run)
         self.tail_start = None         # a fast-forward's last iteration's start, where one that ends a run starts
+        # the cohort (Iterations._co_*): the plain decoders at the head of reqs, advanced together;
+        # each member's left, alloc.pos and turn record's ntok are as of its epoch e0, last as of co_last
+        self.co: list[Req] = []
+        self.co_on = None              # whether it may form (_co_ok: what decides it is set before the run)
+        self.co_ep = 0                 # the cohort's advances so far
+        self.co_last = 0.0             # the end of its last advance
+        self.co_it = -1                # the iteration that serves it (iter_no), while planned or running
+        self.co_s = 0                  # the sum of its members' pos - e0 (an int: exact)
+        self.co_n = 0                  # members numbered in joining order (their order in reqs)
+        self.co_grow: dict = {}        # epoch -> [(cn, member)] that grow a block as it is planned
+        self.co_fin: dict = {}         # epoch -> [(cn, member)] whose run ends with that advance
 
     # -- observables
     def queue_len(self):
@@ -91,6 +109,8 @@ class Engine:
         return 1.0 if self.reqs else 0.0
 
     def work_left(self):
+        if self.co:
+            self.sim._co_flush(self)
         return sum(r.left for r in self.reqs)
 
     def budget_left(self):
@@ -107,12 +127,15 @@ class Engine:
     def add(self, req: Req):
         reqs = self.reqs
         if reqs and reqs[-1].adm > req.adm:  # kept in admission order (a decode after its prefill)
+            if self.co:  # it may go among the cohort, which is the head of reqs
+                self.sim._co_flush(self)
             i = len(reqs)
             while i and reqs[i - 1].adm > req.adm:
                 i -= 1
             reqs.insert(i, req)
         else:
             reqs.append(req)
+        self.reqs_v += 1
         self.sim.engine_of_req[id(req)] = self
         if self.planning:
             self.sim.serve_now(self, req)
@@ -120,8 +143,11 @@ class Engine:
             self.sim.engine_wants(self)
 
     def drop(self, req: Req):
+        if self.co:
+            self.sim._co_flush(self)
         if req in self.reqs:
             self.reqs.remove(req)
+            self.reqs_v += 1
         if req in self.batch_reqs:
             self.budget += req.served
             req.served = 0.0
@@ -133,6 +159,161 @@ class Iterations:
     """The iteration procedure, mixed into the simulator (it needs its sessions and pools)."""
 
     _steady_src = None  # while step_src writes _steady_cost's source: the locals it has named
+    cohort = os.environ.get("SERQ_COHORT", "1") != "0"  # 0: every request one at a time (tests compare)
+
+    # -- the cohort: the running requests that decode plainly, advanced as one (issue 49). Its members
+    # are the head of eng.reqs, so the head of the batch; each is served a token an iteration, grows
+    # a block at an epoch the calendar co_grow keeps and ends at one co_fin keeps; every position and
+    # tokens left is whole below 2**53, so the sums are exact. Whatever reads a member otherwise
+    # writes the cohort out first (_co_flush).
+    def _co_ok(self, eng, spec):
+        return self.cohort and spec["co"] and not self.itl_max and self.step_log is None \
+            and self.recorder is None and not self.claims_iter.get(id(eng))
+
+    def _co_flush(self, eng, served=None):
+        """Write every member out and dissolve the cohort: each as of the last advance, and served
+        this iteration where the cohort is (at the head of the batch, as one at a time has it); with
+        `served`, only the first that many members are (_co_engage)."""
+        co = eng.co
+        if not co:
+            return
+        ep, last = eng.co_ep, eng.co_last
+        for r in co:
+            d = ep - r.e0
+            if d:
+                r.left -= d
+                r.alloc.pos += d
+                r.sess.turn_rec.ntok += float(d)
+            r.sess.turn_rec.last = last
+            r.cn = -1
+            r.served = 0.0  # (_co_rebase's 1.0)
+        if served is None and eng.co_it == eng.iter_no:
+            served = len(co)
+        if served:
+            it = eng.iter_no
+            for r in co[:served]:
+                r.served = 1.0
+                r.it = it
+            eng.batch_reqs[0:0] = co[:served]
+        eng.co_it = -1
+        eng.co = []
+        eng.co_grow = {}
+        eng.co_fin = {}
+        eng.co_s = 0
+
+    def _co_rebase(self, eng):
+        """Write every member out as of the last advance, keeping the cohort, each served a token as
+        the iteration planned has it (_steady's walk reads them)."""
+        ep, last = eng.co_ep, eng.co_last
+        for r in eng.co:
+            d = ep - r.e0
+            if d:
+                r.left -= d
+                r.alloc.pos += d
+                r.sess.turn_rec.ntok += float(d)
+                r.e0 = ep
+            r.sess.turn_rec.last = last
+            r.served = 1.0
+
+    def _co_flush_all(self):
+        for e in self.engines:
+            if e.co:
+                self._co_flush(e)
+
+    def _co_engage(self, eng, budget) -> bool:
+        """Serve the cohort this iteration (the head of the batch), its due blocks grown in its order,
+        where the budget serves every member and the pool has room for each growth; else write it out
+        (its members before a growth without room served, as they would be) and answer False."""
+        co = eng.co
+        k = len(co)
+        ep = eng.co_ep
+        tot = eng.co_s + k * ep  # the members' positions' sum
+        if not (budget >= k and (budget == INF or (float(budget).is_integer() and budget < _W))) \
+                or tot + k >= _W:
+            self._co_flush(eng, 0)
+            return False
+        due = eng.co_grow.pop(ep, None)
+        if due:
+            due.sort()
+            cal = eng.co_grow
+            noted = None  # plain pools grown in place, their used noted once (the instant's last holds)
+            ceil = math.ceil
+            for t in due:
+                cn, r = t
+                if r.cn != cn:  # left the cohort since
+                    continue
+                a = r.alloc
+                m = a.pool
+                pos = a.pos + (ep - r.e0)
+                bl = m.block
+                need = ceil((pos + 1.0) / bl - 1e-12) * bl - a.units  # round_up's (bl whole, pos finite)
+                if need > 0:
+                    if type(m) is Pool and not m.reserve_held and m.used + need <= m.cap + 1e-9 and \
+                            m.used + m.cached + need - m.cap <= 1e-9:
+                        # room_for, make_room that evicts nothing and grow_alloc, in place
+                        a.units += need
+                        m.used += need
+                        if noted is None:
+                            noted = [m]
+                        elif m not in noted:
+                            noted.append(m)
+                    else:
+                        if noted:
+                            for x in noted:
+                                x._note()
+                            noted = None
+                        if not m.room_for(need - self._own_extra(a)):  # preempts: one at a time from r
+                            i = co.index(r)
+                            self._co_flush(eng, i)
+                            eng.budget = budget - i
+                            return False
+                        m.make_room(need)
+                        m.grow_alloc(a, need)
+                cal.setdefault(int(a.units - pos) + ep, []).append(t)
+            if noted:
+                for x in noted:
+                    x._note()
+        eng.co_it = eng.iter_no
+        eng.budget = budget - k
+        return True
+
+    def _co_join(self, eng, now):
+        """The requests after the cohort in eng.reqs that this iteration served a plain decode token
+        join it, while each does."""
+        co = eng.co
+        reqs = eng.reqs
+        i, n = len(co), len(reqs)
+        if i >= n:
+            return
+        it = eng.iter_no
+        ep = eng.co_ep
+        if not co:
+            eng.co_last = now
+        fin, grow = eng.co_fin, eng.co_grow
+        while i < n:
+            r = reqs[i]
+            a = r.alloc
+            if r.it != it or r.mode != "decode" or a is None or a.blks is not None or not r.alive:
+                return
+            sess = r.sess
+            rec = sess.turn_rec
+            if rec is None or rec.first is None or rec.last != now or sess.parent is not None or sess.live_legs:
+                return
+            left, pos, units, bl = r.left, a.pos, a.units, a.pool.block
+            if not (0 <= pos < _W and float(pos).is_integer() and (left == INF or (
+                    1 <= left < _W and float(left).is_integer())) and units < _W and float(units).is_integer()
+                    and bl is not None and 0 < bl < _W and float(bl).is_integer()):
+                return
+            cn = eng.co_n
+            eng.co_n = cn + 1
+            r.cn = cn
+            r.e0 = ep
+            co.append(r)
+            eng.co_s += int(pos) - ep
+            if left != INF:
+                fin.setdefault(int(left) + ep, []).append((cn, r))
+            grow.setdefault(int(units - pos) + ep, []).append((cn, r))
+            i += 1
 
     # -- building
     def _build_engines(self):
@@ -186,6 +367,8 @@ class Iterations:
             spec["steady_cost"] = self._steady_cost(k.cost, spec["cost"])
             spec["body"] = [self._istmt(s) for s in body]
             spec["body_default"] = k.iteration is None and k.serve.k == "by"
+            # the cohort serves in admission order: no serve with an order or an only
+            spec["co"] = not spec["exclusive"] and not spec["keys"] and _plain_serves(spec["body"])
             self.engine_specs[p.name] = spec
             for e in self._members[p.name]:
                 for n, f in spec["regs"]:
@@ -325,6 +508,8 @@ class Iterations:
                 # guard reads (*The iteration as a program*): summed when read, not kept per token
                 eng = sim.cur_engine
                 if eng.planning:
+                    if eng.co:
+                        sim._co_flush(eng)
                     return float(sum(r.served for r in eng.batch_reqs if not prefill or r.mode == "prefill"))
                 return eng.vars[name]
             return so_far
@@ -359,7 +544,17 @@ class Iterations:
         ndec = 0
         kvb = kvp = 0.0
         reqs = eng.reqs
-        for r in reqs:
+        rest = reqs
+        k = len(eng.co)
+        if k:  # the cohort's, decoders at the head of reqs
+            tot = eng.co_s + k * eng.co_ep
+            if tot < _W:
+                ndec = k
+                kvb = float(tot)
+                rest = islice(reqs, k, None)
+            else:
+                self._co_flush(eng)
+        for r in rest:
             if not r.alive:
                 continue
             a = r.alloc
@@ -369,10 +564,18 @@ class Iterations:
                     kvb += a.pos
             elif a is not None:
                 kvp += a.pos
-        ids = {r.sess.id for r in reqs}  # _resident_ids's, each collected at C speed
+        # the sessions, _resident_ids's, each collected at C speed: again only where reqs, the pools'
+        # holders or their leases changed (each count only grows: a sum is a version)
+        ver = eng.reqs_v
+        for p in eng.admitted:
+            ver += p.av
+        if eng.nres[0] == ver:
+            return eng.nres[1], float(ndec), kvb, kvp
+        ids = set(map(_sess_id, reqs))
         for p in eng.admitted:
             ids.update([a.frame.sess.id for a in p.allocs if not a.leased])
-        return float(len(ids)), float(ndec), kvb, kvp
+        eng.nres = (ver, float(len(ids)))
+        return eng.nres[1], float(ndec), kvb, kvp
 
     # -- runs on an engine
     def engine_run_op(self, s, tgt, f, grow_t):
@@ -432,6 +635,8 @@ class Iterations:
         steps = self.step_log  # Sim.step_log: an opt-in recorder of each iteration
         if steps is not None:
             steps.before(eng)
+        if eng.co_on is None:
+            eng.co_on = self._co_ok(eng, spec)
         self._values(eng)
         v = eng.vars
         v["Preempted"] = v["Admitted"] = v["Ntok"] = v["Npre"] = v["Attn"] = 0.0
@@ -459,9 +664,18 @@ class Iterations:
                 self._body(eng, spec["body"], spec)
         finally:
             eng.planning = False
-        # the batch's sums in one pass, each added in batch order as sum() would (same floats)
-        ntok = npre = kvb = kvp = attn = 0
-        ndec = 0
+        if eng.co and eng.co_it != eng.iter_no:  # not served: written out as it stands
+            self._co_flush(eng)
+        # the batch's sums in one pass, each added in batch order as sum() would (same floats); the
+        # cohort's, its head, from its sums (whole numbers: exact, _co_engage)
+        npre = kvp = 0
+        k = len(eng.co)
+        if k:
+            tot = eng.co_s + k * eng.co_ep
+            ntok, kvb, attn, ndec = float(k), float(tot), float(tot + k), k
+        else:
+            ntok = kvb = attn = 0
+            ndec = 0
         for r in eng.batch_reqs:
             n = r.served
             ntok += n
@@ -517,7 +731,7 @@ class Iterations:
         each costed with its own batch values. The result is the same as running them one by one
         (tests/test_workloads.py, tests/test_engine_steady.py compare)."""
         batch = eng.batch_reqs
-        n = len(batch)
+        n = len(batch) + (len(eng.co) if eng.co_it == eng.iter_no else 0)  # the cohort heads the batch
         v = eng.vars
         if n == 0 or v["Admitted"] or n != len(eng.reqs) or v["Preempted"] or spec["body_default"] is False \
                 or eng.granule or self.ready:
@@ -547,6 +761,12 @@ class Iterations:
         for p in eng.admitted:
             if p.queue:
                 return end
+        co = eng.co
+        if co:  # served (else written out as planning ended): the head of the batch
+            if eng.co_ep + 1 in eng.co_fin:  # a run ends with this iteration: the walk below finds k < 0
+                return end
+            self._co_rebase(eng)  # the walk reads every request; the cohort stays unless a fast-forward runs
+            batch = co + batch
         k = k_left = k_room = None
         first = False    # a request's first token is this iteration's
         whole = True     # every position and every run's tokens left whole: sums in any grouping exact
@@ -580,6 +800,8 @@ class Iterations:
                     k_room = room
             if k is None or m < k:
                 k = m
+                if k < 0:  # at most 0 with a tail's one: no steady iteration (the rest of the walk decides none)
+                    return end
         # without these two, the iteration that commits a turn's first token and the one that ends
         # a run are events of their own, next to a fast-forward. Where the sums are exact in any
         # grouping, the fast-forward takes them in, their instants kept (_iteration_end): from
@@ -604,6 +826,8 @@ class Iterations:
             eng.ends = [end]
             out = self._steady_run(eng, stored, crossings, k, n, end, nxt, tail, watch)
         extra, end1, grows, tail_start = out
+        if extra and eng.co:  # its iterations' tokens applied one request at a time (_iteration_end)
+            self._co_flush(eng)
         if extra:
             if first:  # recorded as this iteration ends (_iteration_end)
                 eng.first_end = end
@@ -794,17 +1018,26 @@ class Iterations:
             return
         cap = self._chunk_of(eng, chunk_f)
         it = eng.iter_no
-        reqs = [r for r in eng.reqs if r.alive and r.it != it]
+        budget = eng.budget  # kept here, and in eng.budget wherever another reads it (only, _give)
+        if eng.co:
+            if eng.co_it != it:  # the cohort served first, or written out to be served one at a time
+                if only is not None or keys or eng.batch_reqs or not self._co_engage(eng, budget):
+                    self._co_flush(eng, 0)
+            elif keys:  # served already: written out as such, skipped below
+                self._co_flush(eng)
+            budget = eng.budget
         if keys:
+            reqs = [r for r in eng.reqs if r.alive and r.it != it]
             order = []
             for r in reqs:
                 c = self._req_ctx(eng, r)
                 order.append((tuple(f(c) for f in keys), getattr(r.sess, "eng_adm", 0), r))
             order.sort(key=lambda t: (t[0], t[1]))
             reqs = [t[2] for t in order]
+        else:  # a copy (a grower's preemption drops from eng.reqs); the loop skips the dead and the served
+            reqs = eng.reqs[len(eng.co):]  # a cohort left is served already
         give = self._give
         app = eng.batch_reqs.append
-        budget = eng.budget  # kept here, and in eng.budget wherever another reads it (only, _give)
         for r in reqs:  # without keys, eng.reqs is in admission order already
             if not r.alive or r.it == it:
                 continue
@@ -889,6 +1122,7 @@ class Iterations:
         p = m.decl.preempt
         if p.k != "by":
             return None
+        self._co_flush_all()  # the keys read positions and tokens left
         eng = m.memory_of
         resident = {r.sess.id: r for r in eng.reqs if r.alive} if eng is not None else {}
         cands = [x for x in m.allocs if not x.leased and not x.frame.done and
@@ -977,6 +1211,33 @@ class Iterations:
         gmax = self.itl_max
         one = rep == 1
         gv, gk = None, 0  # one at a time, a run of equal gaps not yet recorded (ITL), one a request
+        co = eng.co
+        if co and eng.co_it == eng.iter_no:
+            # the cohort, the head of the batch: a token each, all with the same gap, one run of
+            # samples; those whose runs end now written out, first in done as in the batch
+            g = now - eng.co_last
+            if g:
+                gv, gk = g, len(co)
+            ep = eng.co_ep = eng.co_ep + 1
+            eng.co_last = now
+            eng.co_it = -1
+            fin = eng.co_fin.pop(ep, None)
+            if fin:
+                fin.sort()
+                for cn, r in fin:
+                    if r.cn != cn:
+                        continue
+                    a = r.alloc
+                    eng.co_s -= int(a.pos) - r.e0
+                    d = ep - r.e0
+                    r.left -= d
+                    a.pos += d
+                    rec = r.sess.turn_rec
+                    rec.ntok += float(d)
+                    rec.last = now
+                    r.cn = -1
+                    co.remove(r)
+                    done.append(r)
         for r in eng.batch_reqs:
             n = r.served * rep
             r.served = 0.0
@@ -1020,10 +1281,12 @@ class Iterations:
         if gk:
             itl.add(now, gv, gk)
         eng.batch_reqs = []
+        eng.co_it = -1
         for r in done:
             r.alive = False
             if r in eng.reqs:
                 eng.reqs.remove(r)
+                eng.reqs_v += 1
             self.engine_of_req.pop(id(r), None)
             eng.completed += 1
             if now >= self.warmup:
@@ -1034,6 +1297,8 @@ class Iterations:
             if r.sess.wait is r:
                 r.sess.wait = None
                 self.wake(r.sess)
+        if eng.co_on and (eng.co or len(eng.reqs) >= CO_MIN):
+            self._co_join(eng, now)
         self.engine_wants(eng)
 
     def _grow_steady(self, eng):
@@ -1161,6 +1426,16 @@ class Iterations:
                 st.update(status="failed", at=t)
             elif cl.form == "some" and ok:
                 st.update(status="witnessed", at=t)
+
+
+def _plain_serves(body) -> bool:
+    """No serve statement of the iteration body has an order or an only."""
+    for st in body:
+        if st[0] == "serve" and (st[1] is not None or st[2]):
+            return False
+        if st[0] == "branch" and not (_plain_serves(st[2]) and _plain_serves(st[3])):
+            return False
+    return True
 
 
 class _Miss(Exception):

@@ -70,6 +70,7 @@ class Pool:
         self.reserve_held = decl.reserve_held
         self.allocs: list[Alloc] = []    # holders and leases, in admission order
         self.n_holders = None            # holders(), until allocs or a holder's session changes
+        self.av = 0                      # a count of those changes and of leases' (an engine's Nres)
         self.entries: list[Entry] = []   # the cache, live and dead entries
         self.own: dict = {}              # session id -> its live entry
         self.cached = 0.0
@@ -214,6 +215,7 @@ class Pool:
         a = Alloc(frame, self, units, reserve, 0.0, self.admit_seq)
         self.allocs.append(a)
         self.n_holders = None
+        self.av += 1
         if self.reserve_held:
             self.reserved_extra += max(0.0, reserve - units)
         self.admitted += 1
@@ -234,6 +236,7 @@ class Pool:
             return
         self.allocs.remove(a)
         self.n_holders = None
+        self.av += 1
         self.used -= a.units
         if self.used < 1e-9:
             self.used = 0.0
@@ -368,6 +371,7 @@ class ContentPool(Pool):
             return super().free(a)
         self.allocs.remove(a)
         self.n_holders = None
+        self.av += 1
         b = self.block
         nkeep = len(a.blks) if keep >= len(a.blks) * b else int(math.floor(keep / b + 1e-12))
         for j in range(len(a.blks) - 1, -1, -1):

@@ -246,6 +246,8 @@ def text(rep: dict, file: str, ms: bool = False) -> str:
 
 def _unscheduled(eng) -> str:
     """The requests an idle engine leaves: its runs by session serial and tokens left, and its queues."""
+    if eng.co:
+        eng.sim._co_flush(eng)
     runs = [r for r in eng.reqs if r.alive]
     parts = []
     if runs:

@@ -463,6 +463,7 @@ class Sim(Iterations):
         hz = horizon if horizon is not None else INF
         heap = self.heap
         self._events(progress, hz)
+        self._co_flush_all()  # the runs left as they stand
         if not heap and self.live:
             # nothing will ever happen again: a session at a join whose legs wait on what it holds
             # (the first to arrive: ids grow with arrivals)
@@ -891,6 +892,7 @@ class Sim(Iterations):
             a.frame.sess = parent
             for x in a.frame.allocs:  # their holder is another session now
                 x.pool.n_holders = None
+                x.pool.av += 1
             _push(parent, "leases", a)
         parent.live_legs -= 1
         if refused and parent.alive:  # a refused leg ends its session
@@ -1101,6 +1103,7 @@ class Sim(Iterations):
             if spec.lease is not None and spec.lease[0] == i and not preempted:
                 dur = self.amount(spec.lease[1](sess.c), spec.at, "a lease's duration")
                 a.leased = True
+                a.pool.av += 1
                 _push(sess, "leases", a)
                 if dur < INF:
                     a.lease_version += 1
@@ -1140,6 +1143,7 @@ class Sim(Iterations):
     def _end_lease(self, a):
         sess = a.frame.sess
         a.leased = False
+        a.pool.av += 1
         if a in sess.leases:
             sess.leases.remove(a)
         self._give_back(a, sess)
@@ -1218,6 +1222,7 @@ class Sim(Iterations):
         p = m.decl.preempt
         if p.k != "by":
             return None
+        self._co_flush_all()  # the keys read positions
         cands = [x for x in m.allocs if not x.leased and not x.frame.done]
         if not cands:
             return None
@@ -1236,6 +1241,7 @@ class Sim(Iterations):
         return best
 
     def _preempt(self, fr, m, victim):
+        self._co_flush_all()
         sess = fr.sess
         m.preempted += 1
         if self.step_log is not None:

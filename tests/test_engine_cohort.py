@@ -1,0 +1,194 @@
+"""The cohort (serq/interp/engine.py, Iterations._co_*): the running requests that decode plainly,
+advanced as one with their values kept lazily (issue 49), gives the report, the client's samples
+and the iterations that serving every request one at a time gives (Iterations.cohort off), through
+preemption, budgets that bind, chunked prefill, content caching, --slo itl, claims and --dump."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+
+import pytest
+
+from serq import api
+from serq.interp import engine
+from serq.interp.engine import Iterations
+from serq.interp.sim import Sim
+from serq.ir.model import Settings
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+SINGLE = os.path.join(ROOT, "examples", "single-turn", "vllm_single_turn.sq")
+MULTI = os.path.join(ROOT, "examples", "multi-turn", "vllm.sq")
+
+
+@contextlib.contextmanager
+def _cohort(on, monkeypatch, floor=2):
+    engaged = [0]
+    real = Iterations._co_engage
+
+    def count(self, eng, budget):
+        ok = real(self, eng, budget)
+        engaged[0] += ok
+        return ok
+    with monkeypatch.context() as m:
+        m.setattr(Iterations, "cohort", on)
+        m.setattr(Iterations, "_co_engage", count)
+        m.setattr(engine, "CO_MIN", floor)  # formed from two running: its joins and write-outs read often
+        yield engaged
+
+
+def _run(monkeypatch, on, prog, arrivals, ff=True, slo=None, floor=2):
+    with _cohort(on, monkeypatch, floor) as engaged:
+        sim = Sim(prog, Settings(seed=3, arrivals=arrivals))
+        sim.fast_forward = ff
+        if slo:
+            sim.set_slo(slo)
+        rep = sim.run()
+    rep.pop("_sim", None)
+    eng = sim.engines
+    out = (json.dumps(rep, sort_keys=True), [e.iterations for e in eng], [e.served_total for e in eng],
+           list(sim.c_itl.v), dict(getattr(sim, "claim_state", {})))
+    return out, engaged[0]
+
+
+def _alike(monkeypatch, prog, arrivals, ff=True, slo=None, engages=True, floor=2):
+    on, n = _run(monkeypatch, True, prog, arrivals, ff, slo, floor)
+    off, n_off = _run(monkeypatch, False, prog, arrivals, ff, slo, floor)
+    assert n_off == 0
+    assert on == off
+    if engages:
+        assert n > 0, "the cohort never served an iteration"
+    return n
+
+
+# inputs of examples/single-turn/vllm_single_turn.sq: KV short enough to preempt, a tokens cap
+# below the running count, chunked prefill, prefix caching off and on
+SINGLE_CASES = {
+    "plain": {},
+    "preempting": {"blocks": 220, "rate": 12},
+    "budget binds": {"B": 24, "max_seqs": 64, "rate": 8},
+    "fractional budget": {"B": 40.5, "rate": 8},
+    "chunked": {"chunk_cap": 64, "rate": 10},
+    "no caching": {"caching": 0, "rate": 10},
+    "small blocks": {"bs": 1, "blocks": 40000, "rate": 10},
+}
+
+
+@pytest.mark.parametrize("ff", [True, False], ids=["fast-forward", "one at a time"])
+@pytest.mark.parametrize("case", list(SINGLE_CASES), ids=list(SINGLE_CASES))
+def test_single_turn_alike(monkeypatch, case, ff):
+    prog = api.load(SINGLE, SINGLE_CASES[case])
+    # a budget not a whole number is served one at a time (its subtractions round)
+    _alike(monkeypatch, prog, 400, ff, engages=case != "fractional budget")
+
+
+@pytest.mark.parametrize("ff", [True, False], ids=["fast-forward", "one at a time"])
+def test_multi_turn_content_cache_alike(monkeypatch, ff):
+    # its holds publish blocks to the content cache: none joins the cohort
+    _alike(monkeypatch, api.load(MULTI), 120, ff, engages=False)
+
+
+def test_slo_alike(monkeypatch):
+    prog = api.load(SINGLE, {"rate": 10})
+    _alike(monkeypatch, prog, 300, slo={"ttft": 0.05, "tpot": 0.01})
+    # --slo itl reads every turn's longest gap: one at a time
+    _alike(monkeypatch, prog, 300, slo={"itl": 0.02}, engages=False)
+
+
+DECODE = """fn main() {{
+  device gpu {{ kv cap {kv}; }}
+  engine llm on gpu {{
+    reqs cap {seats};
+    tokens cap {cap};
+    request (p, o) {{
+      prefill (p) growing kv;
+      decode (o - 1) growing kv;
+    }}
+    schedule {{
+      {serve}
+      admit waiting while (running.preempted == 0) taking reqs (1), kv (p + 1);
+    }}
+    execute (0.003 + 0.0000001 * (batch.kv_decode + batch.kv_prefill) + 0.00004 * batch.tokens
+             + 0.000001 * running.count + 0.0000001 * batch.attention);
+  }}
+  pool kv on gpu {{ block {bs}; evict lru; preempt lifo; }}
+  pool reqs on llm {{ queue fifo; }}
+  workload {{
+    arrive {arrive};
+    hidden o;
+    turn {{ Size p = {prompt}; Size o = {out}; }}
+  }}
+  server {{ llm (p, o); }}
+{claims}}}
+"""
+
+DECODES = {
+    "batch": dict(kv=16 * 40 * 300, seats=32, cap=2048, bs=16, arrive="batch(40)", prompt=16, out=300,
+                  serve="advance running;", claims=""),
+    "tight kv": dict(kv=16 * 120, seats=64, cap=2048, bs=16, arrive="poisson(30)", prompt="8 + floor(~exp(40))",
+                     out="1 + floor(~exp(60))", serve="advance running;", claims=""),
+    "budget": dict(kv=16 * 4000, seats=64, cap=20, bs=8, arrive="poisson(40)", prompt=12, out="1 + floor(~exp(80))",
+                   serve="advance running;", claims=""),
+    "odd blocks": dict(kv=7 * 5000, seats=48, cap=512, bs=7, arrive="poisson(30)", prompt="3 + floor(~exp(30))",
+                       out="2 + floor(~exp(50))", serve="advance running;", claims=""),
+    "keyed": dict(kv=16 * 4000, seats=48, cap=512, bs=16, arrive="poisson(30)", prompt=20,
+                  out="1 + floor(~exp(50))", serve="advance running by (remaining);", claims=""),
+    "guarded": dict(kv=16 * 4000, seats=48, cap=512, bs=16, arrive="poisson(30)", prompt=20,
+                    out="1 + floor(~exp(50))",
+                    serve="branch (running.count > 3) { advance running; } else { advance running; }", claims=""),
+    "only": dict(kv=16 * 4000, seats=48, cap=512, bs=16, arrive="poisson(30)", prompt=20,
+                 out="1 + floor(~exp(50))",
+                 serve="branch (running.count > 3) { advance running; } else { advance running only (remaining > 0); }",
+                 claims=""),
+    "claims": dict(kv=16 * 4000, seats=48, cap=512, bs=16, arrive="poisson(30)", prompt=20, out="1 + floor(~exp(50))",
+                   serve="advance running;",
+                   claims="  claim small: every iteration of llm (tokens <= 600);\n"
+                          "  claim some: some iteration of llm (decoders >= 5);\n"),
+}
+
+
+@pytest.mark.parametrize("ff", [True, False], ids=["fast-forward", "one at a time"])
+@pytest.mark.parametrize("case", list(DECODES), ids=list(DECODES))
+def test_generated_alike(monkeypatch, case, ff):
+    try:
+        prog = api.load_text(DECODE.format(**DECODES[case]), f"{case}.sq")
+    except Exception as exc:  # a form this version's language does not have
+        pytest.skip(f"{case}: {exc}")
+    arrivals = None if case == "batch" else 200
+    _alike(monkeypatch, prog, arrivals, ff, engages=case not in ("keyed", "only", "claims"))
+
+
+@pytest.mark.parametrize("ff", [True, False], ids=["fast-forward", "one at a time"])
+def test_default_floor_alike(monkeypatch, ff):
+    """As the engine forms it (CO_MIN running at least): 40 decoding at once."""
+    prog = api.load_text(DECODE.format(**DECODES["batch"]), "batch.sq")
+    n = _alike(monkeypatch, prog, None, ff, floor=engine.CO_MIN)
+    if not ff:
+        assert n >= 250  # nearly every iteration served the cohort
+
+
+def _cli(monkeypatch, on, argv, tmp):
+    from serq.cli import main
+    with _cohort(on, monkeypatch):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            rc = main(["run", *argv, "--json", "--dump", tmp])
+    assert rc in (0, None)
+    js = json.loads(buf.getvalue())
+    files = {}
+    for where, _, names in os.walk(tmp):
+        for name in names:
+            with open(os.path.join(where, name), "rb") as fh:
+                files[os.path.relpath(os.path.join(where, name), tmp)] = fh.read()
+    assert files
+    return js, files
+
+
+def test_dump_alike(monkeypatch, tmp_path):
+    argv = [SINGLE, "--arrivals", "200", "--quiet", "--set", "rate=10", "--set", "blocks=300"]
+    a = _cli(monkeypatch, True, argv, str(tmp_path / "on"))
+    b = _cli(monkeypatch, False, argv, str(tmp_path / "off"))
+    for js in (a[0], b[0]):
+        js["program"].pop("sha256", None)
+    assert a == b
