@@ -18,7 +18,7 @@ from serq.ref import exec as X
 from serq.ref import ir as R
 from serq.ref.fragment import convert
 from serq.ref.num import of_decimal
-from serq.verify import bmc, floats, induct, invariant, robust, search as S, session, sym
+from serq.verify import bmc, bounded, floats, induct, invariant, robust, search as S, session, sym
 from serq.verify.search import clock
 from serq.verify.sym import concrete
 
@@ -38,7 +38,8 @@ class Verdict:
     reason: Optional[str] = None
     every_value: bool = False
     by: Optional[str] = None        # a proof's: "induction" (serq/verify/invariant.py), "every state"
-                                    # (serq/verify/induct.py) or "every path"; a deciding workload's:
+                                    # (serq/verify/induct.py), "bound" (serq/verify/bounded.py: within
+                                    # the bound only) or "every path"; a deciding workload's:
                                     # "sample" (drawn at random) or "search" (the concolic search)
     every_sessions: bool = False    # proved for every number of sessions (by induction)
     invariant: Optional[list] = None  # the lemmas that closed a proof by induction
@@ -48,6 +49,7 @@ class Verdict:
     per_session: Optional[list] = None  # by "per session": what each turn observes, and the lemma it needs
     margin: Optional[bool] = None   # a proof where the simulator's rounding could flip a comparison:
                                     # True when it holds with a margin no rounding crosses (serq/verify/floats.py)
+    within_bound: Optional[list] = None  # by "bound": the bound's invariants that proved it (serq/verify/bounded.py)
 
 
 @dataclass
@@ -107,6 +109,8 @@ class _Claim:
     ran_out: Optional[str] = None   # its timeout ran out
     not_every_state: Optional[str] = None
     not_induction: Optional[str] = None  # why the kernel's invariants do not prove it
+    not_bound: Optional[str] = None      # why the bound's invariants do not prove it (serq/verify/bounded.py)
+    bound_proof: Optional[object] = None  # their proof (bounded.Proof), which decides once the paths had their share
     unreplayed: Optional[dict] = None   # a deciding workload whose replay ran out of the timeout
     unroll_short: Optional[int] = None  # the first depth unrolled at which its readings were not all read
     spent: Optional[float] = None   # its seconds as its search was closed
@@ -159,6 +163,9 @@ class _Search:
             for cs in self.open():   # closed as soon as its time is out: its seconds stop there
                 if self.budget.left(cs.v.name) <= 0:
                     self.close(cs, self.ran_out_text(self.fam))
+                elif cs.bound_proof is not None and \
+                        self.budget.timeout - self.budget.left(cs.v.name) >= BOUND_SHARE * self.timeout:
+                    self.by_bound(cs)   # the paths had their share: the bound's invariants decide it
             t = self.budget.left_any([cs.c.name for cs in self.open() + (also() if also else [])])
             return t if limit is None else min(t, limit - self.budget.kernel())
         return left
@@ -215,6 +222,8 @@ class _Search:
                 continue
             if cs.c.form == "end":
                 self.per_session(cs)
+                if cs.v.verdict is None:
+                    self.within_bound(cs)
                 continue
             v = cs.v
             with self.budget.charge(v.name):
@@ -225,6 +234,26 @@ class _Search:
                 v.seconds = self.budget.timeout - self.budget.left(v.name)
             else:
                 cs.not_induction = f"not by induction: {got}"
+                self.within_bound(cs)
+
+    def within_bound(self, cs: _Claim):
+        """A claim proved from the invariants the bound implies (serq/verify/bounded.py): within the
+        bound only, never for every value or number of sessions; milliseconds to a second. The proof
+        is kept while the paths have a tenth of the timeout (`BOUND_SHARE`): they may prove it for
+        every value (every path, every state), and would refute a wrong one; then it decides."""
+        v = cs.v
+        with self.budget.charge(v.name):
+            got = bounded.prove(self.p, cs.j, self.sessions, self.values, lambda: self.budget.left(v.name))
+        if isinstance(got, bounded.Proof):
+            cs.bound_proof = got
+        else:
+            cs.not_bound = got
+
+    def by_bound(self, cs: _Claim):
+        v = cs.v
+        v.verdict = "no_witness" if v.form == "some" else "proved"
+        v.by, v.every_value, v.every_sessions, v.within_bound = "bound", False, False, cs.bound_proof.facts
+        v.seconds = self.budget.timeout - self.budget.left(v.name)
 
     def per_session(self, cs: _Claim):
         """A claim at end that sums over sessions, proved one turn at a time, for every number of
@@ -604,7 +633,7 @@ class _Search:
     def vacuous(self) -> list:
         """The claims at end proved per session, which read no path, whose sampled paths are still
         looked at for one that does not end: the proof says nothing of it, and the user is told."""
-        return [cs for cs in self.cs if cs.v.by in ("per session", "vacuous") and cs.v.unended is None]
+        return [cs for cs in self.cs if cs.v.by in ("per session", "vacuous", "bound") and cs.v.unended is None]
 
     def within(self, fam: S.Family):
         """On each path, once the solver holds its condition: every open claim's readings."""
@@ -798,7 +827,11 @@ class _Search:
                 continue
             v.seconds = cs.spent if cs.spent is not None else self.budget.timeout - self.budget.left(v.name)
             undecided = kernel_undecided + cs.undecided
-            if cs.ran_out is not None or self.trouble or cs.trouble or undecided or len(self.finished) < self.sessions:
+            unproved = cs.ran_out is not None or self.trouble or cs.trouble or undecided or \
+                len(self.finished) < self.sessions
+            if unproved and cs.bound_proof is not None and cs.unreplayed is None:
+                self.by_bound(cs)   # the paths ended before its share did, and proved nothing
+            elif unproved:
                 v.verdict = "unknown"
                 why_undecided = (f"z3 could not decide {undecided} branch(es), whose paths were not run"
                                  if undecided else None)
@@ -814,7 +847,7 @@ class _Search:
                                 "iteration(s), which would break it at the end")
                 v.reason = "; and ".join(x for x in (cs.ran_out, self.trouble[0] if self.trouble else cs.trouble,
                                                       why_undecided, unrolled, cs.not_induction,
-                                                      cs.not_every_state) if x)
+                                                      cs.not_bound, cs.not_every_state) if x)
                 read = self.read_text(cs)
                 if read:
                     v.reason += "; " + read
@@ -865,6 +898,7 @@ UNROLL_SHARE = 0.2  # of the timeout, the most unrolling may take
 UNROLL_MAX = 1024   # the deepest prefix unrolled (iterations)
 EARLY_SHARE = 0.03  # of the timeout, the most the shallow unrolling before the first look may take
 EARLY_DEPTH = 2     # its deepest prefix
+BOUND_SHARE = 0.1   # of the timeout, what a claim the bound's invariants prove leaves to the paths first
 INDUCT_SHARE = 0.7  # of the timeout, the most the proof over every state may take (at 0.5, bari_tiling.sq's
                     # `tiled` ran out of its 30 CPU s on a slow day: a machine's speed changed its verdict)
 

@@ -411,7 +411,7 @@ def audit(prog: I.Program, p: R.Program, res, sessions: int, values: int, timeou
         got = again(margin).claims[decl.name]
         if got.verdict == v.verdict:      # proved with the margin: no rounding crosses it
             how = v.by
-            for k in ("by", "every_value", "every_sessions", "invariant", "unrolled", "per_session"):
+            for k in ("by", "every_value", "every_sessions", "invariant", "unrolled", "per_session", "within_bound"):
                 setattr(v, k, getattr(got, k))
             v.margin = True
             if how != got.by:
@@ -437,7 +437,7 @@ def audit(prog: I.Program, p: R.Program, res, sessions: int, values: int, timeou
         v.margin = False
         v.by = None
         v.every_value = v.every_sessions = False
-        v.invariant = v.per_session = v.unrolled = None
+        v.invariant = v.per_session = v.unrolled = v.within_bound = None
         if found is not None:
             wl, c = found
             wl = trimmed(prog, wl, decl.name, c, deadline + max(1.0, SEARCH_SHARE * timeout))

@@ -54,10 +54,11 @@ class Unsupported(Exception):
 REG = "reg."   # a register's unknown: `reg.ratio`, a real (search.real)
 
 
-def abstract(e, leaves: dict, regs: bool = False):
+def abstract(e, leaves: dict, regs: bool = False, aggs: bool = False):
     """The expression with each quantity of the machine it reads an attribute of that name;
     `leaves` collects name -> the quantity's own expression. `regs`: an engine register is one too
-    (any real: *Registers*, below)."""
+    (any real: *Registers*, below); `aggs`: an aggregate of the client's samples too (a real,
+    serq/verify/bounded.py)."""
     n = leaf_name(e)
     if n is not None:
         leaves[n] = e
@@ -65,16 +66,20 @@ def abstract(e, leaves: dict, regs: bool = False):
     if regs and isinstance(e, R.Reg):
         leaves[REG + e.name] = e
         return R.Attr(REG + e.name)
+    if aggs and isinstance(e, R.Agg) and e.name in R.CLIENT_METRICS:
+        leaves[f"agg.{e.fn}({e.name})"] = e
+        return R.Attr(f"agg.{e.fn}({e.name})")
     if isinstance(e, R.Num):
         return e
     if isinstance(e, R.Not):
-        return replace(e, e=abstract(e.e, leaves, regs))
+        return replace(e, e=abstract(e.e, leaves, regs, aggs))
     if isinstance(e, R.Bin):
-        return replace(e, l=abstract(e.l, leaves, regs), r=abstract(e.r, leaves, regs))
+        return replace(e, l=abstract(e.l, leaves, regs, aggs), r=abstract(e.r, leaves, regs, aggs))
     if isinstance(e, R.Ite):
-        return replace(e, c=abstract(e.c, leaves, regs), a=abstract(e.a, leaves, regs), b=abstract(e.b, leaves, regs))
+        return replace(e, c=abstract(e.c, leaves, regs, aggs), a=abstract(e.a, leaves, regs, aggs),
+                       b=abstract(e.b, leaves, regs, aggs))
     if isinstance(e, R.Fn):
-        return replace(e, args=tuple(abstract(a, leaves, regs) for a in e.args))
+        return replace(e, args=tuple(abstract(a, leaves, regs, aggs) for a in e.args))
     what = {R.Reg: "an engine register", R.Agg: "an aggregate of observations",
             R.Attr: "a session's attribute", R.Ctx: "a context value"}.get(type(e), type(e).__name__)
     raise Unsupported(f"the claim reads {what}, of which the kernel's invariants say nothing")
@@ -301,12 +306,12 @@ def _domain(n: str):
 
 
 def _implied(p: R.Program, e, want: bool, lems: list, left, found: Optional[list] = None,
-             regs: bool = False) -> Optional[str]:
+             regs: bool = False, aggs: bool = False) -> Optional[str]:
     """None when every value of the claim's quantities the lemmas allow reads it as `want`; else why
     not (a reading the lemmas allow, a refusal, what z3 could not decide). `found` gets the quantities'
     values of a reading the lemmas allow that reads it otherwise; `regs`: registers are quantities."""
     leaves: dict = {}
-    e2 = abstract(e, leaves, regs)
+    e2 = abstract(e, leaves, regs, aggs)
     # every quantity is a natural (the clock a real >= 0), those the claim does not read included
     names = dict.fromkeys(list(leaves) + [n for lm in lems for n, _ in lm.quantities])
     base = [lm.fact(S.var) for lm in lems] + [_domain(n) for n in names]

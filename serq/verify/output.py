@@ -175,6 +175,8 @@ def as_json(res: Result, replay: dict, unwritten: dict | None = None) -> dict:
             c["unrolled"] = v.unrolled
         if v.per_session is not None:
             c["per_session"] = v.per_session   # what each turn observes, the lemma on a hold it needs
+        if v.within_bound is not None:
+            c["within_bound"] = v.within_bound   # the bound's invariants that proved it (by "bound")
         if v.margin is not None:
             c["margin"] = v.margin   # the proof holds with a margin the simulator's rounding cannot cross
         if v.reason is not None:
@@ -219,6 +221,10 @@ def as_text(res: Result, file: str, replay: dict, unwritten: dict | None = None)
         elif v.by == "vacuous":
             line += (" vacuously, for every number of sessions, every value and arrival time: under closed(n) "
                      "no path ends, and a claim at end reads only the paths that end")
+        elif v.by == "bound":
+            b = res.bound
+            line += (f" within the bound (at most {b['sessions']} sessions, values 0..{b['values']}), from the "
+                     "invariants the bound implies (not for every value or number of sessions)")
         elif v.by == "every state":
             line += " (on every machine an iteration can start from: every natural value and arrival time, " \
                     "at most the bound's sessions)"
@@ -230,7 +236,7 @@ def as_text(res: Result, file: str, replay: dict, unwritten: dict | None = None)
         u = replay.get((v.name, "unended"))
         if u is not None:
             line += f"; a path does not end: {u['why']}"
-        elif v.form == "end" and v.verdict == "proved" and v.by not in ("per session", "vacuous"):
+        elif v.form == "end" and v.verdict == "proved" and v.by not in ("per session", "vacuous", "bound"):
             line += "; every path in the bound ended"
         line += f"  [{v.seconds:.2f} s]"
         out.append(line)
@@ -238,6 +244,8 @@ def as_text(res: Result, file: str, replay: dict, unwritten: dict | None = None)
             out.append("  invariant: " + " && ".join(v.invariant))
             if not v.invariant[0].startswith(REGISTERS):
                 out.append("  inductive: every move of the kernel's encoded step keeps it, with any number of sessions")
+        if v.within_bound:
+            out += [f"  within the bound: {x}" for x in v.within_bound]
         if v.per_session:
             out.append(f"  per session: {v.per_session[0]}")
             out.append(f"  lemma: {v.per_session[1]}")

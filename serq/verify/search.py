@@ -148,7 +148,7 @@ def stop_hint(err: str) -> str:
 def real(name: str) -> bool:
     """Whether an unknown ranges over the reals: an arrival time (`aK`) or the clock (`T`); the
     others (draws, tokens left, counts) are naturals."""
-    return name == "T" or (name[0] == "a" and name[1:].isdigit()) or name.startswith("reg.")
+    return name == "T" or (name[0] == "a" and name[1:].isdigit()) or name.startswith(("reg.", "agg."))
 
 
 def var(name: str):

@@ -1,0 +1,557 @@
+"""Claims proved within the bound from invariants the bound itself implies (docs/verify.md, *Within
+the bound*).
+
+With at most N sessions and every draw 0..M, each session's amounts (its runs' work, its hold's
+units, reserve and growth) have maxima, found by z3 over the program's own expressions. When N
+sessions at their most fit every pool's cap, no admission waits for memory and no growth preempts
+(the first preemption would need a pool past its cap); then every iteration serves a token, the
+engine is never idle while a request waits, and the batch, the memory, the demand and an
+iteration's cost are bounded. An `every iteration` claim implied by the kernel's invariants and
+these is proved within the bound; a claim at end on the client's latencies is proved when the
+busy-period bound (every iteration of the path, each at its most) meets it. Never said of every
+number of sessions or every value: the maxima are the bound's."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Optional
+
+import z3
+
+from serq.ref import exec as X
+from serq.ref import ir as R
+from serq.verify import invariant as V
+from serq.verify import search as S
+from serq.verify.sym import numeral
+
+
+class Outside(Exception):
+    """The program or the claim is outside what the bound's invariants are argued for."""
+
+
+@dataclass
+class Proof:
+    facts: list        # the bound's invariants the proof used, as text
+
+
+def _real(x):
+    """A number's term: Int where it is whole (whole arithmetic stays linear integer arithmetic,
+    which z3 decides fast at any bound), else Real."""
+    x = Fraction(x)
+    return z3.IntVal(x.numerator) if x.denominator == 1 else z3.RealVal(f"{x.numerator}/{x.denominator}")
+
+
+def _is_int(t) -> bool:
+    return t.sort() == z3.IntSort()
+
+
+def _same(*ts):
+    """The terms of one sort: Int when all are, else Real."""
+    return ts if all(_is_int(t) for t in ts) else tuple(z3.ToReal(t) if _is_int(t) else t for t in ts)
+
+
+def _floor(t):
+    return t if _is_int(t) else z3.ToInt(t)
+
+
+def _max2(a, b):
+    a, b = _same(a, b)
+    return z3.If(a > b, a, b)
+
+
+def _up_to(u, b: int):
+    """u rounded up to a multiple of the block b (kernel.round_up; z3's Int division is floor for b > 0)."""
+    if not b:
+        return u
+    u = _floor(u) if _is_int(u) else -_floor(-u)
+    return -((-u) / b) * b
+
+
+class _Terms:
+    """The program's expressions as z3 terms (Real) over a session's unknowns: one session read on
+    its own, its draws naturals 0..M, what it reads of the machine any value in that value's range."""
+
+    def __init__(self, p: R.Program):
+        self.p = p
+        self.cons: list = []
+        self.k = 0
+
+    def fresh(self, lo=0, hi=None, whole=True):
+        self.k += 1
+        v = z3.Int(f"b{self.k}") if whole else z3.Real(f"b{self.k}")
+        self.cons.append(v >= lo)
+        if hi is not None:
+            self.cons.append(v <= hi)
+        return v
+
+    def term(self, e, env: dict):
+        t = self.term
+        if isinstance(e, R.Num):
+            return _real(e.v)
+        if isinstance(e, R.Attr):
+            if e.name not in env:
+                raise Outside(f"`{e.name}` is read where the bound's reading has no value for it")
+            return env[e.name]
+        if isinstance(e, R.Not):
+            return z3.If(t(e.e, env) == 0, _real(1), _real(0))
+        if isinstance(e, R.Ite):
+            return z3.If(t(e.c, env) != 0, *_same(t(e.a, env), t(e.b, env)))
+        if isinstance(e, R.Bin):
+            a, b = _same(t(e.l, env), t(e.r, env))
+            op = e.op
+            if op == "+":
+                return a + b
+            if op == "-":
+                return a - b
+            if op == "*":
+                return a * b
+            if op == "/":
+                if isinstance(e.r, R.Num) and e.r.v != 0:
+                    return z3.ToReal(a) / z3.ToReal(b) if _is_int(a) else a / b
+                raise Outside("a quotient by a value the program computes")
+            if op == "%":
+                raise Outside("a remainder")
+            cmp = {"==": lambda: a == b, "!=": lambda: a != b, "<": lambda: a < b, "<=": lambda: a <= b,
+                   ">": lambda: a > b, ">=": lambda: a >= b, "&&": lambda: z3.And(a != 0, b != 0),
+                   "||": lambda: z3.Or(a != 0, b != 0)}[op]()
+            return z3.If(cmp, _real(1), _real(0))
+        if isinstance(e, R.Fn):
+            args = list(_same(*[t(a, env) for a in e.args])) if e.args else []
+            if e.name in ("min", "max"):
+                out = args[0]
+                for x in args[1:]:
+                    out = z3.If(x < out, x, out) if e.name == "min" else z3.If(x > out, x, out)
+                return out
+            if e.name == "sum":
+                return z3.Sum(*args) if args else _real(0)
+            if e.name == "floor":
+                return _floor(args[0])
+            if e.name == "ceil":
+                return args[0] if _is_int(args[0]) else -_floor(-args[0])
+            if e.name == "round":   # half up (num.qround)
+                return args[0] if _is_int(args[0]) else _floor(args[0] + _real(Fraction(1, 2)))
+            if e.name == "abs":
+                return z3.If(args[0] >= 0, args[0], -args[0])
+            if e.name == "reusable":
+                if not (isinstance(e.args[1], R.Num) and e.args[1].v > 0):
+                    raise Outside("`reusable` of a block the program computes")
+                n, b = args
+                if _is_int(n):
+                    return z3.If(n >= 1, ((n - 1) / b) * b, _real(0))
+                return z3.If(n >= 1, _floor((n - 1) / b) * b, _real(0))
+        if isinstance(e, R.Obs):
+            i = next((k for k, q in enumerate(self.p.pools) if q.name == e.of), None)
+            if e.fn == "cachedin" and i is not None:
+                cap = self.p.pools[i].cap
+                return self.fresh(0, cap)
+            if e.fn == "budget_left" and e.of == self.p.engine.name and isinstance(self.p.engine.budget, R.Num):
+                return self.fresh(0, int(self.p.engine.budget.v))
+            raise Outside(f"`{e.fn}({e.of})` read by a session")
+        if isinstance(e, R.Ctx) and e.name == "now":
+            return self.fresh(whole=False)
+        if isinstance(e, R.StepVar):   # an `each at most` reads the residents: any natural
+            return self.fresh()
+        raise Outside(f"{type(e).__name__} read where the bound's reading does not follow it")
+
+
+def _solver(left) -> z3.Solver:
+    if left() <= 0:
+        raise S.Deadline()
+    s = z3.Solver()
+    s.set("timeout", max(1, S.z3_ms(left)))
+    return s
+
+
+def _most(cons: list, t, left) -> Optional[int]:
+    """The least natural K with t <= K wherever cons hold (z3), or None when none within 2^62."""
+    s = _solver(left)
+    s.add(cons)
+
+    def above(k) -> bool:
+        if left() <= 0:
+            raise S.Deadline()
+        s.push()
+        s.add(t > k)
+        r = s.check()
+        s.pop()
+        if r == z3.unknown:
+            raise Outside("z3 could not bound an amount")
+        return r == z3.sat
+    hi = 1
+    while above(hi):
+        hi *= 4
+        if hi > 1 << 62:
+            return None
+    if not above(0):   # t is 0 or less: its most is 0 (amounts are naturals)
+        return 0
+    lo = 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if above(mid):
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def _can(cons: list, fact, left) -> bool:
+    s = _solver(left)
+    s.add(cons)
+    s.add(fact)
+    r = s.check()
+    if r == z3.unknown:
+        raise Outside("z3 could not decide a fact of an amount")
+    return r == z3.sat
+
+
+def _amount_ok(cons, t, what, left):
+    # an amount the kernel reads as a run error (negative) or refuses (a fraction) leaves the claim to the paths
+    if _can(cons, t < 0 if _is_int(t) else z3.Or(t < 0, t != z3.ToReal(z3.ToInt(t))), left):
+        raise Outside(f"{what} may be negative or a fraction within the bound (a run error the paths decide)")
+
+
+@dataclass
+class Maxima:
+    """A session's most, over draws 0..M: per pool its footprint (allocation or reservation), the
+    positions its growing runs reach, its largest prefill, its prefill and decode work, its prefill runs."""
+    F: dict
+    pos: int
+    pw: int
+    pt: int
+    dt: int
+    npre: int
+    decodes: bool
+
+
+def _scope(p: R.Program) -> R.HoldS:
+    """The one hold of a single-turn program, or Outside with the reason."""
+    if p.arrive == "closed":
+        raise Outside("a closed population")
+    if p.trace:
+        raise Outside("a trace")
+    if p.session is not None:
+        raise Outside("several turns a session")
+    why = V.refusal(p)
+    if why is not None:
+        raise Outside(why)
+    if any(q.content for q in p.pools):
+        raise Outside("a pool keyed by content")
+    holds = []
+    for st in p.init + p.turn + p.server:
+        if isinstance(st, R.HoldS):
+            holds.append(st)
+        elif not isinstance(st, (R.SetA, R.DrawA, R.ObserveA)):
+            raise Outside(f"a session's {type(st).__name__} (only sets, draws, observations and one hold)")
+    if len(holds) != 1:
+        raise Outside("not exactly one hold a session")
+    h = holds[0]
+    if h.content is not None:
+        raise Outside("a hold with a content")
+    for st in h.body:
+        if not isinstance(st, (R.SetA, R.ObserveA, R.RunS)):
+            raise Outside(f"a hold's {type(st).__name__} (only sets, observations and runs)")
+        if isinstance(st, R.RunS) and st.growing is not None and st.growing not in {hp.pool for hp in h.pools}:
+            raise Outside("a run grows a pool its hold does not take")
+    adm = [i for i, q in enumerate(p.pools) if q.admitted]
+    if adm != [h.pools[0].pool]:
+        raise Outside("the hold does not wait in the one queue the engine admits")
+    e = p.engine
+    if e.keys or any(s.keys for s in e.body if isinstance(s, R.IServe) and s.keys) or \
+            any(q.queue_keys for q in p.pools):
+        raise Outside("an order of the residents or of a queue (its keys are not read here)")
+    if e.exclusive:
+        raise Outside("`exclusive prefill`")
+    gate_ok = lambda g: g is None or g == R.Bin("==", R.StepVar("Preempted"), R.Num(0))  # noqa: E731
+    if not (len(e.body) == 2 and isinstance(e.body[0], R.IServe) and e.body[0].only is None
+            and isinstance(e.body[1], R.IAdmit) and e.body[1].only is None and gate_ok(e.body[1].gate)):
+        raise Outside("a schedule other than `advance running; admit waiting [while (running.preempted == 0)]`")
+    if e.budget is not None and not (isinstance(e.budget, R.Num) and e.budget.v >= 1 and e.budget.v == int(e.budget.v)):
+        raise Outside("a tokens cap that is not a constant of 1 or more")
+    if e.granule is not None and not (isinstance(e.granule, R.Num) and e.granule.v == int(e.granule.v) and e.granule.v >= 0):
+        raise Outside("a granule that is not a constant")
+    if any(isinstance(x, R.Reg) for x in V._nodes((e.chunk, e.body))):
+        raise Outside("a chunk cap that reads a register")
+    return h
+
+
+def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left) -> Maxima:
+    tm = _Terms(p)
+    env = {"serial": tm.fresh(0, n - 1), "turn_no": _real(0), "cached": _real(0), "computed": _real(0)}
+    amounts = []
+    works = []   # (mode, work, growing)
+    units, reserves, consumed = {}, {}, {}
+    for st in p.init + p.turn + p.server:
+        if isinstance(st, R.DrawA):
+            env[st.name] = tm.fresh(0, values)
+        elif isinstance(st, R.SetA):
+            env[st.name] = tm.term(st.e, env)
+        elif isinstance(st, R.ObserveA):
+            tm.term(st.e, env)
+        else:   # the hold: judged with `computed` 0 (no preemption: see `prove`)
+            env["computed"] = _real(0)
+            for hp in st.pools:
+                u = tm.term(hp.units, env)
+                amounts.append((u, "a hold's units"))
+                b = p.pools[hp.pool].block
+                units[hp.pool] = _up_to(u, b)
+                r = tm.term(hp.reserve, env) if hp.reserve is not None else _real(0)
+                if hp.reserve is not None:
+                    amounts.append((r, "a hold's reserve"))
+                reserves[hp.pool] = r
+            rho = tm.term(st.reuse, env) if st.reuse is not None else None
+            if rho is not None:
+                amounts.append((rho, "a hold's reuse"))
+            got = []
+            for hp in st.pools:   # what admission consumes of the cache: within the allocation and the reuse
+                c = tm.fresh(0) if st.cache is not None else _real(0)
+                tm.cons.append(c <= units[hp.pool])
+                if rho is not None:
+                    tm.cons.append(c <= rho)
+                consumed[hp.pool] = c
+                got.append(c)
+            cached = got[0]
+            for c in got[1:]:
+                cached = _max2(c, cached)
+            env["cached"] = cached
+            for b in st.body:
+                if isinstance(b, R.SetA):
+                    env[b.name] = tm.term(b.e, env)
+                elif isinstance(b, R.ObserveA):
+                    tm.term(b.e, env)
+                else:
+                    w = tm.term(b.work, env)
+                    amounts.append((w, "a run's work"))
+                    works.append((b.mode, w, b.growing))
+            if st.cache is not None:
+                amounts.append((tm.term(st.cache, env), "a hold's cache"))
+    cons = tm.cons
+    for t, what in amounts:
+        _amount_ok(cons, t, what, left)
+
+    def most(t, what):
+        k = _most(cons, t, left)
+        if k is None:
+            raise Outside(f"{what} has no maximum within the bound")
+        return k
+    F, pos = {}, 0
+    for hp in h.pools:
+        i = hp.pool
+        reach = sum((w for _, w, g in works if g == i), consumed[i])
+        alloc = _up_to(reach, p.pools[i].block)
+        f = _max2(_max2(units[i], reserves[i]), alloc)
+        F[i] = most(f, f"session's footprint on {p.pools[i].name}")
+        if any(g == i for _, _, g in works):
+            pos = max(pos, most(reach, "a growing run's position"))
+    pre = [w for mode, w, _ in works if mode == "prefill"]
+    dec = [w for mode, w, _ in works if mode == "decode"]
+    pw = max([most(w, "a prefill's work") for w in pre], default=0)
+    pt = most(z3.Sum(*_same(*pre)), "the prefill work") if pre else 0
+    dt = most(z3.Sum(*_same(*dec)), "the decode work") if dec else 0
+    return Maxima(F, pos, pw, pt, dt, len(pre), bool(dec))
+
+
+def _chunk_binds(p: R.Program, pw: int, left) -> Optional[int]:
+    """The least `each at most` of 1 or more a prefill of at most pw tokens may meet below its work
+    (None: no cap binds: 0 reads as none, *Engines*)."""
+    e = p.engine
+    least = None
+    for x in {e.chunk, *(s.chunk for s in e.body if s.chunk is not None)}:
+        tm = _Terms(p)
+        t = tm.term(x, {})
+        _amount_ok(tm.cons, t, "an `each at most`", left)
+        if _can(tm.cons, z3.And(t >= 1, t < pw), left):
+            lo, hi = 1, pw - 1   # its least of 1 or more, which is below pw
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if _can(tm.cons, z3.And(t >= 1, t <= mid), left):
+                    hi = mid
+                else:
+                    lo = mid + 1
+            least = lo if least is None else min(least, lo)
+    return least
+
+
+@dataclass
+class Bound:
+    """What the bound implies of every iteration of every path of at most n sessions."""
+    n: int
+    mx: Maxima
+    lemmas: list       # V.Lemma, within the bound
+    iterations: int    # the most iterations a path has
+    facts: list        # text
+    t_min: Optional[int] = None   # the least tokens of a batch of prefills none of which ends (None: no such batch)
+
+
+def bound(p: R.Program, n: int, values: int, left) -> Bound:
+    h = _scope(p)
+    mx = maxima(p, h, n, values, left)
+    for hp in h.pools:
+        cap = p.pools[hp.pool].cap
+        if cap is not None and n * mx.F[hp.pool] > cap:
+            raise Outside(f"{n} sessions at their most ({mx.F[hp.pool]} each) do not fit {p.pools[hp.pool].name}'s "
+                          f"cap of {cap}: an admission may wait for memory, a growth preempt")
+    e = p.engine
+    B = int(e.budget.v) if e.budget is not None else None
+    g = int(e.granule.v) if e.granule is not None and e.granule.v else None
+    cap = _chunk_binds(p, mx.pw, left)
+    # the first request an empty batch serves gets a token (no granule passes it over)
+    if g is not None and (cap is not None or (B is not None and mx.pw > B)):
+        raise Outside("a granule may pass over a prefill in an empty batch")
+    # a batch of prefills none of which finishes has at least t_min tokens (the budget ran out, or a cap bound)
+    if B is None:
+        t_min = cap
+    elif g is None:
+        t_min = B if cap is None else min(B, cap)
+    else:
+        t_min = max(g, B - g + 1)
+    t1 = max(mx.pw, 1 if mx.decodes else 0)
+    iters = n * (mx.dt + mx.npre) + (0 if t_min is None else n * mx.pt // t_min)
+    tk = n * t1 if B is None else min(B, n * t1)
+    eng = e.name
+    L = []
+
+    def lem(key, text, fact, *qs):
+        L.append(V.Lemma(key, text, fact, tuple(qs)))
+    tok = ("tokens", R.StepVar("Ntok", True))
+    lem("b:preempted", "running.preempted == 0", lambda v: v("running.preempted") == 0,
+        ("running.preempted", R.StepVar("Preempted")))
+    lem("b:tokens1", "tokens >= 1", lambda v: v("tokens") >= 1, tok)
+    lem("b:tokens", f"tokens <= {tk}", lambda v: v("tokens") <= tk, tok)
+    lem("b:prefilled", f"prefilled <= {min(tk, n * mx.pw)}", lambda v: v("prefilled") <= min(tk, n * mx.pw),
+        ("prefilled", R.StepVar("Npre", True)))
+    for name, x in (("decoders", R.StepVar("Ndec", True)), ("residents", R.StepVar("Nres")),
+                    (f"queue({eng})", R.Obs("queue", eng)), ("arrived", R.Ctx("arrived")),
+                    ("running.decoding", R.StepVar("Ndec")), ("waiting.admitted", R.StepVar("Admitted")),
+                    ("waiting.count", R.StepVar("Queued"))):
+        lem(f"b:{name}", f"{name} <= {n}", lambda v, name=name: v(name) <= n, (name, x))
+    kv = n * mx.pos
+    lem("b:kv", f"kv_decode + kv_prefill <= {kv}", lambda v: v("kv_decode") + v("kv_prefill") <= kv,
+        ("kv_decode", R.StepVar("Kvb", True)), ("kv_prefill", R.StepVar("Kvp", True)))
+    lem("b:running.kv", f"running.kv_decode + running.kv_prefill <= {kv}",
+        lambda v: v("running.kv_decode") + v("running.kv_prefill") <= kv,
+        ("running.kv_decode", R.StepVar("Kvb")), ("running.kv_prefill", R.StepVar("Kvp")))
+    lem("b:demand", f"demand <= {n * t1}", lambda v: v("demand") <= n * t1, ("demand", R.Ctx("demand")))
+    lem("b:served", f"served <= {n * (mx.pt + mx.dt)}", lambda v: v("served") <= n * (mx.pt + mx.dt),
+        ("served", R.Ctx("served")))
+    for i, q in enumerate(p.pools):
+        f = mx.F.get(i, 0)
+        for fn, most in (("holders", n if i in mx.F else 0), ("used", n * f), ("queued", n)):
+            nm = f"{fn}({q.name})"
+            lem(f"b:{nm}", f"{nm} <= {most}", lambda v, nm=nm, most=most: v(nm) <= most, (nm, R.Obs(fn, q.name)))
+    facts = [f"at most {n} sessions, each one request at a time",
+             f"a session's most (draws 0..{values}): prefill {mx.pt} ({mx.npre} run(s), the largest {mx.pw}), "
+             f"decode {mx.dt}" + "".join(f", {p.pools[i].name} {f}" for i, f in mx.F.items()),
+             "no preemption, no wait for memory: " + ", ".join(
+                 f"{n} x {mx.F[hp.pool]} <= {p.pools[hp.pool].cap} ({p.pools[hp.pool].name})"
+                 for hp in h.pools if p.pools[hp.pool].cap is not None)]
+    return Bound(n, mx, L, iters, facts, t_min)
+
+
+def _kernel_lemmas(p: R.Program) -> list:
+    from serq.verify import step
+    chk = step.checked(p)
+    if chk.failed:
+        return []
+    return [lm for lm in V.lemmas(p) if chk.lemmas.get(lm.key, "not checked") is None]
+
+
+def _needed(p: R.Program, e, want: bool, kernel: list, lems: list, left, aggs: bool = False) -> list:
+    """The bound's lemmas the proof needs: each dropped in turn, the last first, while it still closes."""
+    need = list(lems)
+    for lm in reversed(lems):
+        rest = [x for x in need if x is not lm]
+        if V._implied(p, e, want, kernel + rest, left, aggs=aggs) is None:
+            need = rest
+    return need
+
+
+def _cost_most(p: R.Program, lems: list, left) -> Fraction:
+    """The most an iteration costs under the lemmas (z3's optimum, then checked on the kernel's reading)."""
+    cost = p.engine.cost
+    try:
+        leaves: dict = {}
+        ab = V.abstract(cost, leaves)
+    except V.Unsupported as u:
+        raise Outside(f"the iteration's cost: {u}") from None
+    names = dict.fromkeys(list(leaves) + [nm for lm in lems for nm, _ in lm.quantities])
+    o = z3.Optimize()
+    o.set("timeout", max(1, S.z3_ms(left)))
+    o.add([lm.fact(S.var) for lm in lems] + [S.var(nm) >= 0 for nm in names])
+    tm = _Terms(p)
+    env = {nm: z3.ToReal(S.var(nm)) if not S.real(nm) else S.var(nm) for nm in names}
+    t = tm.term(ab, env)
+    o.add(tm.cons)
+    h = o.maximize(t)
+    if o.check() != z3.sat:
+        raise Outside("z3 could not bound an iteration's cost")
+    up = h.upper()
+    if not (z3.is_rational_value(up) or z3.is_int_value(up)):
+        raise Outside("an iteration's cost has no maximum within the bound")
+    k = Fraction(up.as_fraction()) if z3.is_rational_value(up) else Fraction(up.as_long())
+    # the kernel's own reading of the cost confirms the bound, and that an iteration lasts some time (R111, R112)
+    why = V._implied(p, _cost_fact(p, k), True, lems, left)
+    if why is not None:
+        raise Outside(f"the iteration's cost within the bound: {why}")
+    return k
+
+
+def _cost_fact(p: R.Program, k):
+    return R.Bin("&&", R.Bin("<=", p.engine.cost, R.Num(k)), R.Bin(">", p.engine.cost, R.Num(0)))
+
+
+CLIENT = ("ttft", "response", "tpot")
+
+
+def prove(p: R.Program, j: int, n: int, values: int, left) -> Proof | str:
+    """Claim j proved within the bound of n sessions at values 0..values, or why not."""
+    c = p.claims[j]
+    try:
+        b = bound(p, n, values, left)
+        kernel = _kernel_lemmas(p)
+        lems = kernel + b.lemmas
+        if c.form != "end":
+            why = V._implied(p, c.e, c.form == "every", lems, left)
+            if why is not None:
+                return f"not within the bound: {_both(why)}"
+            need = _needed(p, c.e, c.form == "every", kernel, b.lemmas, left)
+            return Proof(b.facts + ["so at every iteration: " + " && ".join(lm.text for lm in need)])
+        aggs = [x for x in V._nodes(c.e) if isinstance(x, R.Agg)]
+        if not aggs or any(a.name not in CLIENT for a in aggs):
+            raise Outside("a claim at end read here reads the client's ttft, response or tpot only")
+        k = _cost_most(p, lems, left)
+        costs = _needed(p, _cost_fact(p, k), True, kernel, b.lemmas, left)
+        rb = b.iterations * k
+        extra = []
+        for a in aggs:
+            most = {"count": n, "total": n * rb, "prefix_total": n * (n + 1) // 2 * rb}.get(a.fn, rb)
+            nm = f"agg.{a.fn}({a.name})"
+            extra.append(V.Lemma(f"b:{nm}", f"{a.fn}({a.name}) <= {_num(most)}",
+                                 lambda v, nm=nm, most=most: v(nm) <= numeral(most, True), ((nm, a),)))
+        why = V._implied(p, c.e, True, lems + extra, left, aggs=True)
+        if why is not None:
+            return f"not within the bound: {_both(why)} (a turn's latencies are at most {_num(rb)} s)"
+        return Proof(b.facts + [
+            "so at every iteration: " + " && ".join(lm.text for lm in costs)
+            + f", and an iteration costs at most {_num(k)} s (execute read on them)",
+            f"every iteration serves a token, and none waits while a request does: a path has at most "
+            f"{n} x ({b.mx.dt} decode + {b.mx.npre} prefill run(s))"
+            + (f" + {n} x {b.mx.pt} // {b.t_min} (a batch of prefills none of which ends has {b.t_min} tokens or more)"
+               if b.t_min is not None else "")
+            + f" = {b.iterations} iterations, each at most {_num(k)} s",
+            f"so a turn's response, ttft and tpot are at most {b.iterations} x {_num(k)} = {_num(rb)} s",
+            " && ".join(lm.text for lm in extra)])
+    except Outside as o:
+        return f"not within the bound: {o}"
+    except S.Deadline:
+        return "not within the bound: the timeout ran out"
+    except (X.KernelError, z3.Z3Exception) as err:
+        return f"not within the bound: {err}"
+
+
+def _both(why: str) -> str:
+    return why.replace("the kernel's invariants allow", "the kernel's and the bound's invariants allow")
+
+
+def _num(x) -> str:
+    x = Fraction(x)
+    return str(x.numerator) if x.denominator == 1 else f"{float(x):.6g}"

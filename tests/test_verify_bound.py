@@ -1,0 +1,200 @@
+"""Claims proved within the bound from the invariants the bound implies (docs/verify.md, *Within the
+bound*; serq/verify/bounded.py): issue 46's two claims at the default bound, a false claim not
+proved, and a differential check: every claim so proved holds on random workloads of the bound run
+by the interpreter (`SERQ_BOUND_WORKLOADS`, default 200 a program)."""
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from serq import api
+from serq.ref.fragment import convert
+from serq.verify import bounded, floats, verify
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKLOADS = int(os.environ.get("SERQ_BOUND_WORKLOADS", "200"))
+
+
+def _vllm(claim: str) -> str:
+    text = (ROOT / "examples/single-turn/vllm_single_turn.sq").read_text()
+    return text.replace("  server { vllm (n, o); }", f"  server {{ vllm (n, o); }}\n  {claim}")
+
+
+def _trt(claim: str) -> str:
+    text = (ROOT / "examples/engines/tensorrt_llm.sq").read_text()
+    return text.replace("  gauge seqs = holders(reqs);", f"  gauge seqs = holders(reqs);\n  {claim}")
+
+
+def _cpu(f):
+    t = time.process_time()
+    out = f()
+    return out, time.process_time() - t
+
+
+def test_vllm_ttft_within_the_bound():
+    prog = api.load_text(_vllm("claim fast: at end (largest(ttft) <= 1);"), "vs.sq")
+    res, cpu = _cpu(lambda: verify(prog))
+    v = res.claims["fast"]
+    assert (v.verdict, v.by) == ("proved", "bound"), v.reason
+    assert v.margin is True          # the clock's decimals: proved with the margin too
+    assert cpu < 60
+    assert "fast" not in res.bound["every_value"] and "fast" not in res.bound["every_sessions"]
+    assert any("iterations" in f for f in v.within_bound)
+
+
+def test_trt_work_conservation_within_the_bound():
+    prog = api.load_text(_trt("claim conserving: every iteration of trtllm "
+                              "(demand < max_tokens || tokens == max_tokens);\n"
+                              "  claim starved: some iteration of trtllm (demand >= max_tokens && tokens < max_tokens);"),
+                         "trt.sq")
+    res, cpu = _cpu(lambda: verify(prog))
+    v = res.claims["conserving"]
+    assert (v.verdict, v.by) == ("proved", "bound"), v.reason
+    assert cpu < 60
+    assert res.bound["every_value"] == [] and res.bound["every_sessions"] == []
+    assert any("demand <=" in f for f in v.within_bound)
+    s = res.claims["starved"]
+    assert (s.verdict, s.by) == ("no_witness", "bound"), s.reason
+    from serq.verify.output import as_json, as_text
+    c = as_json(res, {})["claims"]["conserving"]
+    assert (c["verdict"], c["by"], c["within_bound"]) == ("proved", "bound", v.within_bound)
+    assert "within the bound (at most 3 sessions, values 0..16)" in as_text(res, "trt.sq", {})
+
+
+def test_false_claim_not_proved():
+    # a lone prompt of 66 tokens takes 0.0036 s, three together more: some workload breaks 0.005
+    prog = api.load_text(_vllm("claim tight: at end (largest(ttft) <= 0.005);"), "vs.sq")
+    v = verify(prog, timeout=20).claims["tight"]
+    assert v.verdict in ("counterexample", "unknown")
+    assert v.verdict == "counterexample" or "not within the bound" in v.reason
+
+
+def test_outside_says_why():
+    # 3 sessions of up to 20 tokens each do not fit 24 slots: a growth may preempt
+    src = _program(block=0, cap=24, budget=4, chunk=None, arrive="batch(3)", cost="1", cache=False,
+                   claims=("claim r: at end (largest(response) <= 100);",))
+    prog = api.load_text(src, "tiny.sq")
+    p = convert(prog)
+    got = bounded.prove(p, 0, 3, 4, lambda: 10)
+    assert isinstance(got, str) and "do not fit" in got
+
+
+def _program(block, cap, budget, chunk, arrive, cost, cache, claims=()) -> str:
+    each = f" each at most ({chunk})" if chunk else ""
+    if cache:
+        request = """
+      set kept = prompt;
+      at admission {
+        known = max(kept, computed + 1);
+        reused = min(cachedin(kv), reusable(known, blocksize(kv)));
+      }
+      set kept = known;
+      set c = min(cached, reusable(known, blocksize(kv)));
+      prefill (known - c) growing kv;
+      decode (output - 1 - (known - prompt)) growing kv;
+      cache (prompt + output);"""
+        taking = "kv (min(known, reused + budget_left(llm))) reserve (known)"
+    else:
+        request = """
+      prefill (prompt) growing kv;
+      decode (output - 1) growing kv;"""
+        taking = "kv (prompt)"
+    blk = f"block {block}; " if block else ""
+    return f"""fn main() {{
+  device gpu {{ kv cap {cap}; }}
+  engine llm on gpu {{
+    reqs cap 4;
+    tokens cap {budget};
+    request (prompt, output) {{{request}
+    }}
+    schedule {{
+      advance running{each};
+      admit waiting while (running.preempted == 0){each} taking reqs (1), {taking};
+    }}
+    execute ({cost});
+  }}
+  pool kv on gpu {{ {blk}evict lru; preempt lifo; }}
+  pool reqs on llm {{ queue fifo; }}
+  workload {{
+    arrive {arrive};
+    hidden o;
+    turn {{ Size n = 2 + 3 * ~det(2); Size o = 1 + ~det(2); }}
+  }}
+  server {{ llm (n, o); }}
+{"".join(f"  {c}" + chr(10) for c in claims)}}}
+"""
+
+
+# (block, kv cap, tokens cap, each at most, arrivals, execute, cache)
+CASES = [
+    (2, 400, 3, None, "batch(3)", "1", False),
+    (4, 400, 8, None, "poisson(1)", "0.5 + 0.25 * batch.tokens", True),
+    (0, 400, 64, "2", "poisson(2)", "1 + batch.tokens", False),
+    (16, 800, 5, None, "renewal(1)", "1 + max(batch.tokens, batch.kv_decode + batch.kv_prefill)", True),
+    (2, 400, 6, "4", "batch(3)", "0.125 * (1 + batch.tokens)", True),
+    (0, 400, 64, None, "batch(3)", "1", False),   # every session admitted at once: demand and tokens at their most
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_differential_bound_proofs_hold_in_the_simulator(case):
+    values, sessions = 4, 3
+    args = CASES[case]
+    prog0 = api.load_text(_program(*args, claims=("claim placeholder: at end (count(response) >= 0);",)), "gen.sq")
+    b = bounded.bound(convert(prog0), sessions, values, lambda: 30)
+    lem = {lm.key: lm.text for lm in b.lemmas}
+    # the bound's own numbers as claims (the sharpest it proves), and the busy-period bound on latencies
+    claims = [f"claim c{k}: every iteration of llm ({lem[key]});" for k, key in
+              enumerate(("b:tokens", "b:kv", "b:demand", "b:used(kv)", "b:served"))]
+    probe = verify(api.load_text(_program(*args, claims=("claim r: at end (largest(response) <= 1000000);",)),
+                                 "gen.sq"), sessions, values, timeout=10).claims["r"]
+    assert probe.by == "bound", probe.reason
+    # a millionth above the busy-period bound: at the bound itself a clock of real arrival times is
+    # proved over the reals only, not with the margin of a billionth (*Floating point*)
+    rb = float(re.search(r"at most \S+ x \S+ = (\S+) s", " ".join(probe.within_bound)).group(1)) * (1 + 1e-6)
+    claims += [f"claim r: at end (largest(response) <= {rb});", f"claim t: at end (largest(ttft) <= {rb});",
+               f"claim s: at end (total(response) <= {sessions} * {rb});"]
+    prog = api.load_text(_program(*args, claims=claims), "gen.sq")
+    res = verify(prog, sessions, values, timeout=10)
+    proved = [n for n, v in res.claims.items() if v.verdict == "proved"]
+    assert all(res.claims[n].by in ("bound", "induction", "every state", "every path") for n in proved)
+    assert any(res.claims[n].by == "bound" for n in proved), {n: v.reason for n, v in res.claims.items()}
+    p = convert(prog)
+    wls = list(floats.workloads(p, sessions, values, values, WORKLOADS, seed=case))
+    rng = random.Random(case)
+    # and the extremes: every draw at the bound, the sessions together
+    wls += [{"sessions": [{"arrival": 0 if p.arrive != "renewal" else float((j + 1) * p.gap),
+                           "draws": [values] * 8} for j in range(k)]} for k in range(1, sessions + 1)]
+    for wl in wls + [wls[rng.randrange(len(wls))]]:
+        rep = api.run(prog, None, None, wl)
+        for name in proved:
+            assert rep["claims"][name]["status"] in ("held", "not_evaluated"), (name, wl, rep["claims"][name])
+
+
+@pytest.mark.parametrize("example", ["single-turn/vllm_single_turn.sq", "engines/tensorrt_llm.sq",
+                                     "engines/tgi.sq"])
+def test_examples_latencies_within_the_busy_period_bound(example):
+    """The shipped engines at the default bound: the busy-period bound on a turn's latencies holds on
+    random workloads of the bound (and the extremes) run by the interpreter."""
+    text = (ROOT / "examples" / example).read_text()
+    i = text.rstrip().rfind("}")
+    claim = "claim r: at end (largest(response) <= 1000000 && largest(ttft) <= 1000000);"
+    prog = api.load_text(text[:i] + f"  {claim}\n}}\n", "ex.sq")
+    p = convert(prog)
+    got = bounded.prove(p, len(p.claims) - 1, 3, 16, lambda: 30)
+    assert isinstance(got, bounded.Proof), got
+    rb = float(re.search(r"at most \S+ x \S+ = (\S+) s", " ".join(got.facts)).group(1))
+    wls = list(floats.workloads(p, 3, 16, 16, WORKLOADS, seed=7))
+    wls += [{"sessions": [{"arrival": 0, "draws": [16] * 8}] * k} for k in (1, 2, 3)]
+    worst = 0.0
+    for wl in wls:
+        rep = api.run(prog, None, None, wl)
+        for m in ("response", "ttft", "tpot"):
+            if rep["client"][m]["count"]:
+                worst = max(worst, rep["client"][m]["max"])
+    assert 0 < worst <= rb, (worst, rb)
