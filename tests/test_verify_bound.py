@@ -198,3 +198,79 @@ def test_examples_latencies_within_the_busy_period_bound(example):
             if rep["client"][m]["count"]:
                 worst = max(worst, rep["client"][m]["max"])
     assert 0 < worst <= rb, (worst, rb)
+
+
+# issue 46, claims with `given`: vLLM's single-turn engine with its prompt and output drawn in the
+# init, where a given reads them (L251: once the init has run), and a flag beside them
+GIVEN_INIT = """    init {
+      set n = 50 + floor(~exp(500));             // prompt tokens
+      set o = 1 + floor(~exp(200));              // output tokens
+      set flag = ~bernoulli(0.5);
+    }
+    turn { }"""
+NODECODE = "claim nodecode given (o == 1): every iteration of vllm (decoders == 0);"
+SHORT = "claim short given (n <= 60 && flag <= 1): at end (largest(ttft) <= 1);"
+# the bound's own numbers under that given (its facts: tokens <= 180, kv_decode + kv_prefill <= 276)
+SHARP = "claim sharp given (n <= 60 && flag <= 1): every iteration of vllm (tokens <= 180 && kv_decode + kv_prefill <= 276);"
+
+
+def _vllm_init(*claims: str) -> str:
+    text = (ROOT / "examples/single-turn/vllm_single_turn.sq").read_text()
+    turn = text[text.index("    turn {"):text.index("    }\n", text.index("    turn {")) + 5]
+    return _vllm(" ".join(claims)).replace(turn, GIVEN_INIT)
+
+
+# each claim's restriction of a workload of the bound to its family: the draws 0 (n's), 1 (o's), 2 (the flag's)
+RESTRICT = {"nodecode": lambda d, rng: d.__setitem__(1, 0),
+            "short": lambda d, rng: (d.__setitem__(0, rng.randint(0, 10)), d.__setitem__(2, rng.randint(0, 1)))}
+RESTRICT["sharp"] = RESTRICT["short"]
+
+
+def test_given_within_the_bound():
+    """Under its given each session's maxima are its family's: o == 1 leaves no decode work (no
+    decoder ever), n <= 60 a prompt of 60 at most; both proved by the bound at the default bound."""
+    prog = api.load_text(_vllm_init(NODECODE, SHORT), "vg.sq")
+    res, cpu = _cpu(lambda: verify(prog))
+    for name in ("nodecode", "short"):
+        v = res.claims[name]
+        assert (v.verdict, v.by) == ("proved", "bound"), (name, v.reason)
+        assert any("satisfies the claim's given" in f for f in v.within_bound), v.within_bound
+    assert "decode 0" in " ".join(res.claims["nodecode"].within_bound)
+    assert "prefill 60 " in " ".join(res.claims["short"].within_bound)
+    assert cpu < 60
+
+
+def test_given_dropped_not_proved():
+    # every workload's maxima: a decode of up to 16 tokens, so some iteration has a decoder
+    p = convert(api.load_text(_vllm_init(NODECODE.replace(" given (o == 1)", "")), "vg.sq"))
+    got = bounded.prove(p, len(p.claims) - 1, 3, 16, lambda: 30)
+    assert isinstance(got, str) and "not within the bound" in got
+    # with it, the bound proves it (its family's maxima), and a given it cannot read is not assumed
+    assert isinstance(bounded.prove(convert(api.load_text(_vllm_init(NODECODE), "vg.sq")), 0, 3, 16,
+                                    lambda: 30), bounded.Proof)
+    p = convert(api.load_text(_vllm_init(NODECODE.replace("(o == 1)", "(o % 2 == 1 && o <= 1)")), "vg.sq"))
+    got = bounded.prove(p, 0, 3, 16, lambda: 30)   # a remainder is not read here: every workload's maxima
+    assert isinstance(got, str) and "not within the bound" in got
+    # a given it cannot read leaves a proof over every workload (its family's too), said so
+    p = convert(api.load_text(_vllm_init(SHORT.replace("flag <= 1", "flag % 2 == 0")), "vg.sq"))
+    got = bounded.prove(p, 0, 3, 16, lambda: 30)
+    assert isinstance(got, bounded.Proof) and any("given is not read here" in f for f in got.facts), got
+
+
+@pytest.mark.parametrize("name", ["nodecode", "short", "sharp"])
+def test_differential_given_proofs_hold_in_the_simulator(name):
+    """Each claim the bound proves under its given holds on random workloads of the bound restricted
+    to its family (every session satisfies the given), run by the interpreter, and the extremes."""
+    claim = {"nodecode": NODECODE, "short": SHORT, "sharp": SHARP}[name]
+    prog = api.load_text(_vllm_init(claim), "vg.sq")
+    p = convert(prog)
+    assert isinstance(bounded.prove(p, 0, 3, 16, lambda: 30), bounded.Proof)
+    rng = random.Random(46)
+    wls = list(floats.workloads(p, 3, 16, 16, WORKLOADS, seed=46))
+    wls += [{"sessions": [{"arrival": 0, "draws": [16] * 8} for _ in range(k)]} for k in (1, 2, 3)]
+    for wl in wls:
+        for s in wl["sessions"]:
+            RESTRICT[name](s["draws"], rng)
+        rep = api.run(prog, None, None, wl)
+        st = rep["claims"][name]["status"]
+        assert st == "held", (name, wl, rep["claims"][name])   # in its family (no session out of scope), held

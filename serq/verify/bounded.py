@@ -274,13 +274,33 @@ def _scope(p: R.Program) -> R.HoldS:
     return h
 
 
-def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left) -> Maxima:
+GIVEN_NODES = (R.Num, R.Attr, R.Not, R.Ite, R.Bin, R.Fn)
+
+
+def _given(tm: _Terms, g, env: dict):
+    """A claim's `given` as a term over the session's unknowns, read as the kernel reads it: once the
+    init has run (exec.arrive: init, then the given, then the turns), on the attributes it set and
+    the built-in ones. Outside where it reads anything else (the machine, the clock)."""
+    bad = next((x for x in V._nodes(g) if not isinstance(x, GIVEN_NODES)), None)
+    if bad is not None:
+        raise Outside(f"it reads {type(bad).__name__}")
+    return tm.term(g, dict(env))
+
+
+def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left, given=None) -> Maxima:
+    """A session's most; under `given` (a claim's), over the sessions that satisfy it: the claim's
+    family is the workloads whose every session does (the reference's *Claims*)."""
     tm = _Terms(p)
     env = {"serial": tm.fresh(0, n - 1), "turn_no": _real(0), "cached": _real(0), "computed": _real(0)}
     amounts = []
     works = []   # (mode, work, growing)
     units, reserves, consumed = {}, {}, {}
-    for st in p.init + p.turn + p.server:
+    if given is not None and any(isinstance(st, R.HoldS) for st in p.init):
+        raise Outside("a given read after a hold in the init")
+    for k, st in enumerate(p.init + p.turn + p.server):
+        if given is not None and k == len(p.init):   # the init has run: the kernel reads the given here
+            tm.cons.append(_given(tm, given, env) != 0)
+            given = None
         if isinstance(st, R.DrawA):
             env[st.name] = tm.fresh(0, values)
         elif isinstance(st, R.SetA):
@@ -324,7 +344,11 @@ def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left) -> Maxima:
                     works.append((b.mode, w, b.growing))
             if st.cache is not None:
                 amounts.append((tm.term(st.cache, env), "a hold's cache"))
+    if given is not None:   # init, turn and server are the init alone
+        tm.cons.append(_given(tm, given, env) != 0)
     cons = tm.cons
+    if not _can(cons, z3.BoolVal(True), left):
+        raise Outside("no session within the bound satisfies the given")
     for t, what in amounts:
         _amount_ok(cons, t, what, left)
 
@@ -382,9 +406,21 @@ class Bound:
     t_min: Optional[int] = None   # the least tokens of a batch of prefills none of which ends (None: no such batch)
 
 
-def bound(p: R.Program, n: int, values: int, left) -> Bound:
+def bound(p: R.Program, n: int, values: int, left, given=None) -> Bound:
+    """The bound's invariants; under a claim's `given` (None: every workload), those of its family.
+    A given this reading cannot follow is not assumed: the invariants are then every workload's,
+    which hold on the family too (said in the facts)."""
     h = _scope(p)
-    mx = maxima(p, h, n, values, left)
+    note = []
+    if given is not None:
+        try:
+            mx = maxima(p, h, n, values, left, given)
+            note = ["every session satisfies the claim's given (its family: read once the init has run)"]
+        except Outside as o:   # never assumed where not read: every workload's maxima cover the family
+            mx = maxima(p, h, n, values, left)
+            note = [f"the claim's given is not read here ({o}): the invariants of every workload, its family's too"]
+    else:
+        mx = maxima(p, h, n, values, left)
     for hp in h.pools:
         cap = p.pools[hp.pool].cap
         if cap is not None and n * mx.F[hp.pool] > cap:
@@ -419,11 +455,12 @@ def bound(p: R.Program, n: int, values: int, left) -> Bound:
     lem("b:tokens", f"tokens <= {tk}", lambda v: v("tokens") <= tk, tok)
     lem("b:prefilled", f"prefilled <= {min(tk, n * mx.pw)}", lambda v: v("prefilled") <= min(tk, n * mx.pw),
         ("prefilled", R.StepVar("Npre", True)))
-    for name, x in (("decoders", R.StepVar("Ndec", True)), ("residents", R.StepVar("Nres")),
-                    (f"queue({eng})", R.Obs("queue", eng)), ("arrived", R.Ctx("arrived")),
-                    ("running.decoding", R.StepVar("Ndec")), ("waiting.admitted", R.StepVar("Admitted")),
-                    ("waiting.count", R.StepVar("Queued"))):
-        lem(f"b:{name}", f"{name} <= {n}", lambda v, name=name: v(name) <= n, (name, x))
+    nd = n if mx.dt > 0 else 0   # a run of no work completes at once (exec.run_stmt): no decoder
+    for name, x, most in (("decoders", R.StepVar("Ndec", True), nd), ("residents", R.StepVar("Nres"), n),
+                          (f"queue({eng})", R.Obs("queue", eng), n), ("arrived", R.Ctx("arrived"), n),
+                          ("running.decoding", R.StepVar("Ndec"), nd), ("waiting.admitted", R.StepVar("Admitted"), n),
+                          ("waiting.count", R.StepVar("Queued"), n)):
+        lem(f"b:{name}", f"{name} <= {most}", lambda v, name=name, most=most: v(name) <= most, (name, x))
     kv = n * mx.pos
     lem("b:kv", f"kv_decode + kv_prefill <= {kv}", lambda v: v("kv_decode") + v("kv_prefill") <= kv,
         ("kv_decode", R.StepVar("Kvb", True)), ("kv_prefill", R.StepVar("Kvp", True)))
@@ -438,7 +475,7 @@ def bound(p: R.Program, n: int, values: int, left) -> Bound:
         for fn, most in (("holders", n if i in mx.F else 0), ("used", n * f), ("queued", n)):
             nm = f"{fn}({q.name})"
             lem(f"b:{nm}", f"{nm} <= {most}", lambda v, nm=nm, most=most: v(nm) <= most, (nm, R.Obs(fn, q.name)))
-    facts = [f"at most {n} sessions, each one request at a time",
+    facts = [f"at most {n} sessions, each one request at a time"] + note + [
              f"a session's most (draws 0..{values}): prefill {mx.pt} ({mx.npre} run(s), the largest {mx.pw}), "
              f"decode {mx.dt}" + "".join(f", {p.pools[i].name} {f}" for i, f in mx.F.items()),
              "no preemption, no wait for memory: " + ", ".join(
@@ -506,7 +543,7 @@ def prove(p: R.Program, j: int, n: int, values: int, left) -> Proof | str:
     """Claim j proved within the bound of n sessions at values 0..values, or why not."""
     c = p.claims[j]
     try:
-        b = bound(p, n, values, left)
+        b = bound(p, n, values, left, c.given)
         kernel = _kernel_lemmas(p)
         lems = kernel + b.lemmas
         if c.form != "end":
