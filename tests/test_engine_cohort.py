@@ -192,3 +192,99 @@ def test_dump_alike(monkeypatch, tmp_path):
     for js in (a[0], b[0]):
         js["program"].pop("sha256", None)
     assert a == b
+
+
+# growth-heavy: blocks of 1 (a growth a member an iteration) and 16, pools near full (the growths
+# that find no room go one at a time), gauges reading used(kv) and the holders at every instant
+GAUGES = "  gauge kv_used = used(kv);\n  gauge seqs = holders(reqs);\n  gauge kv_free = free(kv);\n"
+GROWTH = {
+    "blocks of 1": dict(kv=6000, seats=64, cap=2048, bs=1, arrive="poisson(30)", prompt="8 + floor(~exp(40))",
+                        out="1 + floor(~exp(60))", serve="advance running;", claims=GAUGES),
+    "blocks of 1 near full": dict(kv=600, seats=64, cap=2048, bs=1, arrive="poisson(30)",
+                                  prompt="8 + floor(~exp(40))", out="1 + floor(~exp(60))",
+                                  serve="advance running;", claims=GAUGES),
+    "blocks of 16 near full": dict(kv=16 * 60, seats=64, cap=2048, bs=16, arrive="poisson(30)",
+                                   prompt="8 + floor(~exp(40))", out="1 + floor(~exp(60))",
+                                   serve="advance running;", claims=GAUGES),
+    "blocks of 16 batch": dict(kv=16 * 40 * 300, seats=64, cap=4096, bs=16, arrive="batch(60)",
+                               prompt="3 + floor(~exp(20))", out=300, serve="advance running;",
+                               claims=GAUGES),
+    "blocks of 5 odd prompts": dict(kv=5 * 3000, seats=64, cap=2048, bs=5, arrive="poisson(40)",
+                                    prompt="1 + floor(~exp(13))", out="2 + floor(~exp(70))",
+                                    serve="advance running;", claims=GAUGES),
+    "claims read used": dict(kv=16 * 200, seats=64, cap=2048, bs=16, arrive="poisson(30)",
+                             prompt="8 + floor(~exp(40))", out="1 + floor(~exp(60))", serve="advance running;",
+                             claims=GAUGES
+                             + "  claim mem: every iteration of llm (used(kv) <= 3200);\n"),
+}
+
+
+@pytest.mark.parametrize("ff", [True, False], ids=["fast-forward", "one at a time"])
+@pytest.mark.parametrize("case", list(GROWTH), ids=list(GROWTH))
+def test_growth_alike(monkeypatch, case, ff):
+    """The due growths of an iteration at once (_co_grow_all) or one at a time where a pool is
+    short, the cohort kept through fast-forwards (_co_ahead): the same report, gauges and samples."""
+    prog = api.load_text(DECODE.format(**GROWTH[case]), f"{case}.sq")
+    paths = {"grouped": 0, "one at a time": 0}
+    real = Iterations._co_grow_all
+
+    def count(self, eng, ep, due, gq):
+        ok = real(self, eng, ep, due, gq)
+        if ok and gq and any(d for _, d in gq.values()):
+            paths["grouped"] += 1
+        elif not ok:
+            paths["one at a time"] += 1
+        return ok
+    monkeypatch.setattr(Iterations, "_co_grow_all", count)
+    ahead = Iterations._co_ahead
+
+    def kept(self, eng, extra):  # a fast-forward that keeps the cohort, its groups moved past the run
+        ok = ahead(self, eng, extra)
+        paths["kept"] = paths.get("kept", 0) + ok
+        return ok
+    monkeypatch.setattr(Iterations, "_co_ahead", kept)
+    arrivals = None if "batch" in case else 300
+    # a batch whose decodes start together is one fast-forward to its end: no cohort forms
+    engages = case != "claims read used" and not (ff and "batch" in case)
+    _alike(monkeypatch, prog, arrivals, ff, engages=engages)
+    if engages:
+        assert paths["grouped"] > 0
+        if ff:
+            assert paths.get("kept", 0) > 0
+    if "near full" in case:
+        assert paths["one at a time"] > 0
+
+
+def test_dump_growth_alike(monkeypatch, tmp_path):
+    """--dump reads the gauges (used(kv)) and the queues at every instant."""
+    path = tmp_path / "g.sq"
+    path.write_text(DECODE.format(**GROWTH["blocks of 16 near full"]))
+    argv = [str(path), "--arrivals", "200", "--quiet"]
+    a = _cli(monkeypatch, True, argv, str(tmp_path / "on"))
+    b = _cli(monkeypatch, False, argv, str(tmp_path / "off"))
+    for js in (a[0], b[0]):
+        js["program"].pop("sha256", None)
+    assert a == b
+
+
+@pytest.mark.parametrize("ff", [True, False], ids=["fast-forward", "one at a time"])
+def test_growth_evicting_alike(monkeypatch, ff):
+    """A pool whose cache gives the room: the group's growths each evict in turn (_co_grow_all)."""
+    from serq.interp.pools import Pool
+    inside, evicted = [False], [0]
+    real, real_evict = Iterations._co_grow_all, Pool._evict
+
+    def grow_all(self, eng, ep, due, gq):
+        inside[0] = True
+        try:
+            return real(self, eng, ep, due, gq)
+        finally:
+            inside[0] = False
+
+    def evict(self, e, units):
+        evicted[0] += inside[0]
+        return real_evict(self, e, units)
+    monkeypatch.setattr(Iterations, "_co_grow_all", grow_all)
+    monkeypatch.setattr(Pool, "_evict", evict)
+    _alike(monkeypatch, api.load(SINGLE, {"bs": 1, "blocks": 40000, "rate": 10}), 400, ff)
+    assert evicted[0] > 0

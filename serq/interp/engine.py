@@ -22,6 +22,8 @@ BIG = 1 << 62  # no bound on a loop's iterations (the next event or the horizon 
 RUNNING = ("Nres", "Ndec", "Kvb", "Kvp")
 _sess_id = attrgetter("sess.id")
 _W = 2.0 ** 53  # float sums of whole numbers below it are exact in any grouping
+_G = 2.0 ** 49  # a pool's used below it, a member's units a whole number of blocks grows by one block
+_BL = 2.0 ** 30  # (round_up's 1e-12 slack is below 1/block then)
 CO_MIN = 16     # a cohort forms where this many run at least (below, one at a time costs less)
 
 
@@ -98,7 +100,9 @@ class Engine:
         self.co_it = -1                # the iteration that serves it (iter_no), while planned or running
         self.co_s = 0                  # the sum of its members' pos - e0 (an int: exact)
         self.co_n = 0                  # members numbered in joining order (their order in reqs)
-        self.co_grow: dict = {}        # epoch -> [(cn, member)] that grow a block as it is planned
+        self.co_grow: dict = {}        # epoch -> [(cn, member)] that grow as it is planned, each alone
+        self.co_gq: dict = {}          # epoch -> {id(pool): (pool, {cn: member})}: members whose units
+        #                                are whole blocks, each growing one block then (_co_place)
         self.co_fin: dict = {}         # epoch -> [(cn, member)] whose run ends with that advance
 
     # -- observables
@@ -163,9 +167,10 @@ class Iterations:
 
     # -- the cohort: the running requests that decode plainly, advanced as one (issue 49). Its members
     # are the head of eng.reqs, so the head of the batch; each is served a token an iteration, grows
-    # a block at an epoch the calendar co_grow keeps and ends at one co_fin keeps; every position and
-    # tokens left is whole below 2**53, so the sums are exact. Whatever reads a member otherwise
-    # writes the cohort out first (_co_flush).
+    # a block at an epoch the calendars co_gq (by pool, a group's together) and co_grow (alone) keep
+    # and ends at one co_fin keeps; every position and tokens left is whole below 2**53, so the sums
+    # are exact. Whatever reads a member otherwise writes the cohort out first (_co_flush); its
+    # alloc.units and its pool's used are exact at every instant.
     def _co_ok(self, eng, spec):
         return self.cohort and spec["co"] and not self.itl_max and self.step_log is None \
             and self.recorder is None and not self.claims_iter.get(id(eng))
@@ -198,6 +203,7 @@ class Iterations:
         eng.co_it = -1
         eng.co = []
         eng.co_grow = {}
+        eng.co_gq = {}
         eng.co_fin = {}
         eng.co_s = 0
 
@@ -233,15 +239,18 @@ class Iterations:
             self._co_flush(eng, 0)
             return False
         due = eng.co_grow.pop(ep, None)
-        if due:
-            due.sort()
-            cal = eng.co_grow
+        gq = eng.co_gq.pop(ep, None)
+        if (due or gq) and not self._co_grow_all(eng, ep, due, gq):
+            # one at a time in the cohort's order, as the requests would be
+            items = [t for t in due if t[1].cn == t[0]] if due else []
+            if gq:
+                for _m, d in gq.values():
+                    items.extend(d.items())
+            items.sort()
             noted = None  # plain pools grown in place, their used noted once (the instant's last holds)
             ceil = math.ceil
-            for t in due:
-                cn, r = t
-                if r.cn != cn:  # left the cohort since
-                    continue
+            place = self._co_place
+            for cn, r in items:
                 a = r.alloc
                 m = a.pool
                 pos = a.pos + (ep - r.e0)
@@ -269,12 +278,158 @@ class Iterations:
                             return False
                         m.make_room(need)
                         m.grow_alloc(a, need)
-                cal.setdefault(int(a.units - pos) + ep, []).append(t)
+                place(eng, cn, r, a, pos, ep)
             if noted:
                 for x in noted:
                     x._note()
         eng.co_it = eng.iter_no
         eng.budget = budget - k
+        return True
+
+    def _co_grow_all(self, eng, ep, due, gq) -> bool:
+        """The growths due at epoch ep, where each of their pools is plain and has room for all of
+        them and every amount is whole (then the order they go in cannot show, and one addition to
+        used is the same float as one a member): a pool's used and _note once (the instant's last
+        holds), a group's members a block each; where the cache must give room, a pool's growths
+        all a block (only its groups'), each's eviction in turn (make_room reads used as the one
+        before leaves it: it evicts what one at a time evicts); else False, nothing done."""
+        tot = {}  # id(pool) -> [pool, the units it grows by, a member due alone grows it]
+        ind = None
+        if due:
+            ceil = math.ceil
+            ind = []
+            for cn, r in due:
+                if r.cn != cn:  # left the cohort since
+                    continue
+                a = r.alloc
+                m = a.pool
+                pos = a.pos + (ep - r.e0)
+                bl = m.block
+                need = ceil((pos + 1.0) / bl - 1e-12) * bl - a.units  # round_up's (bl whole, pos finite)
+                ind.append((cn, r, a, pos, need))
+                if need > 0:
+                    t = tot.get(id(m))
+                    if t is None:
+                        tot[id(m)] = [m, need, True]
+                    else:
+                        t[1] += need
+                        t[2] = True
+        if gq:
+            for pid, (m, d) in gq.items():
+                if d:
+                    t = tot.get(pid)
+                    if t is None:
+                        tot[pid] = [m, len(d) * m.block, False]
+                    else:
+                        t[1] += len(d) * m.block
+        evict = None  # pools whose cache gives room
+        sim = self
+        for t in tot.values():
+            m, need, alone = t
+            u, c = float(m.used), float(m.cached)
+            if not (type(m) is Pool and not m.reserve_held and u.is_integer() and u + need < _G
+                    and u + need <= m.cap + 1e-9):
+                return False
+            if not (c.is_integer() and u + c + need < _W and u + c + need - m.cap <= 1e-9):
+                if alone or m.name in sim.spill_specs or m.name in sim._evict_keys:
+                    return False
+                if evict is None:
+                    evict = []
+                evict.append(m)
+        if evict:
+            for m in evict:  # each growth's make_room as one at a time calls it (in place of grow_alloc)
+                bl = m.block
+                mk = m.make_room
+                for _ in range(int(tot[id(m)][1] // bl)):
+                    mk(bl)
+                    m.used += bl
+                tot[id(m)][1] = 0.0
+        if ind:
+            place = self._co_place
+            for cn, r, a, pos, need in ind:
+                if need > 0:
+                    a.units += need
+                place(eng, cn, r, a, pos, ep)
+        if gq:
+            cal = eng.co_gq
+            for pid, g in gq.items():
+                m, d = g
+                if not d:
+                    continue
+                bl = m.block
+                for r in d.values():
+                    r.alloc.units += bl
+                e = ep + int(bl)  # each at its units again a block later
+                gs = cal.get(e)
+                if gs is None:
+                    cal[e] = {pid: g}
+                else:
+                    h = gs.get(pid)
+                    if h is None:
+                        gs[pid] = g
+                    elif len(h[1]) >= len(d):
+                        h[1].update(d)
+                    else:
+                        d.update(h[1])
+                        gs[pid] = g
+        for m, need, _ in tot.values():
+            if need:
+                m.used += need
+            m._note()
+        return True
+
+    def _co_place(self, eng, cn, r, a, pos, ep):
+        """Calendar a member's next growth (at the epoch its position reaches its units): with its
+        units whole blocks, in its pool's group for that epoch, which grows a block each together."""
+        e = int(a.units - pos) + ep
+        m = a.pool
+        bl = m.block
+        u = a.units
+        if bl < _BL and u < _G and u % bl == 0:
+            gs = eng.co_gq.get(e)
+            if gs is None:
+                eng.co_gq[e] = {id(m): (m, {cn: r})}
+            else:
+                g = gs.get(id(m))
+                if g is None:
+                    gs[id(m)] = (m, {cn: r})
+                else:
+                    g[1][cn] = r
+        else:
+            eng.co_grow.setdefault(e, []).append((cn, r))
+
+    def _co_ahead(self, eng, extra) -> bool:
+        """A fast-forward of `extra` iterations after this one keeps the cohort (it advances by
+        1 + extra epochs as the run ends, _iteration_end): the groups due within it move past it, as
+        the run grows each of their members a block at each of those epochs (_steady's crossings,
+        _grow_steady); False, nothing changed, where a member due alone is among them. The walk
+        bounds the run so that no member ends before its last iteration."""
+        ep = eng.co_ep
+        hi = ep + extra
+        gone = [e for e in eng.co_grow if ep < e <= hi]
+        for e in gone:
+            for cn, r in eng.co_grow[e]:
+                if r.cn == cn:
+                    return False
+        for e in gone:  # only members that left: no epoch of the run pops them
+            del eng.co_grow[e]
+        cal = eng.co_gq
+        for e in [e for e in cal if ep < e <= hi]:
+            for pid, g in cal.pop(e).items():
+                m, d = g
+                if not d:
+                    continue
+                bl = int(m.block)
+                e2 = e + ((hi - e) // bl + 1) * bl  # its first growth after the run
+                gs = cal.get(e2)
+                if gs is None:
+                    cal[e2] = {pid: g}
+                else:
+                    h = gs.get(pid)
+                    if h is None:
+                        gs[pid] = g
+                    else:
+                        h[1].update(d)
         return True
 
     def _co_join(self, eng, now):
@@ -289,7 +444,8 @@ class Iterations:
         ep = eng.co_ep
         if not co:
             eng.co_last = now
-        fin, grow = eng.co_fin, eng.co_grow
+        fin = eng.co_fin
+        place = self._co_place
         while i < n:
             r = reqs[i]
             a = r.alloc
@@ -312,7 +468,7 @@ class Iterations:
             eng.co_s += int(pos) - ep
             if left != INF:
                 fin.setdefault(int(left) + ep, []).append((cn, r))
-            grow.setdefault(int(units - pos) + ep, []).append((cn, r))
+            place(eng, cn, r, a, pos, ep)
             i += 1
 
     # -- building
@@ -765,7 +921,7 @@ class Iterations:
         if co:  # served (else written out as planning ended): the head of the batch
             if eng.co_ep + 1 in eng.co_fin:  # a run ends with this iteration: the walk below finds k < 0
                 return end
-            self._co_rebase(eng)  # the walk reads every request; the cohort stays unless a fast-forward runs
+            self._co_rebase(eng)  # the walk reads every request; a fast-forward keeps the cohort (_co_ahead)
             batch = co + batch
         k = k_left = k_room = None
         first = False    # a request's first token is this iteration's
@@ -826,8 +982,8 @@ class Iterations:
             eng.ends = [end]
             out = self._steady_run(eng, stored, crossings, k, n, end, nxt, tail, watch)
         extra, end1, grows, tail_start = out
-        if extra and eng.co:  # its iterations' tokens applied one request at a time (_iteration_end)
-            self._co_flush(eng)
+        if extra and eng.co and not self._co_ahead(eng, extra):
+            self._co_flush(eng)  # its iterations' tokens applied one request at a time (_iteration_end)
         if extra:
             if first:  # recorded as this iteration ends (_iteration_end)
                 eng.first_end = end
@@ -1205,20 +1361,22 @@ class Iterations:
         now = self.now
         done = []
         rep = eng.repeat  # a fast-forwarded run of steady iterations
-        if rep > 1:
-            self._itl_run(eng)  # its gaps, read before its first tokens are set
+        co = eng.co
+        co_on = co and eng.co_it == eng.iter_no
+        if rep > 1:  # its gaps, read before its first tokens are set; the cohort's the batch's head
+            self._itl_run(eng, len(co), eng.ends[0] - eng.co_last) if co_on else self._itl_run(eng)
         itl = self.c_itl
         gmax = self.itl_max
         one = rep == 1
         gv, gk = None, 0  # one at a time, a run of equal gaps not yet recorded (ITL), one a request
-        co = eng.co
-        if co and eng.co_it == eng.iter_no:
-            # the cohort, the head of the batch: a token each, all with the same gap, one run of
-            # samples; those whose runs end now written out, first in done as in the batch
+        if co_on:
+            # the cohort, the head of the batch: a token each (rep each in a fast-forward), one at a
+            # time all with the same gap, one run of samples; those whose runs end now written out,
+            # first in done as in the batch
             g = now - eng.co_last
-            if g:
+            if g and one:
                 gv, gk = g, len(co)
-            ep = eng.co_ep = eng.co_ep + 1
+            ep = eng.co_ep = eng.co_ep + rep
             eng.co_last = now
             eng.co_it = -1
             fin = eng.co_fin.pop(ep, None)
@@ -1235,6 +1393,11 @@ class Iterations:
                     rec = r.sess.turn_rec
                     rec.ntok += float(d)
                     rec.last = now
+                    gs = eng.co_gq.get(ep + int(a.units - a.pos))  # out of its group (if in one)
+                    if gs is not None:
+                        g = gs.get(id(a.pool))
+                        if g is not None:
+                            g[1].pop(cn, None)
                     r.cn = -1
                     co.remove(r)
                     done.append(r)
@@ -1343,7 +1506,7 @@ class Iterations:
                 if self.itl_max and g > rec.gap:
                     rec.gap = g
 
-    def _itl_run(self, eng):
+    def _itl_run(self, eng, nco=0, gco=None):
         """A fast-forwarded run's gaps (ITL), as its iterations one at a time record them: at the
         first one's end, each turn's from its token before (the prefill's when this one is its first,
         none without a prefill), in batch order; at each later one's end, that iteration's duration
@@ -1355,8 +1518,9 @@ class Iterations:
         itl = self.c_itl
         gmax = self.itl_max
         m = max(gaps) if gmax else None
-        turns = 0
-        gv, gk = None, 0  # a run of equal gaps at t0 not yet recorded
+        # the cohort's nco members first (the batch's head): each its last token at co_last, a gap gco
+        turns = nco
+        gv, gk = (gco, nco) if nco and gco else (None, 0)  # a run of equal gaps at t0 not yet recorded
         for r in eng.batch_reqs:
             rec = r.sess.turn_rec
             last = rec.last
