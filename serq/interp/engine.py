@@ -359,19 +359,7 @@ class Iterations:
                 bl = m.block
                 for r in d.values():
                     r.alloc.units += bl
-                e = ep + int(bl)  # each at its units again a block later
-                gs = cal.get(e)
-                if gs is None:
-                    cal[e] = {pid: g}
-                else:
-                    h = gs.get(pid)
-                    if h is None:
-                        gs[pid] = g
-                    elif len(h[1]) >= len(d):
-                        h[1].update(d)
-                    else:
-                        d.update(h[1])
-                        gs[pid] = g
+                _co_file(cal, ep + int(bl), pid, g)  # each at its units again a block later
         for m, need, _ in tot.values():
             if need:
                 m.used += need
@@ -420,16 +408,7 @@ class Iterations:
                 if not d:
                     continue
                 bl = int(m.block)
-                e2 = e + ((hi - e) // bl + 1) * bl  # its first growth after the run
-                gs = cal.get(e2)
-                if gs is None:
-                    cal[e2] = {pid: g}
-                else:
-                    h = gs.get(pid)
-                    if h is None:
-                        gs[pid] = g
-                    else:
-                        h[1].update(d)
+                _co_file(cal, e + ((hi - e) // bl + 1) * bl, pid, g)  # its first growth after the run
         return True
 
     def _co_join(self, eng, now):
@@ -1590,6 +1569,23 @@ class Iterations:
                 st.update(status="failed", at=t)
             elif cl.form == "some" and ok:
                 st.update(status="witnessed", at=t)
+
+
+def _co_file(cal: dict, e: int, pid: int, g):
+    """A pool's group of cohort members filed at epoch e, merged into one there already (the
+    smaller into the larger: the order of a group's members never shows)."""
+    gs = cal.get(e)
+    if gs is None:
+        cal[e] = {pid: g}
+        return
+    h = gs.get(pid)
+    if h is None:
+        gs[pid] = g
+    elif len(h[1]) >= len(g[1]):
+        h[1].update(g[1])
+    else:
+        g[1].update(h[1])
+        gs[pid] = g
 
 
 def _plain_serves(body) -> bool:
