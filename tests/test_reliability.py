@@ -236,11 +236,19 @@ def test_files_past_a_file_size_limit(tmp_path, prog, command):
 
 # ------------------------------------------------------------------ signals at a random point
 
+def _signals_at_default():
+    """In the child before exec: a terminal's command, its signals not ignored. Run where the test's
+    parent ignores one (a background job ignores SIGINT, nohup SIGHUP), the child would inherit that,
+    and serQ rightly leaves an ignored signal ignored (serq/staged.py)."""
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+
+
 def _signalled(cmd, delay, sig, cwd):
     """cmd in a session of its own, `sig` after `delay` s; its pipes read to their end (a child left
     holding them would hang this), and what of its session is still alive."""
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=ENV,
-                         start_new_session=True)
+                         start_new_session=True, preexec_fn=_signals_at_default)
     time.sleep(delay)
     os.kill(p.pid, sig)
     try:
