@@ -276,3 +276,13 @@ def test_differential_given_proofs_hold_in_the_simulator(name):
         rep = api.run(prog, None, None, wl)
         st = rep["claims"][name]["status"]
         assert st == "held", (name, wl, rep["claims"][name])   # in its family (no session out of scope), held
+
+
+def test_a_bound_proof_the_search_refutes_is_a_bug_of_serq(monkeypatch):
+    """Were the bound's invariants ever wrong, the search's workload that breaks the claim is not
+    quietly the verdict: it is a disagreement (the CLI's exit 3), the proof's facts named."""
+    from serq.verify import Disagreement
+    monkeypatch.setattr(bounded, "prove", lambda *a: bounded.Proof(facts=["a wrong invariant"]))
+    prog = api.load_text(_vllm("claim tight: at end (largest(ttft) <= 0.005);"), "vs.sq")
+    with pytest.raises(Disagreement, match="a wrong invariant"):
+        verify(prog, timeout=20)

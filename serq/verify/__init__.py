@@ -200,6 +200,9 @@ class _Search:
             return
         if why is not None:
             raise Disagreement(v.name, f"{status} at {o.at}", why, wl)
+        if cs.bound_proof is not None:  # a workload of the bound against its invariants' proof: serQ's bug
+            raise Disagreement(v.name, f"{status} at {o.at}", "finds it so too, where the bound's invariants "
+                               "proved it (serq/verify/bounded.py): " + "; ".join(cs.bound_proof.facts), wl)
         v.verdict, v.iteration, v.at, v.sessions, v.workload = verdict, o.iteration, o.at, fam.n, wl
         v.by = self.finding
         if v.by == "unrolled":
