@@ -100,10 +100,15 @@ def test_per_session_proofs_agree_with_enumeration(arrive, sessions, values):
     assert got == {"no_sooner": "proved", "twice": "proved", "over": "counterexample", "moved": "proved",
                    "slack": "proved", "most": "proved", "both": "proved", "same": "proved",
                    "equal": "counterexample"}
-    # `largest(alone) <= 4` holds within the bound only (a prompt of any size breaks it): the paths
-    assert res.claims["most"].by == "every path"
+    # `largest(alone) <= 4` holds within the values only (a prompt of any size breaks it): per session
+    # with each draw 0..2, for every number of sessions (alone <= 1 + 2), not for every value
+    v = res.claims["most"]
+    assert (v.by, v.every_sessions, v.every_value) == ("per session", True, False)
     most = [c.name for c in res.prog.claims].index("most")
     assert session.prove(res.prog, most, lambda: 30.0).startswith("a turn's own observations may break it")
+    assert session.prove(res.prog, most, lambda: 30.0, values=2).values == 2
+    assert session.prove(res.prog, most, lambda: 30.0, values=3).values == 3   # alone at most 1 + 3
+    assert isinstance(session.prove(res.prog, most, lambda: 30.0, values=4), str)   # 1 + 4 at o = 4
     assert res.claims["both"].per_session[0] == (
         "each turn observes one <= 1: the largest on a path that ends is one turn's, or 0; "
         "each turn observes done >= alone: the totals add up the turns of every path that ends")
@@ -270,6 +275,51 @@ def test_a_bound_above_0_on_the_smallest_needs_an_observation_at_each_turn_s_end
     maybe = capped.replace("turn { Size n", "init { Size a = ~det(1); }\n    session { while (a > 0) { set a = 0; turn; } }\n    turn { Size n")
     got = session.prove(convert(api.load_text(maybe, CACHE_TINY)), 0, lambda: 30.0)
     assert isinstance(got, str) and got.startswith("a session may run no turn"), got
+
+
+@pytest.mark.parametrize("values,proved", [(2, True), (8, False)])
+def test_within_the_values_no_hold_is_refused(values, proved):
+    """The claim above with the prompt reserved: a prompt of 1 + a draw is refused past the cap of 8,
+    so the claim fails at a draw of 8 and no fewer. Read with each draw 0..values (the bound's) and
+    the turns counted, the bounds on what a turn begins with show no hold refused at draws 0..2:
+    proved there for every number of sessions; at 8 not (the bounds reach the refusal). (At 7 the
+    kernel holds it too, but the bounds, one box a relation, do not tie a preempted hold's position
+    to its prompt: a rejoin at position 8 is read as refused, and it is not proved so.)"""
+    base = open(CACHE_TINY).read().replace("  claim fresh_tokens:", "  claim least: at end (smallest(fresh) >= 1);\n  claim fresh_tokens:")
+    p = convert(api.load_text(base, CACHE_TINY))
+    got = session.prove(p, 0, lambda: 60.0, values=values)
+    if proved:
+        assert isinstance(got, session.Proof) and got.values == values, got
+        assert any(w.startswith(f"with each draw 0..{values}") for w, _ in got.invariants), got.invariants
+    else:
+        assert isinstance(got, str), got
+    for draw in range(values + 1):   # the kernel: a lone session refused has observed nothing
+        st = ref.evaluate(p, ref.workload(p, 1, draws=[[draw, 0]])).claims["least"].status
+        assert st == ("failed" if draw >= 8 else "held"), (draw, st)
+    if proved:
+        assert expected(p, 2, values, 2)["least"] == "proved"
+
+
+def test_within_the_values_said_as_such(tmp_path):
+    """`serq verify`: a claim a refusal breaks for every value is proved per session within the
+    bound's values (not for every value: absent from `every_value`), and said so."""
+    import json
+    from helpers import serq
+    text = open(CACHE_TINY).read()
+    text = re.sub(r"  claim .*\n", "", text).replace("\n}\n", "\n  claim least: at end (smallest(fresh) >= 1);\n}\n")
+    path = tmp_path / "tiny.sq"
+    path.write_text(text)
+    r = serq("verify", str(path), "--values", "2", "--json", "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    c = out["claims"]["least"]
+    assert (c["verdict"], c["by"]) == ("proved", "per session"), c
+    assert out["bound"]["every_value"] == [] and out["bound"]["every_sessions"] == ["least"]
+    r = serq("verify", str(path), "--values", "2", "--out", str(tmp_path))
+    assert "per session, for every number of sessions and arrival time, each draw 0..2" in r.stdout, r.stdout
+    r = serq("verify", str(path), "--values", "9", "--json", "--out", str(tmp_path))
+    c = json.loads(r.stdout)["claims"]["least"]
+    assert c["verdict"] == "counterexample", c
 
 
 def test_a_draw_a_while_reads_is_a_run_error_on_the_first_turn(tmp_path):

@@ -217,7 +217,9 @@ def as_text(res: Result, file: str, replay: dict, unwritten: dict | None = None)
         if v.by == "induction":
             line += " by induction, for every number of sessions, every value and arrival time"
         elif v.by == "per session":
-            line += " per session, for every number of sessions, every value and arrival time"
+            line += (" per session, for every number of sessions, every value and arrival time" if v.every_value else
+                     f" per session, for every number of sessions and arrival time, each draw 0..{res.bound['values']} "
+                     "(the bound's values; not for every value)")
         elif v.by == "vacuous":
             line += (" vacuously, for every number of sessions, every value and arrival time: under closed(n) "
                      "no path ends, and a claim at end reads only the paths that end")

@@ -39,6 +39,7 @@ tests/test_verify_session.py."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Optional
 
 import z3
@@ -50,6 +51,7 @@ from serq.verify import search as S
 from serq.verify.sym import SymNum, Trace, concrete, own_context, term
 
 NOW = "#now"   # the clock, read by a turn's statements as an attribute of this name
+TURNS = "#turns"   # the turns a session has run, carried where the draws are bounded (turn_no exact)
 KERNEL_ATTRS = ("serial", "turn_no")   # naturals the kernel gives every session
 
 
@@ -58,6 +60,7 @@ class Proof:
     fact: str        # what one turn observes, as the program writes it
     lemma: str       # what a hold's duration was taken to be at least
     invariants: list = field(default_factory=list)   # (where, what Spacer found a session keeps there)
+    values: Optional[int] = None   # the draws read as 0..values (the bound's), None: any natural
 
 
 def decompose(e) -> Optional[tuple]:
@@ -294,8 +297,10 @@ def parts(e) -> Optional[list]:
     return [("sum", {n: x for n, x in w.items() if x != (0, 0)}, k)]
 
 
-def prove(p: R.Program, j: int, left) -> Proof | str:
-    """A claim at end (index j) proved per session, or why not."""
+def prove(p: R.Program, j: int, left, values: Optional[int] = None) -> Proof | str:
+    """A claim at end (index j) proved per session, or why not; with `values`, each draw read as
+    0..values (the bound's), and the turn number counted (docs/verify.md, *Per session, within the
+    values*)."""
     c = p.claims[j]
     ps = parts(c.e)
     if ps is None:
@@ -325,7 +330,7 @@ def prove(p: R.Program, j: int, left) -> Proof | str:
     # is given, would follow what was asked before (the claims before it, this program's step checked
     # in the same call or not), and Spacer's answer with them (`sym.own_context`)
     with own_context():
-        return _turn(p, ps, names, "; ".join(dict.fromkeys(_fact(x) for x in ps)), cmin, B, left)
+        return _turn(p, ps, names, "; ".join(dict.fromkeys(_fact(x) for x in ps)), cmin, B, left, values)
 
 
 class _Turn:
@@ -343,14 +348,19 @@ class _Turn:
     execution cut by a preemption, read on its own) breaking one. z3's Spacer finds the invariants
     that show no failure is reachable, or a derivation of one."""
 
-    def __init__(self, p: R.Program, ps: list, names: set, cmin, B, plan: "_Plan"):
+    def __init__(self, p: R.Program, ps: list, names: set, cmin, B, plan: "_Plan", values: Optional[int] = None):
         self.p, self.ps, self.names, self.cmin, self.B, self.plan = p, ps, names, cmin, B, plan
         self.free: set = set()   # the `a{k}` that range over every real
+        self.values = values
+        self.drop: tuple = ()     # the failures left out (where the bounds showed none is reached)
+        self.draws: set = set()  # the `d{k}` a draw gave (0..values where the values are bounded)
 
     def domain(self, name: str):
         v = S.var(name)
         if name in self.free:
             return z3.BoolVal(True)
+        if name in self.draws:
+            return z3.And(v >= 0, v <= self.values)
         return v >= 0
 
     # -- the two readings: a session's start (init, to its first turn), and a turn from `T`
@@ -380,6 +390,8 @@ class _Turn:
         p, plan = self.p, self.plan
         attrs = tuple((n, self._fresh("d")) for n in KERNEL_ATTRS) + (("cached", 0), ("computed", 0))
         attrs += tuple((f"#entry{i}", 0) for i in sorted(plan.entries))
+        if plan.counted:   # the kernel's session starts at turn 0 (exec.arrive), its count with it
+            attrs = X.assign(X.assign(attrs, "turn_no", 0), TURNS, 0)
         attrs = self._block(p.init, attrs)
         if plan.loop is None and p.session is not None:
             # a shape the clauses do not follow: a later turn reads what the session block, the
@@ -402,7 +414,11 @@ class _Turn:
             xs.append(v)
         self.apps.append(("T", xs))
         for n in KERNEL_ATTRS:
-            attrs = X.assign(attrs, n, self._fresh("d"))
+            if not (plan.counted and n == "turn_no"):
+                attrs = X.assign(attrs, n, self._fresh("d"))
+        if plan.counted:   # this turn's number is the turns before it (exec: TurnGo, TurnEnd)
+            attrs = X.assign(attrs, "turn_no", X.lookup(attrs, TURNS))
+            attrs = X.assign(attrs, TURNS, X.lookup(attrs, TURNS) + 1)
         attrs = X.assign(attrs, "computed", 0)
         attrs = X.assign(attrs, NOW, self.inp.value("T"))
         try:
@@ -486,6 +502,8 @@ class _Turn:
         for st in block:
             env = X.Env(attrs)
             if isinstance(st, R.DrawA):
+                if self.values is not None:
+                    self.draws.add(f"d{self.k}")
                 attrs = X.assign(attrs, st.name, self._fresh("d"))
             elif isinstance(st, R.SetA):
                 attrs = X.assign(attrs, st.name, X.eval_expr(self.p, None, env, _now(st.e)))
@@ -707,6 +725,7 @@ class _Plan:
     entries: set = field(default_factory=set)   # the pools a hold caches on: the session's entry there
     args: dict = field(default_factory=dict)    # relation -> the attributes it carries, in order
     turns: bool = False   # every session runs a turn (its block's first statements are plain, then one)
+    counted: bool = False  # the turns counted (TURNS carried): turn_no is each turn's own
 
 
 class _Cut(Exception):
@@ -786,8 +805,9 @@ def _fact(x) -> str:
             "the totals and counts add up the turns of every path that ends")
 
 
-def plan(p: R.Program) -> "_Plan | str":
-    """What the clauses follow (_Plan), or why a hold is not read per turn."""
+def plan(p: R.Program, counted: bool = False) -> "_Plan | str":
+    """What the clauses follow (_Plan), or why a hold is not read per turn; `counted`: the turns
+    counted, where the clauses follow every turn (a session of one turn, or of a loop of turns)."""
     nat = naturals(p)
     # a content pool's cache is no session's (put_cache): no entry carried there
     entries = {hp.pool for h in V._nodes(p.server) if isinstance(h, R.HoldS) and h.cache is not None
@@ -808,6 +828,9 @@ def plan(p: R.Program) -> "_Plan | str":
         elif (len(rest) == 1 and isinstance(rest[0], R.WhileS) and rest[0].body
               and isinstance(rest[0].body[-1], R.TurnS) and plain(rest[0].body[:-1])):
             out.prefix, out.loop, out.between = body[:turns[0]], rest[0], rest[0].body[:-1]
+        out.counted = counted and (not rest or out.loop is not None)
+        if out.counted:
+            out.nat = out.nat | {TURNS}
     for h in [n for n in V._nodes(p.server) if isinstance(n, R.HoldS)]:
         out.holds.append(id(h))
         cut = [hp.pool for hp in h.pools if p.pools[hp.pool].preempt is not None]
@@ -827,13 +850,13 @@ def plan(p: R.Program) -> "_Plan | str":
     keep = [f"#entry{i}" for i in sorted(entries)]
     after = out.between + ((R.ObserveA("#guard", out.loop.c),) if out.loop is not None else ())
     live = _live(p.turn + p.server + after)
-    out.args["T"] = [n for n in state if n in live and n not in keep] + keep
+    out.args["T"] = [n for n in state if n in live and n not in keep] + keep + ([TURNS] if out.counted else [])
     for j, h in enumerate(p.server):
         if isinstance(h, R.HoldS) and id(h) in out.preempt:
             rest = _reads(p.server[j + 1:] + after)
             want = _live((h,)) | (set(out.body_sets[id(h)]) & rest)
             out.args[f"P{out.holds.index(id(h))}"] = [n for n in state if n in want and n not in keep] + [
-                f"#entry{hp.pool}" for hp in h.pools if hp.pool in entries]
+                f"#entry{hp.pool}" for hp in h.pools if hp.pool in entries] + ([TURNS] if out.counted else [])
     return out
 
 
@@ -864,14 +887,15 @@ def _live(block, defined=None) -> set:
     return live
 
 
-def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left) -> Proof | str:
-    pl = plan(p)
+def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left, values=None, drop=()) -> Proof | str:
+    pl = plan(p, counted=values is not None)
     if isinstance(pl, str):
         return pl
     if not pl.turns and any(x[0] == "min" and x[2] > 0 for x in ps):
         return ("a session may run no turn (its block's first statements are not plain, then a turn): "
                 "`smallest` above 0 needs an observation")
-    t = _Turn(p, ps, names, cmin, B, pl)
+    t = _Turn(p, ps, names, cmin, B, pl, values)
+    t.drop = drop
     paths: list = []
 
     def see(facts, val) -> bool:
@@ -897,13 +921,25 @@ def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left) -> Proof
         return first[0]
     if undecided:
         return f"z3 could not decide {undecided} branch(es) of a turn"
-    why, inv = _solve(t, pl, paths, left)
+    why, inv, known = _boxes(t, pl, paths, left) if pl.counted else ("not counted", None, None)
+    if why is not None and known is not None and "R" not in known.fails:
+        # within the draws no hold is refused, and only the paths past a refusal needed them: the
+        # reading of every natural draw, those paths left out, with its own invariants (Spacer
+        # finds them there far sooner than among the bounds)
+        got = _turn(p, ps, names, fact, cmin, B, left, None, ("R",))
+        if isinstance(got, Proof):
+            return Proof(fact, got.lemma, known.inv + got.invariants, values)
+        return got
+    if why is not None:   # Spacer, told the bounds where they are invariants (each path's start within them)
+        why, inv = _solve(t, pl, paths, left, known, drop)
+        if why is None and known is not None:
+            inv = known.inv + inv
     if why is not None:
         return why
     per = "iteration" if cmin == 1 else f"iteration of at least {cmin} s"
     lemma = (f"a hold lasts at least an {per} for each decode token and for each {B} prefill tokens (rounded up)"
              if B is not None else f"a hold lasts at least an {per} for its prefill and one for each decode token")
-    return Proof(fact, lemma, inv)
+    return Proof(fact, lemma, inv, values)
 
 
 FAILS = {
@@ -914,7 +950,7 @@ FAILS = {
 }
 
 
-def _solve(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
+def _solve(t: _Turn, pl: _Plan, paths: list, left, known=None, drop=()) -> tuple:
     """The paths as Horn clauses, solved by z3's Spacer: (why not, None) when a failure may be
     reached or z3 cannot say, else (None, the invariants it found, as the program names them)."""
     rels = {}
@@ -934,15 +970,15 @@ def _solve(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
     # paths' conditions (a large block): Spacer solved vLLM's chat in 8 s so, 105 s with a clause a path
     groups: dict = {}
     for facts, (apps, head) in paths:
-        if head is None:
+        if head is None or head[0] in drop:
             continue
         key = head if head[0] == "E" else head[0]
         body = [app(n, a) for n, a in apps]
         gk = (tuple(b.sexpr() for b in body), key if key in fails else head[0])
-        groups.setdefault(gk, (body, key, []))[2].append((facts, head))
+        groups.setdefault(gk, (body, key, [], apps))[2].append((facts, head))
     rules = []
     # in an order of their own, not the order the exploration met them (which z3's models decide)
-    for _, (body, key, members) in sorted(groups.items(), key=lambda g: str(g[0])):
+    for _, (body, key, members, apps) in sorted(groups.items(), key=lambda g: str(g[0])):
         if key in fails:
             hd, hargs = fails[key], []
         else:   # the head's arguments are unknowns of their own, each path saying what they are
@@ -957,6 +993,8 @@ def _solve(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
             alts.append(z3.And(conj) if conj else z3.BoolVal(True))
         alts.sort(key=lambda a: a.hash())   # z3's structural hash: the same whatever the context
         whole = body + [t.domain(str(v)) for v in _consts(body)] + [z3.Or(alts)]
+        if known is not None:   # every state a path starts from is within the bounds (_boxes)
+            whole += [known.holds(n, [_as(term(v), rels[n].domain(i)) for i, v in enumerate(a)]) for n, a in apps]
         vs = _consts(whole + [hd])
         # each clause quantifies its own unknowns (declare_var would abstract every clause over all)
         rule = z3.Implies(z3.And(whole), hd)
@@ -979,6 +1017,198 @@ def _solve(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
 
 SEEDS = 3
 _SLICE = "ran out"
+_DEBUG = False
+BOX_TURNS = 64    # the most turns a session's boxes follow (past them: Spacer)
+BOX_ROUNDS = 8    # the rounds a preempted hold's box is widened in before it is left unbounded
+
+
+def _boxes(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
+    """With the draws bounded and the turns counted, each relation's attributes bounded turn by
+    turn: at turn k+1, the most each reaches (z3's optimum) over the paths from turn k's bounds,
+    a preempted hold's (P) to a fixpoint within the turn. The bounds are then checked as a model of
+    the clauses: from inside them every path stays inside and none fails. (None, the invariants)
+    when it is one, else (why, None): Spacer is asked then. Where no natural bound exists (a turn
+    count the draws do not bound), past BOX_TURNS, it gives up."""
+    def sort(rel, i):
+        args = pl.args[rel]
+        return z3.IntSort() if i >= len(args) or args[i] in pl.nat else z3.RealSort()
+
+    def arity(rel):
+        return len(pl.args[rel]) + (0 if rel == "T" else 1)
+
+    def at(rel):   # where its turn count sits among its arguments
+        return pl.args[rel].index(TURNS)
+
+    groups: dict = {}
+    for facts, (apps, head) in paths:
+        if head is None:
+            continue
+        terms = tuple((n, tuple(_as(term(v), sort(n, i)) for i, v in enumerate(a))) for n, a in apps)
+        names = tuple(n for n, _ in terms)
+        if names not in ((), ("T",)) and not (len(names) == 2 and names[0] == "T" and names[1].startswith("P")):
+            return "a path starts from relations the boxes do not follow", None, None
+        key = (tuple((n, tuple(x.sexpr() for x in a)) for n, a in terms), head[0] if head[0] != "E" else head)
+        if head[0] == "T" or head[0].startswith("P"):
+            hs = [z3.Const(f"#h{i}", sort(head[0], i)) for i in range(arity(head[0]))]
+            eqs = [h == _as(term(v), h.sort()) for h, v in zip(hs, head[1])]
+        else:
+            hs, eqs = [], []
+        conj = _no_ite(list(facts) + eqs)
+        conj += [t.domain(str(v)) for v in _consts(conj) if not str(v).startswith(("#h", "#i"))]
+        # a group's heads are its own unknowns (#h), the same names in every member
+        g = groups.setdefault(key, (terms, head[0], [], hs))
+        g[2].append(z3.And(conj) if conj else z3.BoolVal(True))
+    order = sorted(groups.items(), key=lambda kv: str(kv[0]))
+
+    def inside(rel, xs, box):
+        """xs within box (a list of upper bounds, None unbounded), its turn count n."""
+        n, ub = box
+        cs = [xs[at(rel)] == n]
+        cs += [x <= u for x, u in zip(xs, ub) if u is not None]
+        return z3.And(cs)
+
+    def most(body, alts, hs):
+        """The most each head argument reaches (None: no bound), or False where no path is feasible."""
+        o = z3.Optimize()
+        o.set("timeout", S.z3_ms(left))
+        o.set("priority", "box")
+        o.add(body + [z3.Or(alts)])
+        hs_ = [o.maximize(h) for h in hs]
+        with S.cpu_deadline(left):
+            r = o.check()
+        if r == z3.unsat:
+            return False
+        if r != z3.sat:
+            raise _NoBox(f"z3 could not bound a turn's attributes ({o.reason_unknown()})")
+        out = []
+        for h in hs_:
+            up = h.upper()
+            out.append(int(up.as_long()) if z3.is_int_value(up) else
+                       Fraction(up.as_fraction()) if z3.is_rational_value(up) else None)
+        return out
+
+    def hull(a, b):
+        if a is None:
+            return b
+        return [None if x is None or y is None else max(x, y) for x, y in zip(a, b)]
+
+    def step(rel_to, boxes_from: dict):
+        """The box of rel_to's heads from the paths whose starts are within boxes_from (rel -> box)."""
+        got = None
+        for (_, kind), g in order:
+            terms, _, alts, hs = g
+            if kind != rel_to or {n for n, _ in terms} != set(boxes_from):
+                continue
+            body = [inside(n, xs, boxes_from[n]) for n, xs in terms]
+            m = most(body, alts, hs)
+            if m is not False:
+                got = hull(got, m)
+        return got
+
+    try:
+        first = step("T", {})
+        if first is None:
+            return "no turn begins", None, None
+        T = [first]
+        P = []   # P[k]: each preempted hold's box within turn k (rel -> upper bounds)
+        pr = sorted(r for r in pl.args if r.startswith("P"))
+        for k in range(BOX_TURNS + 1):
+            if left() <= 0:
+                return "its share of the timeout ran out bounding a turn", None, None
+            tb = (k, T[k])
+            boxes = {r: None for r in pr}
+            for rnd in range(BOX_ROUNDS + 1):
+                new = {}
+                for r in pr:
+                    m = None
+                    for src in [{"T": tb}] + [{"T": tb, q: (k + 1, boxes[q])} for q in pr if boxes[q] is not None]:
+                        got = step(r, src)
+                        m = hull(m, got) if got is not None else m
+                    new[r] = hull(boxes[r], m) if m is not None else boxes[r]
+                if new == boxes:
+                    break
+                if rnd == BOX_ROUNDS:   # still growing: left unbounded where it grows
+                    new = {r: None if new[r] is None else
+                           [None if boxes[r] is None or x != y else x for x, y in zip(new[r], boxes[r] or new[r])]
+                           for r in pr}
+                boxes = new
+            P.append(boxes)
+            nxt = None
+            for src in [{"T": tb}] + [{"T": tb, q: (k + 1, boxes[q])} for q in pr if boxes[q] is not None]:
+                m = step("T", src)
+                nxt = hull(nxt, m) if m is not None else nxt
+            if nxt is None:
+                break
+            T.append(nxt)
+            if _DEBUG: print("box", k, list(zip(pl.args["T"], nxt)), {r: boxes[r] for r in pr}, flush=True)
+        else:
+            return f"a session's turns are not bounded within {BOX_TURNS}", None, None
+        # the boxes as a model of the clauses: none fails, and every head stays within them
+        I = {"T": [(k, b) for k, b in enumerate(T)]}
+        for r in pr:
+            I[r] = [(k + 1, P[k][r]) for k in range(len(P)) if P[k][r] is not None]
+
+        def holds(rel, xs):
+            return z3.Or([inside(rel, xs, b) for b in I.get(rel, [])]) if I.get(rel) else z3.BoolVal(False)
+        fails = set()
+        for (_, kind), g in order:   # the heads first: the bounds are invariants only if they hold
+            terms, _, alts, hs = g
+            s = z3.Solver()
+            s.set("timeout", S.z3_ms(left))
+            s.add([holds(n, xs) for n, xs in terms] + [z3.Or(alts)] + ([z3.Not(holds(kind, hs))] if hs else []))
+            with S.cpu_deadline(left):
+                r = s.check()
+            if r != z3.unsat:
+                if hs:
+                    return f"the bounds are not closed under a turn ({kind})", None, None
+                fails.add(kind)
+                if _DEBUG:
+                    print("FAIL", kind, [n for n, _ in terms], s.model(), flush=True)
+    except (_NoBox, z3.Z3Exception) as e:
+        return str(e), None, None
+
+    def text(rel, boxes):
+        u = None
+        for _, b in boxes:
+            u = hull(u, b)
+        # the draws' own temporaries (`~k`) left out: the program names them nowhere
+        shown = [f"{_shown(n, t.p) if n != TURNS else 'turns run'} <= {_num(x)}"
+                 for n, x in zip(pl.args[rel] + ([] if rel == "T" else ["computed"]), u or [])
+                 if x is not None and not n.startswith("~")]
+        return " && ".join(shown) or "true"
+    w = f"with each draw 0..{t.values}, "
+    inv = [(w + "as a turn begins", text("T", I["T"]))]
+    inv += [(w + "as a preempted hold executes again", text(r, I[r])) for r in pr if I[r]]
+    # Spacer is told each relation's hull (one box, every turn's): the disjunction of the turns'
+    # boxes made its search slower than without them
+    hulls = {r: None for r in I}
+    for r, bs in I.items():
+        for _, b in bs:
+            hulls[r] = hull(hulls[r], b)
+
+    def within(rel, xs):
+        ub = hulls.get(rel)
+        return z3.And([x <= u for x, u in zip(xs, ub) if u is not None]) if ub is not None else z3.BoolVal(False)
+    known = _Known(within, inv, fails)
+    if fails:
+        return "within the bounds a path may fail", None, known
+    return None, inv, known
+
+
+@dataclass
+class _Known:
+    """Bounds on the relations every reachable state satisfies: `holds(rel, args)`, and their text."""
+    holds: object
+    inv: list
+    fails: set   # the failures a path may reach from within them ("R", "B", ("E", message))
+
+
+class _NoBox(Exception):
+    """z3 could not bound a relation's attributes."""
+
+
+def _num(x) -> str:
+    return str(x) if not isinstance(x, Fraction) or x.denominator != 1 else str(x.numerator)
 
 
 def _spacer(t: _Turn, pl: _Plan, rels: dict, fails: dict, rules: list, seed: int, left) -> tuple:
@@ -1041,7 +1271,8 @@ class _FirstTurn:
 
     def fails(self, facts, apps, head) -> Optional[str]:
         """Why the path is a failure some session's first turn reaches, or None."""
-        if head is None or head[0] not in ("E", "R", "B") or [n for n, _ in apps] != ["T"] or not self.starts:
+        if head is None or head[0] not in ("E", "R", "B") or head[0] in self.t.drop or \
+                [n for n, _ in apps] != ["T"] or not self.starts:
             return None
         xs = [term(x) for x in apps[0][1]]
         link = z3.Or([z3.And([c] + [x == _as(a, x.sort()) for x, a in zip(xs, args)]) for c, args in self.starts])
