@@ -1012,6 +1012,11 @@ class Iterations:
         of its own one at a time); the batch's values in the engine's dicts as the last cost read
         them; the watched claims (_steady_claims) read at each iteration that grows a hold. It
         changes nothing else."""
+        if not watch:  # no claim reads a growth: the iterations in one loop, their growths after
+            out = self._steady_once(eng, run, list(crossings), k, n, end, nxt, tail)
+            if out is not None:
+                return out
+            eng.ends = [end]  # a growth found no room: walked growth by growth below
         b, v = eng.batch, eng.vars
         c = self.machine
         used = {}        # each growing pool's used as the growths so far leave it
@@ -1074,6 +1079,36 @@ class Iterations:
         v["Kvb"] = vk if "_vk" in named else _adv(vk, fn, adds)
         v["Attn"] = at if "_at" in named else _adv(at, fn, adds)
         return extra, end, grows, tail_start
+
+    def _steady_once(self, eng, run, crossings, k, n, end, nxt, tail):
+        """_steady_run's answer from one run of the cost loop: a growth changes nothing the cost
+        reads, so the iterations are run to k (or the event) at once and their growths read off
+        after, each at its iteration's start, in the walk's order; None where one finds no room
+        (the walk then stops there: the caller walks instead)."""
+        b, v = eng.batch, eng.vars
+        fn = float(n)
+        cnt, end1, bk, vk, at, stopped = run(self.machine, eng, b["Kvb"], v["Kvb"], v["Attn"], fn, end, nxt,
+                                            int(k) if k < INF else BIG)
+        ends = eng.ends  # ends[i]: iteration i's end, the start of i + 1 (ends[0] this one's)
+        used = {}
+        grows = []
+        pop, push = heapq.heappop, heapq.heappush
+        while crossings and crossings[0][0] <= cnt:
+            i, j, r = pop(crossings)
+            pool = r.alloc.pool
+            u = used.get(pool, pool.used)
+            bl = pool.block
+            if not u + bl <= pool.cap + 1e-9:
+                return None
+            used[pool] = u + bl
+            grows.append((ends[i - 1], r))
+            push(crossings, (i + int(bl), j, r))
+        adds = cnt + stopped
+        named = run.named
+        b["Kvb"] = bk if "_bk" in named else _adv(bk, fn, adds)
+        v["Kvb"] = vk if "_vk" in named else _adv(vk, fn, adds)
+        v["Attn"] = at if "_at" in named else _adv(at, fn, adds)
+        return cnt, end1, grows, (ends[int(k) - 1] if tail and cnt == k else None)
 
     def _body(self, eng, body, spec):
         c = self.machine
