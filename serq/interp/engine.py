@@ -1491,6 +1491,7 @@ class Iterations:
         else:
             gauges = self._growth_gauges if self.growth_gauges else None
         t = None
+        keyed = self._evict_keys
         for t1, r in grows:
             if t1 != t:
                 if gauges is not None and t is not None:
@@ -1498,8 +1499,30 @@ class Iterations:
                 t = self.now = t1   # (the engine's busy time has its change point there: _iteration_end)
             a = r.alloc
             pool = a.pool
-            pool.make_room(pool.block)
-            pool.grow_alloc(a, pool.block)
+            bl = pool.block
+            # make_room and grow_alloc of a plain pool (_pool_plain, no spill) in line: a growth is
+            # the hot path of a long decode; the common eviction, one block off the oldest entry
+            # that holds one, as make_room makes it, and any other through make_room
+            over = pool.used + pool.cached + bl - pool.cap
+            if over > 1e-9:
+                ents = pool.entries
+                e = ents[0] if ents else None
+                if over == bl and e is not None and e.alive and e.units >= bl and pool.name not in keyed:
+                    e.units -= bl
+                    pool.cached -= bl
+                    pool.evicted += 1
+                    if e.units <= 1e-9:
+                        e.alive = False
+                        del ents[0]
+                        if e.owner is not None and pool.own.get(e.owner.cid) is e:
+                            del pool.own[e.owner.cid]
+                else:
+                    pool.make_room(bl)
+            a.units += bl
+            u = pool.used = pool.used + bl
+            if u > pool.max_used:
+                pool.max_used = u
+            pool.used_avg.set(t, u)
         if gauges is not None and t is not None:
             gauges()
         self.now = end
