@@ -164,6 +164,10 @@ class Iterations:
 
     _steady_src = None  # while step_src writes _steady_cost's source: the locals it has named
     cohort = os.environ.get("SERQ_COHORT", "1") != "0"  # 0: every request one at a time (tests compare)
+    # a fast-forward's iterations in one cost loop (_steady_once) and its growths in line
+    # (_grow_steady); off: growth by growth, through the pool's calls (tests compare the two)
+    steady_once = True
+    grow_inline = True
 
     # -- the cohort: the running requests that decode plainly, advanced as one (issue 49). Its members
     # are the head of eng.reqs, so the head of the batch; each is served a token an iteration, grows
@@ -1012,7 +1016,7 @@ class Iterations:
         of its own one at a time); the batch's values in the engine's dicts as the last cost read
         them; the watched claims (_steady_claims) read at each iteration that grows a hold. It
         changes nothing else."""
-        if not watch:  # no claim reads a growth: the iterations in one loop, their growths after
+        if not watch and self.steady_once:  # no claim reads a growth: the iterations in one loop, their growths after
             out = self._steady_once(eng, run, list(crossings), k, n, end, nxt, tail)
             if out is not None:
                 return out
@@ -1492,6 +1496,7 @@ class Iterations:
             gauges = self._growth_gauges if self.growth_gauges else None
         t = None
         keyed = self._evict_keys
+        inline = self.grow_inline
         for t1, r in grows:
             if t1 != t:
                 if gauges is not None and t is not None:
@@ -1500,6 +1505,10 @@ class Iterations:
             a = r.alloc
             pool = a.pool
             bl = pool.block
+            if not inline:
+                pool.make_room(bl)
+                pool.grow_alloc(a, bl)
+                continue
             # make_room and grow_alloc of a plain pool (_pool_plain, no spill) in line: a growth is
             # the hot path of a long decode; the common eviction, one block off the oldest entry
             # that holds one, as make_room makes it, and any other through make_room
