@@ -300,6 +300,42 @@ def test_within_the_values_no_hold_is_refused(values, proved):
         assert expected(p, 2, values, 2)["least"] == "proved"
 
 
+@pytest.mark.parametrize("claim,proved", [("smallest(response) >= 1", True), ("total(response) >= count(response)", True),
+                                         ("smallest(response) >= 2", False), ("largest(response) <= 99", False)])
+def test_the_response_read_per_turn_as_a_bound_below(claim, proved):
+    """A turn's response is the clock's advance over it: each hold at least what the lemma gives (an
+    iteration of cost 1 here), so the response is bounded below per turn, never above (the others'
+    work may delay it any time). A prompt of 1 and an output of 1 answer in one iteration: a
+    bound of 2 fails; one above is not read so (left to the paths)."""
+    text = open(CACHE_TINY).read().replace("  claim fresh_tokens:", f"  claim least: at end ({claim});\n  claim fresh_tokens:")
+    p = convert(api.load_text(text, CACHE_TINY))
+    got = session.prove(p, 0, lambda: 60.0, values=2)
+    assert isinstance(got, session.Proof) == proved, got
+    if claim.startswith("smallest(response) >= 2"):
+        assert expected(p, 2, 2, 2)["least"] == "counterexample"
+    if proved:
+        assert expected(p, 2, 2, 2)["least"] == "proved"
+
+
+def test_a_server_that_branches_to_two_queues_is_read_per_turn():
+    """Two queues on one engine, each kind of request to its own (the server branches on a drawn
+    kind): each turn reads one arm, its hold preempted or not, and the claims per turn are proved for
+    every number of sessions, as every workload of 2 sessions, values 0..2, on the kernel agrees; a
+    false one is not."""
+    path = os.path.join(ROOT, "tests", "data", "verify", "two_queues.sq")
+    text = open(path).read().replace("  claim within_budget:", "  claim two: at end (smallest(fresh) >= 2);\n  claim within_budget:")
+    p = convert(api.load_text(text, path))
+    names = [c.name for c in p.claims]
+    want = expected(p, 2, 2, 3)   # three draws a session: its kind, its prompt, its output
+    for name in ("fresh_least", "fresh_sum"):
+        got = session.prove(p, names.index(name), lambda: 60.0)
+        assert isinstance(got, session.Proof), (name, got)
+        assert want[name] == "proved"
+    got = session.prove(p, names.index("two"), lambda: 60.0)
+    assert isinstance(got, str) and got.startswith("a turn's own observations may break it"), got
+    assert want["two"] == "counterexample"
+
+
 def test_within_the_values_said_as_such(tmp_path):
     """`serq verify`: a claim a refusal breaks for every value is proved per session within the
     bound's values (not for every value: absent from `every_value`), and said so."""

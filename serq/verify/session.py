@@ -38,7 +38,7 @@ work (a preempted run's tokens are given again). The kernel's paths are checked 
 tests/test_verify_session.py."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Optional
 
@@ -51,6 +51,7 @@ from serq.verify import search as S
 from serq.verify.sym import SymNum, Trace, concrete, own_context, term
 
 NOW = "#now"   # the clock, read by a turn's statements as an attribute of this name
+RESPONSE = "response"   # the client's sample a turn that ends records: its time from start to end (exec.answered)
 TURNS = "#turns"   # the turns a session has run, carried where the draws are bounded (turn_no exact)
 KERNEL_ATTRS = ("serial", "turn_no")   # naturals the kernel gives every session
 
@@ -87,7 +88,7 @@ def _linear(e) -> Optional[tuple]:
     if isinstance(e, R.Num):
         return {}, e.v
     if isinstance(e, R.Agg):
-        if e.fn in ("total", "count") and e.name not in R.CLIENT_METRICS:
+        if e.fn in ("total", "count") and (e.name not in R.CLIENT_METRICS or e.name == RESPONSE):
             return {(e.fn, e.name): 1}, 0
         return None
     if isinstance(e, R.Bin) and e.op in ("+", "-"):
@@ -115,9 +116,9 @@ def _scope(p: R.Program, names: set) -> Optional[str]:
         return "a closed population never ends"
     if p.trace:
         return "the sessions replay a trace"
-    for st in p.server:
-        if not isinstance(st, (R.SetA, R.ObserveA, R.HoldS, R.JobS)):
-            return f"the server has a `{type(st).__name__}` (only sets, observations, holds and jobs are read per turn)"
+    why = _server_why(p.server)
+    if why is not None:
+        return why
     for n in V._nodes((p.init, p.turn)):
         if isinstance(n, (R.WhileS, R.TurnS, R.HoldS, R.RunS, R.EndS, R.JobS)):
             return (f"`init` or `turn` has a `{type(n).__name__}` (only sets, draws, observations and branches "
@@ -151,6 +152,23 @@ def _scope(p: R.Program, names: set) -> Optional[str]:
             continue
         if isinstance(n, (R.StepVar, R.Obs, R.Reg, R.Agg)) or isinstance(n, R.Ctx) and n.name != "now":
             return "the server reads the machine (a step value, a pool, a register or a context value other than `now`)"
+    return None
+
+
+def _server_why(block) -> Optional[str]:
+    """Why the server's statements are not read per turn: only sets, observations, holds, jobs and
+    branches over them (a branch's guard on attributes and numbers: two kinds of request, each
+    to its own queue, as an engine that admits two)."""
+    for st in block:
+        if isinstance(st, R.BranchS):
+            if any(isinstance(n, R.Ctx) for n in V._nodes(st.c)):
+                return "a branch of the server reads the clock or the machine"
+            why = _server_why(st.then) or _server_why(st.else_)
+            if why is not None:
+                return why
+        elif not isinstance(st, (R.SetA, R.ObserveA, R.HoldS, R.JobS)):
+            return (f"the server has a `{type(st).__name__}` (only sets, observations, holds, jobs and branches "
+                    "are read per turn)")
     return None
 
 
@@ -287,7 +305,7 @@ def parts(e) -> Optional[list]:
             return [("max", lo.name, c)] if c is not None and c >= 0 else None
         # smallest of none is 0 (the reference's *Claims*): above 0 a path needs an observation, so
         # each turn as it ends must have made one (a path that ends has a session, whose turns ended)
-        if isinstance(hi, R.Agg) and hi.fn == "smallest" and hi.name not in R.CLIENT_METRICS:
+        if isinstance(hi, R.Agg) and hi.fn == "smallest" and (hi.name not in R.CLIENT_METRICS or hi.name == RESPONSE):
             c = _constant(lo)
             return [("min", hi.name, c)] if c is not None else None
     d = decompose(e)
@@ -424,6 +442,9 @@ class _Turn:
         try:
             attrs = self._block(p.turn, attrs)
             attrs = self._block(p.server, attrs)
+            if RESPONSE in self.obs:   # the turn ended: its response, the clock's advance over it (holds at
+                # least what the lemma says, jobs any time: a bound below, never above)
+                self.obs[RESPONSE].append(X.lookup(attrs, NOW) - self.inp.value("T"))
         except _Refused:
             # the session ends at the hold, its turn's observations half made
             if not self._held():
@@ -851,12 +872,15 @@ def plan(p: R.Program, counted: bool = False) -> "_Plan | str":
     after = out.between + ((R.ObserveA("#guard", out.loop.c),) if out.loop is not None else ())
     live = _live(p.turn + p.server + after)
     out.args["T"] = [n for n in state if n in live and n not in keep] + keep + ([TURNS] if out.counted else [])
-    for j, h in enumerate(p.server):
-        if isinstance(h, R.HoldS) and id(h) in out.preempt:
-            rest = _reads(p.server[j + 1:] + after)
-            want = _live((h,)) | (set(out.body_sets[id(h)]) & rest)
-            out.args[f"P{out.holds.index(id(h))}"] = [n for n in state if n in want and n not in keep] + [
-                f"#entry{hp.pool}" for hp in h.pools if hp.pool in entries] + ([TURNS] if out.counted else [])
+    top = {id(h): j for j, h in enumerate(p.server)}
+    for h in [n for n in V._nodes(p.server) if isinstance(n, R.HoldS) and id(n) in out.preempt]:
+        if id(h) in top:
+            rest = _reads(p.server[top[id(h)] + 1:] + after)
+        else:   # in a branch's arm: what anything of the server reads (more than what follows it)
+            rest = _reads(p.server + after)
+        want = _live((h,)) | (set(out.body_sets[id(h)]) & rest)
+        out.args[f"P{out.holds.index(id(h))}"] = [n for n in state if n in want and n not in keep] + [
+            f"#entry{hp.pool}" for hp in h.pools if hp.pool in entries] + ([TURNS] if out.counted else [])
     return out
 
 
@@ -1017,7 +1041,6 @@ def _solve(t: _Turn, pl: _Plan, paths: list, left, known=None, drop=()) -> tuple
 
 SEEDS = 3
 _SLICE = "ran out"
-_DEBUG = False
 BOX_TURNS = 64    # the most turns a session's boxes follow (past them: Spacer)
 BOX_ROUNDS = 8    # the rounds a preempted hold's box is widened in before it is left unbounded
 
@@ -1067,25 +1090,34 @@ def _boxes(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
         cs += [x <= u for x, u in zip(xs, ub) if u is not None]
         return z3.And(cs)
 
+    opts: dict = {}   # a group's paths asserted once, each turn's bounds pushed and popped over them
+
     def most(body, alts, hs):
         """The most each head argument reaches (None: no bound), or False where no path is feasible."""
-        o = z3.Optimize()
+        o = opts.get(id(alts))
+        if o is None:
+            o = opts[id(alts)] = z3.Optimize()
+            o.set("priority", "box")
+            o.add(z3.Or(alts))
         o.set("timeout", S.z3_ms(left))
-        o.set("priority", "box")
-        o.add(body + [z3.Or(alts)])
-        hs_ = [o.maximize(h) for h in hs]
-        with S.cpu_deadline(left):
-            r = o.check()
-        if r == z3.unsat:
-            return False
-        if r != z3.sat:
-            raise _NoBox(f"z3 could not bound a turn's attributes ({o.reason_unknown()})")
-        out = []
-        for h in hs_:
-            up = h.upper()
-            out.append(int(up.as_long()) if z3.is_int_value(up) else
-                       Fraction(up.as_fraction()) if z3.is_rational_value(up) else None)
-        return out
+        o.push()
+        try:
+            o.add(body)
+            hs_ = [o.maximize(h) for h in hs]
+            with S.cpu_deadline(left):
+                r = o.check()
+            if r == z3.unsat:
+                return False
+            if r != z3.sat:
+                raise _NoBox(f"z3 could not bound a turn's attributes ({o.reason_unknown()})")
+            out = []
+            for h in hs_:
+                up = h.upper()
+                out.append(int(up.as_long()) if z3.is_int_value(up) else
+                           Fraction(up.as_fraction()) if z3.is_rational_value(up) else None)
+            return out
+        finally:
+            o.pop()
 
     def hull(a, b):
         if a is None:
@@ -1105,16 +1137,16 @@ def _boxes(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
                 got = hull(got, m)
         return got
 
-    try:
+    def iterate(pr):
+        """Each turn's bounds (T[k]) and its preempted holds' (P[k]), or why there are none."""
         first = step("T", {})
         if first is None:
-            return "no turn begins", None, None
+            return "no turn begins"
         T = [first]
         P = []   # P[k]: each preempted hold's box within turn k (rel -> upper bounds)
-        pr = sorted(r for r in pl.args if r.startswith("P"))
         for k in range(BOX_TURNS + 1):
             if left() <= 0:
-                return "its share of the timeout ran out bounding a turn", None, None
+                raise _NoBox("its share of the timeout ran out bounding a turn")
             tb = (k, T[k])
             boxes = {r: None for r in pr}
             for rnd in range(BOX_ROUNDS + 1):
@@ -1138,11 +1170,23 @@ def _boxes(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
                 m = step("T", src)
                 nxt = hull(nxt, m) if m is not None else nxt
             if nxt is None:
-                break
+                return T, P
             T.append(nxt)
-            if _DEBUG: print("box", k, list(zip(pl.args["T"], nxt)), {r: boxes[r] for r in pr}, flush=True)
-        else:
-            return f"a session's turns are not bounded within {BOX_TURNS}", None, None
+        return f"a session's turns are not bounded within {BOX_TURNS}"
+
+    try:
+        pr = sorted(r for r in pl.args if r.startswith("P"))
+        # the bounds follow the program's turns, not its claims: a claim read again (its margin,
+        # *Floating point*) or another of the program's finds them made (checked again below)
+        key = (repr(replace(t.p, claims=())), t.values)
+        got = _BOX_CACHE.get(key)
+        if got is None:
+            got = _BOX_CACHE[key] = iterate(pr)
+            while len(_BOX_CACHE) > 8:
+                del _BOX_CACHE[next(iter(_BOX_CACHE))]
+        if isinstance(got, str):
+            return got, None, None
+        T, P = got
         # the boxes as a model of the clauses: none fails, and every head stays within them
         I = {"T": [(k, b) for k, b in enumerate(T)]}
         for r in pr:
@@ -1162,8 +1206,6 @@ def _boxes(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
                 if hs:
                     return f"the bounds are not closed under a turn ({kind})", None, None
                 fails.add(kind)
-                if _DEBUG:
-                    print("FAIL", kind, [n for n, _ in terms], s.model(), flush=True)
     except (_NoBox, z3.Z3Exception) as e:
         return str(e), None, None
 
@@ -1201,6 +1243,9 @@ class _Known:
     holds: object
     inv: list
     fails: set   # the failures a path may reach from within them ("R", "B", ("E", message))
+
+
+_BOX_CACHE: dict = {}   # (the program but its claims, the values) -> its turns' bounds (_boxes)
 
 
 class _NoBox(Exception):
