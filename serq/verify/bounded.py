@@ -89,7 +89,7 @@ class _Terms:
         if isinstance(e, R.Num):
             return _real(e.v)
         if isinstance(e, R.Attr):
-            if e.name not in env:
+            if env.get(e.name) is None:   # unset, or set on one side of a branch or loop only (_merge)
                 raise Outside(f"`{e.name}` is read where the bound's reading has no value for it")
             return env[e.name]
         if isinstance(e, R.Not):
@@ -163,35 +163,41 @@ def _solver(left) -> z3.Solver:
 
 
 def _most(cons: list, t, left) -> Optional[int]:
-    """The least natural K with t <= K wherever cons hold (z3), or None when none within 2^62."""
-    s = _solver(left)
-    s.add(cons)
-
-    def above(k) -> bool:
-        if left() <= 0:
-            raise S.Deadline()
-        s.push()
-        s.add(t > k)
-        r = s.check()
-        s.pop()
-        if r == z3.unknown:
-            raise Outside("z3 could not bound an amount")
-        return r == z3.sat
-    hi = 1
-    while above(hi):
-        hi *= 4
-        if hi > 1 << 62:
-            return None
-    if not above(0):   # t is 0 or less: its most is 0 (amounts are naturals)
-        return 0
-    lo = 0
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if above(mid):
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    """The least natural K with t <= K wherever cons hold (z3), or None when none within 2^62; t a
+    term, or a list of (where, term): the most of each term where its condition holds (asked one
+    at a time, the last first, each only above the most so far, each question on a solver of its
+    own: a disjunction of 21 turns' terms, or z3's incremental mode, is far slower)."""
+    occ = t if isinstance(t, list) else [(z3.BoolVal(True), t)]
+    best = 0   # amounts are naturals: a term 0 or less has most 0
+    for w, x in reversed(occ):
+        def above(k, x=x, w=w):
+            s = _solver(left)
+            s.add(cons)
+            s.add(w, x > k)
+            r = s.check()
+            if r == z3.unknown:
+                raise Outside("z3 could not bound an amount")
+            if r != z3.sat:
+                return None
+            v = s.model().eval(x, model_completion=True)
+            return Fraction(v.as_fraction()) if z3.is_rational_value(v) else Fraction(v.as_long())
+        v = above(best)
+        if v is None:
+            continue
+        lo = max(best, -(-v.numerator // v.denominator) - 1)   # x can exceed lo
+        hi = lo + 1
+        while above(hi) is not None:
+            lo, hi = hi, hi * 4
+            if hi > 1 << 62:
+                return None
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if above(mid) is not None:
+                lo = mid
+            else:
+                hi = mid
+        best = hi
+    return best
 
 
 def _can(cons: list, fact, left) -> bool:
@@ -204,44 +210,58 @@ def _can(cons: list, fact, left) -> bool:
     return r == z3.sat
 
 
-def _amount_ok(cons, t, what, left):
+def _amount_ok(cons, t, what, left, where=None):
     # an amount the kernel reads as a run error (negative) or refuses (a fraction) leaves the claim to the paths
-    if _can(cons, t < 0 if _is_int(t) else z3.Or(t < 0, t != z3.ToReal(z3.ToInt(t))), left):
+    bad = t < 0 if _is_int(t) else z3.Or(t < 0, t != z3.ToReal(z3.ToInt(t)))
+    if _can(cons, bad if where is None else z3.And(where, bad), left):
         raise Outside(f"{what} may be negative or a fraction within the bound (a run error the paths decide)")
 
 
-@dataclass
-class Maxima:
-    """A session's most, over draws 0..M: per pool its footprint (allocation or reservation), the
-    positions its growing runs reach, its largest prefill, its prefill and decode work, its prefill runs."""
-    F: dict
-    pos: int
-    pw: int
-    pt: int
-    dt: int
-    npre: int
-    decodes: bool
+PLAIN = (R.SetA, R.DrawA, R.ObserveA)
+LOOP_MOST = 64   # turns of a session's loop unrolled before giving up (`maxima`)
+
+
+def _plain(stmts, holds: list, where: str, hold_ok: bool = True):
+    """Init, turn and server: sets, draws, observations, branches of them, and holds (none inside a
+    branch): nothing that blocks before the hold, so a turn's hold joins as the turn starts."""
+    for st in stmts:
+        if isinstance(st, R.HoldS) and hold_ok:
+            holds.append(st)
+        elif isinstance(st, R.BranchS):
+            _plain(st.then, holds, where, False)
+            _plain(st.else_, holds, where, False)
+        elif not isinstance(st, PLAIN):
+            raise Outside(f"{where}'s {type(st).__name__} (only sets, draws, observations, branches of them and "
+                          "one hold)")
+
+
+def _between(stmts):
+    """A session block: its turns, and between them sets, draws, observations, stage jobs (a delay or
+    ps stage: no engine iteration, *Stages*), branches and loops of these."""
+    for st in stmts:
+        if isinstance(st, (R.BranchS, R.WhileS)):
+            _between(st.then + st.else_ if isinstance(st, R.BranchS) else st.body)
+        elif not isinstance(st, PLAIN + (R.TurnS, R.JobS)):
+            raise Outside(f"a session block's {type(st).__name__} (only turns, sets, draws, observations, "
+                          "stage jobs, branches and loops)")
 
 
 def _scope(p: R.Program) -> R.HoldS:
-    """The one hold of a single-turn program, or Outside with the reason."""
+    """The one hold of the program, or Outside with the reason."""
     if p.arrive == "closed":
         raise Outside("a closed population")
     if p.trace:
         raise Outside("a trace")
-    if p.session is not None:
-        raise Outside("several turns a session")
     why = V.refusal(p)
     if why is not None:
         raise Outside(why)
     if any(q.content for q in p.pools):
         raise Outside("a pool keyed by content")
-    holds = []
-    for st in p.init + p.turn + p.server:
-        if isinstance(st, R.HoldS):
-            holds.append(st)
-        elif not isinstance(st, (R.SetA, R.DrawA, R.ObserveA)):
-            raise Outside(f"a session's {type(st).__name__} (only sets, draws, observations and one hold)")
+    holds: list = []
+    _plain(p.init, holds, "the init")
+    _plain(p.turn + p.server, holds, "a turn")
+    if p.session is not None:
+        _between(p.session)
     if len(holds) != 1:
         raise Outside("not exactly one hold a session")
     h = holds[0]
@@ -287,91 +307,197 @@ def _given(tm: _Terms, g, env: dict):
     return tm.term(g, dict(env))
 
 
+@dataclass
+class Maxima:
+    """A session's most, over draws 0..M and every turn the bound lets it run: per pool its
+    footprint (allocation or reservation), the positions its growing runs reach, a turn's largest
+    prefill, its prefill and decode work, its prefill runs; the most turns a session runs."""
+    F: dict
+    pos: int
+    pw: int
+    pt: int
+    dt: int
+    npre: int
+    decodes: bool
+    turns: int = 1
+
+
+_UNSET = None   # an attribute set on one side of a branch or loop only: reading it is outside
+
+
+def _merge(tm, c, a: dict, b: dict) -> dict:
+    """The attributes after a branch: a's where c holds, else b's; each that differs a fresh unknown
+    so equal to its If (the terms of a loop unrolled 20 times stay small)."""
+    out = {}
+    for k in a.keys() | b.keys():
+        x, y = a.get(k, _UNSET), b.get(k, _UNSET)
+        if x is _UNSET or y is _UNSET:
+            out[k] = _UNSET
+        elif x is y:
+            out[k] = x
+        else:
+            x, y = _same(x, y)
+            tm.k += 1
+            v = z3.Const(f"m{tm.k}", x.sort())
+            tm.cons.append(v == z3.If(c, x, y))
+            out[k] = v
+    return out
+
+
 def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left, given=None) -> Maxima:
     """A session's most; under `given` (a claim's), over the sessions that satisfy it: the claim's
-    family is the workloads whose every session does (the reference's *Claims*)."""
+    family is the workloads whose every session does (the reference's *Claims*). The session is
+    read as the kernel runs it (exec.arrive: init, the given, then its block, a single-turn one
+    `turn`), every draw its own unknown 0..M, a branch both ways under its condition, and a loop
+    unrolled while z3 finds a session within the bound that enters it again (turn_no 0 at the first
+    turn, one more each turn: exec's TurnGo); each turn's hold read where that turn is run."""
     tm = _Terms(p)
     env = {"serial": tm.fresh(0, n - 1), "turn_no": _real(0), "cached": _real(0), "computed": _real(0)}
-    amounts = []
-    works = []   # (mode, work, growing)
-    units, reserves, consumed = {}, {}, {}
+    amounts = []   # (term, what, where)
+    occ = []       # each hold read: (where, units, reserves, consumed, works [(mode, work, growing)])
+    turns = []     # where each turn read runs
     if given is not None and any(isinstance(st, R.HoldS) for st in p.init):
         raise Outside("a given read after a hold in the init")
-    for k, st in enumerate(p.init + p.turn + p.server):
-        if given is not None and k == len(p.init):   # the init has run: the kernel reads the given here
-            tm.cons.append(_given(tm, given, env) != 0)
-            given = None
-        if isinstance(st, R.DrawA):
-            env[st.name] = tm.fresh(0, values)
-        elif isinstance(st, R.SetA):
-            env[st.name] = tm.term(st.e, env)
-        elif isinstance(st, R.ObserveA):
-            tm.term(st.e, env)
-        else:   # the hold: judged with `computed` 0 (no preemption: see `prove`)
-            env["computed"] = _real(0)
-            for hp in st.pools:
-                u = tm.term(hp.units, env)
-                amounts.append((u, "a hold's units"))
-                b = p.pools[hp.pool].block
-                units[hp.pool] = _up_to(u, b)
-                r = tm.term(hp.reserve, env) if hp.reserve is not None else _real(0)
-                if hp.reserve is not None:
-                    amounts.append((r, "a hold's reserve"))
-                reserves[hp.pool] = r
-            rho = tm.term(st.reuse, env) if st.reuse is not None else None
+
+    checks = []   # (where, fact, why): each a run error were fact to hold where it is read; asked together
+
+    def check(where, fact, why):
+        checks.append((where, fact, why))
+
+    def test(c, env, where):
+        t = tm.term(c, env)
+        check(where, z3.And(t != 0, t != 1), "a guard may be other than 0 or 1 within the bound (R006)")
+        return t == 1
+
+    def hold(st, env, where):
+        env["computed"] = _real(0)   # judged with `computed` 0 (no preemption: see `prove`)
+        units, reserves, consumed = {}, {}, {}
+        for hp in st.pools:
+            u = tm.term(hp.units, env)
+            amounts.append((u, "a hold's units", where))
+            units[hp.pool] = _up_to(u, p.pools[hp.pool].block)
+            r = tm.term(hp.reserve, env) if hp.reserve is not None else _real(0)
+            if hp.reserve is not None:
+                amounts.append((r, "a hold's reserve", where))
+            reserves[hp.pool] = r
+        rho = tm.term(st.reuse, env) if st.reuse is not None else None
+        if rho is not None:
+            amounts.append((rho, "a hold's reuse", where))
+        got = []
+        for hp in st.pools:   # what admission consumes of the cache: within the allocation and the reuse
+            c = tm.fresh(0) if st.cache is not None else _real(0)
+            tm.cons.append(c <= units[hp.pool])
             if rho is not None:
-                amounts.append((rho, "a hold's reuse"))
-            got = []
-            for hp in st.pools:   # what admission consumes of the cache: within the allocation and the reuse
-                c = tm.fresh(0) if st.cache is not None else _real(0)
-                tm.cons.append(c <= units[hp.pool])
-                if rho is not None:
-                    tm.cons.append(c <= rho)
-                consumed[hp.pool] = c
-                got.append(c)
-            cached = got[0]
-            for c in got[1:]:
-                cached = _max2(c, cached)
-            env["cached"] = cached
-            for b in st.body:
-                if isinstance(b, R.SetA):
-                    env[b.name] = tm.term(b.e, env)
-                elif isinstance(b, R.ObserveA):
-                    tm.term(b.e, env)
+                tm.cons.append(c <= rho)
+            consumed[hp.pool] = c
+            got.append(c)
+        cached = got[0]
+        for c in got[1:]:
+            cached = _max2(c, cached)
+        env["cached"] = cached
+        works = []
+        for b in st.body:
+            if isinstance(b, R.SetA):
+                env[b.name] = tm.term(b.e, env)
+            elif isinstance(b, R.ObserveA):
+                tm.term(b.e, env)
+            else:
+                w = tm.term(b.work, env)
+                amounts.append((w, "a run's work", where))
+                works.append((b.mode, w, b.growing))
+        if st.cache is not None:
+            amounts.append((tm.term(st.cache, env), "a hold's cache", where))
+        env["computed"] = _real(0)   # exec's Scope: a released hold's session reads computed 0
+        occ.append((where, units, reserves, consumed, works))
+
+    def block(stmts, env, where):
+        for st in stmts:
+            if isinstance(st, R.DrawA):
+                env[st.name] = tm.fresh(0, values)
+            elif isinstance(st, R.SetA):
+                env[st.name] = tm.term(st.e, env)
+            elif isinstance(st, R.ObserveA):
+                tm.term(st.e, env)
+            elif isinstance(st, R.HoldS):
+                hold(st, env, where)
+            elif isinstance(st, R.JobS):   # a stage's job: a time >= 0 (R007), no engine iteration
+                w = tm.term(st.work, env)
+                check(where, w < 0, "a stage job's work may be negative within the bound (R007)")
+            elif isinstance(st, R.TurnS):
+                if len(turns) >= LOOP_MOST:
+                    raise Outside(f"a session may run more than {LOOP_MOST} turns within the bound")
+                env["turn_no"] = env["#turns"]
+                turns.append(where)
+                block(p.turn + p.server, env, where)
+                env["#turns"] = env["#turns"] + 1
+            elif isinstance(st, R.BranchS):
+                c = test(st.c, env, where)
+                a = block(st.then, dict(env), z3.And(where, c))
+                b = block(st.else_, dict(env), z3.And(where, z3.Not(c)))
+                env.clear()
+                env.update(_merge(tm, c, a, b))
+            elif isinstance(st, R.WhileS):
+                at = where   # the next round is entered only from this one
+                for _ in range(LOOP_MOST + 1):
+                    go = z3.And(at, test(st.c, env, at))
+                    if not _can(tm.cons, go, left):
+                        break
+                    merged = _merge(tm, go, block(st.body, dict(env), go), env)
+                    env.clear()
+                    env.update(merged)
+                    at = go
                 else:
-                    w = tm.term(b.work, env)
-                    amounts.append((w, "a run's work"))
-                    works.append((b.mode, w, b.growing))
-            if st.cache is not None:
-                amounts.append((tm.term(st.cache, env), "a hold's cache"))
-    if given is not None:   # init, turn and server are the init alone
+                    raise Outside(f"z3 does not show a session's loop ends within {LOOP_MOST} rounds in the bound")
+            else:
+                raise AssertionError(st)
+        return env
+
+    env = block(p.init, env, z3.BoolVal(True))
+    if given is not None:   # the init has run: the kernel reads the given here (exec.arrive)
         tm.cons.append(_given(tm, given, env) != 0)
+    env["#turns"] = _real(0)
+    block(p.session if p.session is not None else (R.TurnS(),), env, z3.BoolVal(True))
     cons = tm.cons
     if not _can(cons, z3.BoolVal(True), left):
         raise Outside("no session within the bound satisfies the given")
-    for t, what in amounts:
-        _amount_ok(cons, t, what, left)
+    for t, what, where in amounts:
+        bad = t < 0 if _is_int(t) else z3.Or(t < 0, t != z3.ToReal(z3.ToInt(t)))
+        checks.append((where, bad, f"{what} may be negative or a fraction within the bound (a run error the "
+                                   "paths decide)"))
+    if checks and _can(cons, z3.Or([z3.And(w, f) for w, f, _ in checks]), left):
+        raise Outside(next(why for w, f, why in checks if _can(cons, z3.And(w, f), left)))
+    occ = [o for o in occ if _can(cons, o[0], left)]
+    if not occ:
+        raise Outside("no session within the bound holds")
 
-    def most(t, what):
-        k = _most(cons, t, left)
+    def most(ts, what):
+        k = _most(cons, ts, left)
         if k is None:
             raise Outside(f"{what} has no maximum within the bound")
         return k
     F, pos = {}, 0
+    works0 = occ[0][4]
     for hp in h.pools:
         i = hp.pool
-        reach = sum((w for _, w, g in works if g == i), consumed[i])
-        alloc = _up_to(reach, p.pools[i].block)
-        f = _max2(_max2(units[i], reserves[i]), alloc)
-        F[i] = most(f, f"session's footprint on {p.pools[i].name}")
-        if any(g == i for _, _, g in works):
+        fs, reach = [], []
+        for where, units, reserves, consumed, works in occ:
+            r = sum((w for _, w, g in works if g == i), consumed[i])
+            fs.append((where, _max2(_max2(units[i], reserves[i]), _up_to(r, p.pools[i].block))))
+            reach.append((where, r))
+        F[i] = most(fs, f"session's footprint on {p.pools[i].name}")
+        if any(g == i for _, _, g in works0):
             pos = max(pos, most(reach, "a growing run's position"))
-    pre = [w for mode, w, _ in works if mode == "prefill"]
-    dec = [w for mode, w, _ in works if mode == "decode"]
-    pw = max([most(w, "a prefill's work") for w in pre], default=0)
-    pt = most(z3.Sum(*_same(*pre)), "the prefill work") if pre else 0
-    dt = most(z3.Sum(*_same(*dec)), "the decode work") if dec else 0
-    return Maxima(F, pos, pw, pt, dt, len(pre), bool(dec))
+    pre = [(o[0], w) for o in occ for mode, w, _ in o[4] if mode == "prefill"]
+    npre = sum(1 for mode, _, _ in works0 if mode == "prefill")
+    decodes = any(mode == "decode" for mode, _, _ in works0)
+    pw = most(pre, "a prefill's work") if pre else 0
+
+    def total(mode):
+        return [(o[0], z3.Sum(*_same(*[w for m_, w, _ in o[4] if m_ == mode]))) for o in occ]
+    pt = most(total("prefill"), "the prefill work") if npre else 0
+    dt = most(total("decode"), "the decode work") if decodes else 0
+    nturns = sum(1 for w in turns if _can(cons, w, left))
+    return Maxima(F, pos, pw, pt, dt, npre, decodes, max(nturns, 1))
 
 
 def _chunk_binds(p: R.Program, pw: int, left) -> Optional[int]:
@@ -404,6 +530,10 @@ class Bound:
     iterations: int    # the most iterations a path has
     facts: list        # text
     t_min: Optional[int] = None   # the least tokens of a batch of prefills none of which ends (None: no such batch)
+    B: Optional[int] = None       # the tokens cap
+    g: Optional[int] = None       # the granule (None: none)
+    cap: Optional[int] = None     # the least `each at most` a prefill may meet below its work (None: none binds)
+    hold: Optional[R.HoldS] = None
 
 
 def bound(p: R.Program, n: int, values: int, left, given=None) -> Bound:
@@ -441,7 +571,8 @@ def bound(p: R.Program, n: int, values: int, left, given=None) -> Bound:
     else:
         t_min = max(g, B - g + 1)
     t1 = max(mx.pw, 1 if mx.decodes else 0)
-    iters = n * (mx.dt + mx.npre) + (0 if t_min is None else n * mx.pt // t_min)
+    nt = n * mx.turns   # the turns of a path: each session's at most mx.turns, one hold each
+    iters = nt * (mx.dt + mx.npre) + (0 if t_min is None else nt * mx.pt // t_min)
     tk = n * t1 if B is None else min(B, n * t1)
     eng = e.name
     L = []
@@ -468,7 +599,7 @@ def bound(p: R.Program, n: int, values: int, left, given=None) -> Bound:
         lambda v: v("running.kv_decode") + v("running.kv_prefill") <= kv,
         ("running.kv_decode", R.StepVar("Kvb")), ("running.kv_prefill", R.StepVar("Kvp")))
     lem("b:demand", f"demand <= {n * t1}", lambda v: v("demand") <= n * t1, ("demand", R.Ctx("demand")))
-    lem("b:served", f"served <= {n * (mx.pt + mx.dt)}", lambda v: v("served") <= n * (mx.pt + mx.dt),
+    lem("b:served", f"served <= {nt * (mx.pt + mx.dt)}", lambda v: v("served") <= nt * (mx.pt + mx.dt),
         ("served", R.Ctx("served")))
     for i, q in enumerate(p.pools):
         f = mx.F.get(i, 0)
@@ -476,12 +607,20 @@ def bound(p: R.Program, n: int, values: int, left, given=None) -> Bound:
             nm = f"{fn}({q.name})"
             lem(f"b:{nm}", f"{nm} <= {most}", lambda v, nm=nm, most=most: v(nm) <= most, (nm, R.Obs(fn, q.name)))
     facts = [f"at most {n} sessions, each one request at a time"] + note + [
-             f"a session's most (draws 0..{values}): prefill {mx.pt} ({mx.npre} run(s), the largest {mx.pw}), "
-             f"decode {mx.dt}" + "".join(f", {p.pools[i].name} {f}" for i, f in mx.F.items()),
+             f"a session's most (draws 0..{values}"
+             + (f", each of its at most {mx.turns} turns, one hold a turn" if p.session is not None else "")
+             + f"): prefill {mx.pt} ({mx.npre} run(s), the largest {mx.pw}), "
+             f"decode {mx.dt}" + "".join(f", {p.pools[i].name} {f}" for i, f in mx.F.items())]
+    if p.session is not None and h.cache is not None:
+        # exec.room_for counts allocations and reservations only; make_room evicts cached entries
+        # (least recently released first) to fit: a session's cache between its turns never makes one wait
+        facts.append("a session's cache between turns is evicted as room is needed (exec.room_for counts "
+                     "holds and reservations, make_room evicts the cache): it makes no admission or growth wait")
+    facts += [
              "no preemption, no wait for memory: " + ", ".join(
                  f"{n} x {mx.F[hp.pool]} <= {p.pools[hp.pool].cap} ({p.pools[hp.pool].name})"
                  for hp in h.pools if p.pools[hp.pool].cap is not None)]
-    return Bound(n, mx, L, iters, facts, t_min)
+    return Bound(n, mx, L, iters, facts, t_min, B, g, cap, h)
 
 
 def _kernel_lemmas(p: R.Program) -> list:
@@ -539,6 +678,35 @@ def _cost_fact(p: R.Program, k):
 CLIENT = ("ttft", "response", "tpot")
 
 
+def per_turn(p: R.Program, b: Bound):
+    """Iterations bounding one turn's ttft, response and tpot (docs/verify.md, *Within the bound*:
+    *A turn's own iterations*), with the argument's numbers as text; or why the argument does not
+    apply (the busy period alone bounds them then)."""
+    n, mx, B = b.n, b.mx, b.B
+    if b.g is not None:
+        return "a granule may pass a prefill over and stop the admissions (*Engines*)"
+    if B is not None and B <= n - 1:
+        return f"a tokens cap of {B} is not above the {n - 1} other sessions' decodes"
+    if not any(st is b.hold for st in p.turn + p.server):
+        return "the hold is not in the turn"
+    modes = [st.mode for st in b.hold.body if isinstance(st, R.RunS)]
+    if "prefill" in modes[modes.index("decode"):] if "decode" in modes else False:
+        return "a prefill after a decode in the hold"
+    # X: the iterations the budget runs out at or before the turn's request; their B tokens go to the
+    # n - 1 sessions ahead (a prefill's pt, a decode's 1 an iteration) and to its own prefill
+    x = 0 if B is None else (n * mx.pt) // (B - (n - 1))
+    # Y: the iterations an `each at most` of at least b.cap cuts its prefill short
+    y = mx.npre * ((mx.pw - 1) // b.cap) if b.cap is not None and mx.pw >= 1 else 0
+    its = {"ttft": 1 + x + y + max(mx.npre, 1), "response": 1 + x + y + mx.npre + mx.dt, "tpot": 1 + x}
+    xs = "0 (no tokens cap)" if B is None else f"{n} x {mx.pt} // ({B} - {n - 1}) = {x}"
+    ys = "0 (no `each at most` cuts a prefill)" if b.cap is None else \
+        f"{mx.npre} x ({mx.pw} - 1) // {b.cap} = {y}"
+    text = (f"a turn's own iterations: the one in progress as it starts (1), those whose budget runs out at "
+            f"or before its request ({xs}), those an `each at most` cuts its prefill ({ys}), then its "
+            f"{max(mx.npre, 1)} first-token, {mx.npre} prefill-ending and {mx.dt} decode iteration(s)")
+    return its, text
+
+
 def prove(p: R.Program, j: int, n: int, values: int, left) -> Proof | str:
     """Claim j proved within the bound of n sessions at values 0..values, or why not."""
     c = p.claims[j]
@@ -558,25 +726,40 @@ def prove(p: R.Program, j: int, n: int, values: int, left) -> Proof | str:
         k = _cost_most(p, lems, left)
         costs = _needed(p, _cost_fact(p, k), True, kernel, b.lemmas, left)
         rb = b.iterations * k
+        pt = per_turn(p, b)
+        lat = {m: rb for m in CLIENT}
+        if isinstance(pt, tuple):
+            lat = {m: min(rb, pt[0][m] * k) for m in CLIENT}
+        nt = n * b.mx.turns   # a ttft, response and tpot at most each turn
         extra = []
         for a in aggs:
-            most = {"count": n, "total": n * rb, "prefix_total": n * (n + 1) // 2 * rb}.get(a.fn, rb)
+            r = lat[a.name]
+            most = {"count": nt, "total": nt * r, "prefix_total": nt * (nt + 1) // 2 * r}.get(a.fn, r)
             nm = f"agg.{a.fn}({a.name})"
             extra.append(V.Lemma(f"b:{nm}", f"{a.fn}({a.name}) <= {_num(most)}",
                                  lambda v, nm=nm, most=most: v(nm) <= numeral(most, True), ((nm, a),)))
         why = V._implied(p, c.e, True, lems + extra, left, aggs=True)
         if why is not None:
-            return f"not within the bound: {_both(why)} (a turn's latencies are at most {_num(rb)} s)"
-        return Proof(b.facts + [
-            "so at every iteration: " + " && ".join(lm.text for lm in costs)
-            + f", and an iteration costs at most {_num(k)} s (execute read on them)",
+            return (f"not within the bound: {_both(why)} (a turn's ttft, response and tpot are at most "
+                    + ", ".join(_num(lat[m]) for m in CLIENT) + " s)")
+        facts = b.facts + [
+            ("so at every iteration: " + " && ".join(lm.text for lm in costs) + ", and" if costs else
+             "by the kernel's invariants alone,")
+            + f" an iteration costs at most {_num(k)} s (execute read on them)",
             f"every iteration serves a token, and none waits while a request does: a path has at most "
-            f"{n} x ({b.mx.dt} decode + {b.mx.npre} prefill run(s))"
-            + (f" + {n} x {b.mx.pt} // {b.t_min} (a batch of prefills none of which ends has {b.t_min} tokens or more)"
+            f"{nt} x ({b.mx.dt} decode + {b.mx.npre} prefill run(s))"
+            + (f" + {nt} x {b.mx.pt} // {b.t_min} (a batch of prefills none of which ends has {b.t_min} tokens or more)"
                if b.t_min is not None else "")
             + f" = {b.iterations} iterations, each at most {_num(k)} s",
-            f"so a turn's response, ttft and tpot are at most {b.iterations} x {_num(k)} = {_num(rb)} s",
-            " && ".join(lm.text for lm in extra)])
+            f"so a turn's response, ttft and tpot are at most {b.iterations} x {_num(k)} = {_num(rb)} s"]
+        if isinstance(pt, tuple):
+            its = pt[0]
+            facts += [pt[1], "so a turn's ttft is at most " + f"{its['ttft']} x {_num(k)}, its response "
+                      f"{its['response']} x {_num(k)}, its tpot {its['tpot']} x {_num(k)}; the least of these and "
+                      "the busy period: " + ", ".join(f"{m} <= {_num(lat[m])}" for m in CLIENT)]
+        else:
+            facts.append(f"no bound of a turn's own iterations: {pt}")
+        return Proof(facts + [" && ".join(lm.text for lm in extra)])
     except Outside as o:
         return f"not within the bound: {o}"
     except S.Deadline:
