@@ -360,6 +360,7 @@ def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left, given=None) -> M
         raise Outside("a given read after a hold in the init")
 
     checks = []   # (where, fact, why): each a run error were fact to hold where it is read; asked together
+    entered = {z3.BoolVal(True).get_id()}   # conditions z3 found some session within the bound meets
 
     def check(where, fact, why):
         checks.append((where, fact, why))
@@ -442,6 +443,7 @@ def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left, given=None) -> M
                     go = z3.And(at, test(st.c, env, at))
                     if not _can(tm.cons, go, left):
                         break
+                    entered.add(go.get_id())
                     merged = _merge(tm, go, block(st.body, dict(env), go), env)
                     env.clear()
                     env.update(merged)
@@ -457,7 +459,7 @@ def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left, given=None) -> M
         tm.cons.append(_given(tm, given, env) != 0)
     env["#turns"] = _real(0)
     block(p.session if p.session is not None else (R.TurnS(),), env, z3.BoolVal(True))
-    cons = tm.cons
+    cons = [z3.And(tm.cons)]   # one term: each question below adds it to a solver of its own, at once
     if not _can(cons, z3.BoolVal(True), left):
         raise Outside("no session within the bound satisfies the given")
     for t, what, where in amounts:
@@ -466,15 +468,19 @@ def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left, given=None) -> M
                                    "paths decide)"))
     if checks and _can(cons, z3.Or([z3.And(w, f) for w, f, _ in checks]), left):
         raise Outside(next(why for w, f, why in checks if _can(cons, z3.And(w, f), left)))
-    occ = [o for o in occ if _can(cons, o[0], left)]
+    occ = [o for o in occ if o[0].get_id() in entered or _can(cons, o[0], left)]
     if not occ:
         raise Outside("no session within the bound holds")
 
+    known: dict = {}   # a term asked again (a prefill's work and the prefill work of one run) is not
+
     def most(ts, what):
-        k = _most(cons, ts, left)
-        if k is None:
+        key = tuple((w.get_id(), x.get_id()) for w, x in ts)
+        if key not in known:
+            known[key] = _most(cons, ts, left)
+        if known[key] is None:
             raise Outside(f"{what} has no maximum within the bound")
-        return k
+        return known[key]
     F, pos = {}, 0
     works0 = occ[0][4]
     for hp in h.pools:
@@ -493,10 +499,11 @@ def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left, given=None) -> M
     pw = most(pre, "a prefill's work") if pre else 0
 
     def total(mode):
-        return [(o[0], z3.Sum(*_same(*[w for m_, w, _ in o[4] if m_ == mode]))) for o in occ]
+        ws = [[w for m_, w, _ in o[4] if m_ == mode] for o in occ]
+        return [(o[0], w[0] if len(w) == 1 else z3.Sum(*_same(*w))) for o, w in zip(occ, ws)]
     pt = most(total("prefill"), "the prefill work") if npre else 0
     dt = most(total("decode"), "the decode work") if decodes else 0
-    nturns = sum(1 for w in turns if _can(cons, w, left))
+    nturns = sum(1 for w in turns if w.get_id() in entered or _can(cons, w, left))
     return Maxima(F, pos, pw, pt, dt, npre, decodes, max(nturns, 1))
 
 
