@@ -12,7 +12,7 @@ busy-period bound (every iteration of the path, each at its most) meets it. Neve
 number of sessions or every value: the maxima are the bound's."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Optional
 
@@ -543,6 +543,18 @@ class Bound:
     hold: Optional[R.HoldS] = None
 
 
+_MAXIMA: dict = {}   # (the program but its claims, n, values, given): a claim's margin is verified on the same body
+
+
+def _maxima(p: R.Program, h: R.HoldS, n: int, values: int, left, given=None) -> Maxima:
+    key = (replace(p, claims=()), n, values, given)
+    if key not in _MAXIMA:
+        if len(_MAXIMA) > 64:
+            _MAXIMA.clear()
+        _MAXIMA[key] = maxima(p, h, n, values, left, given)
+    return _MAXIMA[key]
+
+
 def bound(p: R.Program, n: int, values: int, left, given=None) -> Bound:
     """The bound's invariants; under a claim's `given` (None: every workload), those of its family.
     A given this reading cannot follow is not assumed: the invariants are then every workload's,
@@ -551,13 +563,13 @@ def bound(p: R.Program, n: int, values: int, left, given=None) -> Bound:
     note = []
     if given is not None:
         try:
-            mx = maxima(p, h, n, values, left, given)
+            mx = _maxima(p, h, n, values, left, given)
             note = ["every session satisfies the claim's given (its family: read once the init has run)"]
         except Outside as o:   # never assumed where not read: every workload's maxima cover the family
-            mx = maxima(p, h, n, values, left)
+            mx = _maxima(p, h, n, values, left)
             note = [f"the claim's given is not read here ({o}): the invariants of every workload, its family's too"]
     else:
-        mx = maxima(p, h, n, values, left)
+        mx = _maxima(p, h, n, values, left)
     for hp in h.pools:
         cap = p.pools[hp.pool].cap
         if cap is not None and n * mx.F[hp.pool] > cap:
