@@ -178,16 +178,17 @@ EV = """fn main() {
 @pytest.mark.parametrize("merged", [True, False])
 def test_a_proof_for_every_value_needs_the_claims_readings_to_cover_it(monkeypatch, merged):
     """Every path is the one path whatever p is (p is only observed), so the paths cover every
-    natural; `largest(seen) <= 3` holds within the bound and breaks at p = 4: proved on every path
-    of the bound, not for every value (it was said for every value before: the readings' own facts
-    were not asked to cover); `used(kv) <= 3` (2 a session) holds for every value."""
+    natural; `largest(seen) <= 3` holds within the bound and breaks at p = 4: proved per session with
+    each draw 0..3 (for every number of sessions), not for every value (it was said for every value
+    before: the readings' own facts were not asked to cover); `used(kv) <= 3` (2 a session) holds for
+    every value."""
     import serq.verify as VF
     if not merged:
         monkeypatch.setattr(VF, "MERGED_SHARE", 0)
     res = verify(api.load_text(EV, "ev.sq"), 1, 3, timeout=60)
     small, end = res.claims["small"], res.claims["endsmall"]
     assert (small.verdict, small.by, small.every_value) == ("proved", "every path", True)
-    assert (end.verdict, end.by, end.every_value) == ("proved", "every path", False)
+    assert (end.verdict, end.by, end.every_value, end.every_sessions) == ("proved", "per session", False, True)
     assert res.bound["every_value"] == ["small"]
     beyond = api.run(api.load_text(EV, "ev.sq"), None, None, {"sessions": [{"arrival": 0, "draws": [4]}]})
     assert beyond["claims"]["endsmall"]["status"] == "failed"

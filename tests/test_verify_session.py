@@ -184,7 +184,8 @@ def _lemmas(p):
 
 
 @pytest.mark.parametrize("subst,why", [
-    ({"server {": "server {\n    branch (p > 1) { set q = 1; } else { set q = 0; }"}, "the server has a `BranchS`"),
+    ({"server {": "server {\n    branch (now > 1) { set q = 1; } else { set q = 0; }"},
+     "a branch of the server reads the clock or the machine"),
     ({"turn { Size p": "turn { observe done = 0; Size p"}, "`done` is observed outside the server"),
     ({"arrive batch(3)": "arrive closed(2)"}, "a closed population never ends"),
     ({"observe done = now - start;": "observe done = now - start + used(kv);"}, "the server reads the machine"),
@@ -320,13 +321,16 @@ def test_the_response_read_per_turn_as_a_bound_below(claim, proved):
 def test_a_server_that_branches_to_two_queues_is_read_per_turn():
     """Two queues on one engine, each kind of request to its own (the server branches on a drawn
     kind): each turn reads one arm, its hold preempted or not, and the claims per turn are proved for
-    every number of sessions, as every workload of 2 sessions, values 0..2, on the kernel agrees; a
+    every number of sessions, as every workload of 2 sessions, values 0..1, on the kernel agrees; a
     false one is not."""
     path = os.path.join(ROOT, "tests", "data", "verify", "two_queues.sq")
     text = open(path).read().replace("  claim within_budget:", "  claim two: at end (smallest(fresh) >= 2);\n  claim within_budget:")
+    # the enumeration at batch arrivals, draws 0..1 (each kind, prompts of 1 and 2): poisson's
+    # arrival times in quarters made it 110 s
+    text = text.replace("arrive poisson(2);", "arrive batch(2);")
     p = convert(api.load_text(text, path))
     names = [c.name for c in p.claims]
-    want = expected(p, 2, 2, 3)   # three draws a session: its kind, its prompt, its output
+    want = expected(p, 2, 1, 3)   # three draws a session: its kind, its prompt, its output
     for name in ("fresh_least", "fresh_sum"):
         got = session.prove(p, names.index(name), lambda: 60.0)
         assert isinstance(got, session.Proof), (name, got)
