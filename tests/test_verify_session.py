@@ -302,17 +302,20 @@ def test_within_the_values_no_hold_is_refused(values, proved):
 
 
 @pytest.mark.parametrize("claim,proved", [("smallest(response) >= 1", True), ("total(response) >= count(response)", True),
-                                         ("smallest(response) >= 2", False), ("largest(response) <= 99", False)])
+                                         ("smallest(response) > 0", True), ("smallest(response) > 1", False),
+                                         ("smallest(response) >= 2", False), ("largest(response) <= 99", False),
+                                         ("largest(hit) < 2", True), ("largest(hit) < 0", False)])
 def test_the_response_read_per_turn_as_a_bound_below(claim, proved):
     """A turn's response is the clock's advance over it: each hold at least what the lemma gives (an
     iteration of cost 1 here), so the response is bounded below per turn, never above (the others'
     work may delay it any time). A prompt of 1 and an output of 1 answer in one iteration: a
-    bound of 2 fails; one above is not read so (left to the paths)."""
+    bound of 2 fails; one above is not read so (left to the paths). Strict bounds likewise (`largest(hit)
+    < 0` is not read per turn: the largest of none, 0, fails it)."""
     text = open(CACHE_TINY).read().replace("  claim fresh_tokens:", f"  claim least: at end ({claim});\n  claim fresh_tokens:")
     p = convert(api.load_text(text, CACHE_TINY))
     got = session.prove(p, 0, lambda: 60.0, values=2)
     assert isinstance(got, session.Proof) == proved, got
-    if claim.startswith("smallest(response) >= 2"):
+    if claim.startswith(("smallest(response) >= 2", "smallest(response) > 1")):
         assert expected(p, 2, 2, 2)["least"] == "counterexample"
     if proved:
         assert expected(p, 2, 2, 2)["least"] == "proved"

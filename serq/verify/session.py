@@ -289,25 +289,26 @@ def _constant(e):
 
 def parts(e) -> Optional[list]:
     """The claim as conjuncts each read per turn: ("sum", weights, constant) for a decomposed `L >= R`
-    (decompose; `L == R` is two), ("max", A, c) for `largest(A) <= c` with c >= 0 (every observation of A at most c;
-    of none it is 0), ("min", A, c) for `smallest(A) >= c` (above 0, each turn observes A); None when a
-    conjunct is none of these."""
+    (decompose; `L == R` is two), ("max", A, c, strict) for `largest(A) <= c` with c >= 0 or `largest(A) < c`
+    with c > 0 (every observation of A at most c, below c; of none it is 0), ("min", A, c, strict) for
+    `smallest(A) >= c` or `> c` (where 0 fails it, each turn observes A); None when a conjunct is none of these."""
     if isinstance(e, R.Bin) and e.op == "&&":
         a, b = parts(e.l), parts(e.r)
         return None if a is None or b is None else a + b
     # `L == R` is `L >= R && R >= L`: each turn's share of L - R is 0
     if isinstance(e, R.Bin) and e.op == "==" and decompose(R.Bin(">=", e.l, e.r)) is not None:
         return parts(R.Bin(">=", e.l, e.r)) + parts(R.Bin(">=", e.r, e.l))
-    if isinstance(e, R.Bin) and e.op in ("<=", ">="):
-        lo, hi = (e.l, e.r) if e.op == "<=" else (e.r, e.l)   # lo <= hi
+    if isinstance(e, R.Bin) and e.op in ("<=", ">=", "<", ">"):
+        lo, hi = (e.l, e.r) if e.op in ("<=", "<") else (e.r, e.l)   # lo <= hi, or lo < hi
+        strict = e.op in ("<", ">")
         if isinstance(lo, R.Agg) and lo.fn == "largest" and lo.name not in R.CLIENT_METRICS:
-            c = _constant(hi)
-            return [("max", lo.name, c)] if c is not None and c >= 0 else None
+            c = _constant(hi)   # largest of none is 0: the bound must hold of 0 too
+            return [("max", lo.name, c, strict)] if c is not None and (c > 0 or c == 0 and not strict) else None
         # smallest of none is 0 (the reference's *Claims*): above 0 a path needs an observation, so
         # each turn as it ends must have made one (a path that ends has a session, whose turns ended)
         if isinstance(hi, R.Agg) and hi.fn == "smallest" and (hi.name not in R.CLIENT_METRICS or hi.name == RESPONSE):
             c = _constant(lo)
-            return [("min", hi.name, c)] if c is not None else None
+            return [("min", hi.name, c, strict)] if c is not None else None
     d = decompose(e)
     if d is None:
         return None
@@ -508,10 +509,11 @@ class _Turn:
     def _part(self, x, obs, ends: bool = False) -> bool:
         """Whether the observations keep part x; `ends`: they are a turn's as it ends (completed, or
         its hold refused), not an execution's a preemption cut."""
-        if x[0] == "max":   # each observation of A at most c
-            return all(v <= x[2] for v in obs[x[1]])
-        if x[0] == "min":   # each observation of A at least c, and one at least where c > 0
-            return all(v >= x[2] for v in obs[x[1]]) and (x[2] <= 0 or not ends or bool(obs[x[1]]))
+        if x[0] == "max":   # each observation of A at most c (below c)
+            return all(v < x[2] if x[3] else v <= x[2] for v in obs[x[1]])
+        if x[0] == "min":   # each observation of A at least c (above c), and one where none would fail it
+            return all(v > x[2] if x[3] else v >= x[2] for v in obs[x[1]]) and \
+                (not _needs_one(x) or not ends or bool(obs[x[1]]))
         # the share of L - R: each value and each observation weighed
         w = x[1]
         return bool(sum((v * o for n, (v, c) in w.items() for o in obs[n]), 0) +
@@ -807,15 +809,21 @@ def _assigned(x) -> set:
     return {n.name for n in V._nodes(x) if isinstance(n, (R.SetA, R.DrawA))}
 
 
+def _needs_one(x) -> bool:
+    """A part `smallest(A) >= c` (`> c`) that the smallest of none, 0, fails: a path needs an observation."""
+    return x[2] > 0 or x[3] and x[2] >= 0
+
+
 def _fact(x) -> str:
     """What each turn observes, as the claim writes it (`done >= alone` for `total(done) >=
     total(alone)`, else the conjunct of a turn's own observations), and why the claim follows: a
     sum's totals add up the turns, a largest value is one turn's."""
     if x[0] == "max":
-        return f"each turn observes {x[1]} <= {x[2]}: the largest on a path that ends is one turn's, or 0"
-    if x[0] == "min" and x[2] > 0:
-        return (f"each turn observes {x[1]}, and {x[1]} >= {x[2]}: the smallest on a path that ends is one "
-                "turn's, and it has a turn")
+        return (f"each turn observes {x[1]} {'<' if x[3] else '<='} {x[2]}: the largest on a path that ends is "
+                "one turn's, or 0")
+    if x[0] == "min" and _needs_one(x):
+        return (f"each turn observes {x[1]}, and {x[1]} {'>' if x[3] else '>='} {x[2]}: the smallest on a path "
+                "that ends is one turn's, and it has a turn")
     if x[0] == "min":
         return f"each turn observes {x[1]} >= {x[2]}: the smallest on a path that ends is one turn's, or 0"
     w = x[1]
@@ -915,7 +923,7 @@ def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left, values=N
     pl = plan(p, counted=values is not None)
     if isinstance(pl, str):
         return pl
-    if not pl.turns and any(x[0] == "min" and x[2] > 0 for x in ps):
+    if not pl.turns and any(x[0] == "min" and _needs_one(x) for x in ps):
         return ("a session may run no turn (its block's first statements are not plain, then a turn): "
                 "`smallest` above 0 needs an observation")
     t = _Turn(p, ps, names, cmin, B, pl, values)
