@@ -1145,6 +1145,10 @@ def _boxes(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
                 got = hull(got, m)
         return got
 
+    def sources(k, tb, boxes):
+        """What a path of turn k starts from: the turn's bounds, and a preempted hold's where it has one."""
+        return [{"T": tb}] + [{"T": tb, q: (k + 1, boxes[q])} for q in sorted(boxes) if boxes[q] is not None]
+
     def iterate(pr):
         """Each turn's bounds (T[k]) and its preempted holds' (P[k]), or why there are none."""
         first = step("T", {})
@@ -1161,7 +1165,7 @@ def _boxes(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
                 new = {}
                 for r in pr:
                     m = None
-                    for src in [{"T": tb}] + [{"T": tb, q: (k + 1, boxes[q])} for q in pr if boxes[q] is not None]:
+                    for src in sources(k, tb, boxes):
                         got = step(r, src)
                         m = hull(m, got) if got is not None else m
                     new[r] = hull(boxes[r], m) if m is not None else boxes[r]
@@ -1174,7 +1178,7 @@ def _boxes(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
                 boxes = new
             P.append(boxes)
             nxt = None
-            for src in [{"T": tb}] + [{"T": tb, q: (k + 1, boxes[q])} for q in pr if boxes[q] is not None]:
+            for src in sources(k, tb, boxes):
                 m = step("T", src)
                 nxt = hull(nxt, m) if m is not None else nxt
             if nxt is None:
@@ -1217,24 +1221,22 @@ def _boxes(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
     except (_NoBox, z3.Z3Exception) as e:
         return str(e), None, None
 
-    def text(rel, boxes):
-        u = None
-        for _, b in boxes:
-            u = hull(u, b)
-        # the draws' own temporaries (`~k`) left out: the program names them nowhere
-        shown = [f"{_shown(n, t.p) if n != TURNS else 'turns run'} <= {_num(x)}"
-                 for n, x in zip(pl.args[rel] + ([] if rel == "T" else ["computed"]), u or [])
-                 if x is not None and not n.startswith("~")]
-        return " && ".join(shown) or "true"
-    w = f"with each draw 0..{t.values}, "
-    inv = [(w + "as a turn begins", text("T", I["T"]))]
-    inv += [(w + "as a preempted hold executes again", text(r, I[r])) for r in pr if I[r]]
-    # Spacer is told each relation's hull (one box, every turn's): the disjunction of the turns'
-    # boxes made its search slower than without them
+    # each relation's hull (one box, every turn's): said, and told Spacer (the disjunction of the
+    # turns' boxes made its search slower than without them)
     hulls = {r: None for r in I}
     for r, bs in I.items():
         for _, b in bs:
             hulls[r] = hull(hulls[r], b)
+
+    def text(rel):
+        # the draws' own temporaries (`~k`) left out: the program names them nowhere
+        shown = [f"{_shown(n, t.p) if n != TURNS else 'turns run'} <= {_num(x)}"
+                 for n, x in zip(pl.args[rel] + ([] if rel == "T" else ["computed"]), hulls[rel] or [])
+                 if x is not None and not n.startswith("~")]
+        return " && ".join(shown) or "true"
+    w = f"with each draw 0..{t.values}, "
+    inv = [(w + "as a turn begins", text("T"))]
+    inv += [(w + "as a preempted hold executes again", text(r)) for r in pr if I[r]]
 
     def within(rel, xs):
         ub = hulls.get(rel)
