@@ -186,7 +186,7 @@ def tie_program(rng: random.Random):
   claim probe: at end (count(done) >= 0);"""
     prog = program(cost, rest, "tie.sq")
     p = convert(prog)
-    done, at, ratio = [], [], []
+    done, at, ratio, ttft = [], [], [], []
     for _wl, res in TV.enumerate_family(p, 2, 1, 2):
         if not res.done or res.live:
             continue
@@ -197,11 +197,15 @@ def tie_program(rng: random.Random):
             done.append(max(obs["done"]))
             at.append(max(obs["at"]))
             ratio.append(Fraction(sum(obs["done"])) / sum(obs["need"]))
+        firsts = [v for n, v in res.client if n == "ttft"]
+        if firsts:
+            ttft.append(min(firsts))
     claims = "claim probe: at end (count(done) >= 0);"
     if done:
         claims = (f"claim long: at end (largest(done) <= {_fraction(max(done))});\n"
                   f"  claim late: at end (largest(at) <= {_fraction(max(at))});\n"
                   f"  claim quick: at end (smallest(done) >= {_fraction(min(done))});\n"
+                  + (f"  claim first: at end (smallest(ttft) >= {_fraction(min(ttft))});\n" if ttft else "") +
                   f"  claim pace: at end (total(done) >= {_fraction(min(ratio))} * total(need));\n"
                   f"  claim never: some iteration of llm (now > {_fraction(max(at))});")
     return program(cost, rest.replace("claim probe: at end (count(done) >= 0);", claims), "tie.sq")

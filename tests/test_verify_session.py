@@ -321,6 +321,40 @@ def test_the_response_read_per_turn_as_a_bound_below(claim, proved):
         assert expected(p, 2, 2, 2)["least"] == "proved"
 
 
+@pytest.mark.parametrize("claim,proved", [("smallest(ttft) >= 1", True), ("smallest(ttft) > 0", True),
+                                         ("smallest(ttft) >= 2", False), ("smallest(ttft) > 1", False),
+                                         ("smallest(ttft) >= 1 && smallest(response) >= 1", True)])
+def test_the_ttft_read_per_turn_as_a_bound_below(claim, proved):
+    """A turn's ttft (the kernel records it at its first decode token, or as it is answered its last
+    prefill's end) is at least an iteration after its hold joined: an iteration of cost 1 here. A
+    prompt of 1 gives its first token in one iteration: 2 fails, as the kernel shows."""
+    text = open(CACHE_TINY).read().replace("  claim fresh_tokens:", f"  claim least: at end ({claim});\n  claim fresh_tokens:")
+    p = convert(api.load_text(text, CACHE_TINY))
+    got = session.prove(p, 0, lambda: 60.0, values=2)
+    assert isinstance(got, session.Proof) == proved, got
+    assert expected(p, 2, 2, 2)["least"] == ("proved" if proved else "counterexample")
+
+
+@pytest.mark.parametrize("claim,proved", [("smallest(ttft) >= 2", True), ("smallest(ttft) >= 3", False)])
+def test_the_ttft_counts_a_prefill_s_iterations(claim, proved):
+    """Where no preemption cuts the hold, its prefill before its first decode needs ceil(prompt / B)
+    iterations: prompts of 4..6 with a tokens cap of 3 take two, so every ttft is at least 2, and a
+    lone prompt of 4 gives exactly 2 (3 fails); each draw 0..2 (the prompt reserved: one above the cap is refused). A hold a preemption may cut is read with one iteration
+    (its first token may come in an execution a preemption cut, with another prefill)."""
+    text = open(CACHE_TINY).read().replace("  claim fresh_tokens:", f"  claim least: at end ({claim});\n  claim fresh_tokens:")
+    text = text.replace("kv cap 8;", "kv cap 64;").replace("preempt lifo;", "preempt none;")
+    text = text.replace("Size n = 1 + ~det(2);", "Size n = 4 + ~det(2);")
+    p = convert(api.load_text(text, CACHE_TINY))
+    got = session.prove(p, 0, lambda: 60.0, values=2)
+    assert isinstance(got, session.Proof) == proved, got
+    assert expected(p, 2, 2, 2)["least"] == ("proved" if proved else "counterexample")
+    cut = convert(api.load_text(text.replace("preempt none;", "preempt lifo;"), CACHE_TINY))
+    if proved:   # read with one iteration where a preemption may cut it: 1 is proved, 2 not
+        assert isinstance(session.prove(cut, 0, lambda: 60.0, values=2), str)
+        one = text.replace(claim, "smallest(ttft) >= 1").replace("preempt none;", "preempt lifo;")
+        assert isinstance(session.prove(convert(api.load_text(one, CACHE_TINY)), 0, lambda: 60.0, values=2), session.Proof)
+
+
 def test_a_server_that_branches_to_two_queues_is_read_per_turn():
     """Two queues on one engine, each kind of request to its own (the server branches on a drawn
     kind): each turn reads one arm, its hold preempted or not, and the claims per turn are proved for

@@ -52,6 +52,7 @@ from serq.verify.sym import SymNum, Trace, concrete, own_context, term
 
 NOW = "#now"   # the clock, read by a turn's statements as an attribute of this name
 RESPONSE = "response"   # the client's sample a turn that ends records: its time from start to end (exec.answered)
+TTFT = "ttft"   # the client's sample at a turn's first token (exec.answered, exec's decode): its time from start
 TURNS = "#turns"   # the turns a session has run, carried where the draws are bounded (turn_no exact)
 KERNEL_ATTRS = ("serial", "turn_no")   # naturals the kernel gives every session
 
@@ -306,7 +307,7 @@ def parts(e) -> Optional[list]:
             return [("max", lo.name, c, strict)] if c is not None and (c > 0 or c == 0 and not strict) else None
         # smallest of none is 0 (the reference's *Claims*): above 0 a path needs an observation, so
         # each turn as it ends must have made one (a path that ends has a session, whose turns ended)
-        if isinstance(hi, R.Agg) and hi.fn == "smallest" and (hi.name not in R.CLIENT_METRICS or hi.name == RESPONSE):
+        if isinstance(hi, R.Agg) and hi.fn == "smallest" and (hi.name not in R.CLIENT_METRICS or hi.name in (RESPONSE, TTFT)):
             c = _constant(lo)
             return [("min", hi.name, c, strict)] if c is not None else None
     d = decompose(e)
@@ -349,7 +350,8 @@ def prove(p: R.Program, j: int, left, values: Optional[int] = None) -> Proof | s
     # is given, would follow what was asked before (the claims before it, this program's step checked
     # in the same call or not), and Spacer's answer with them (`sym.own_context`)
     with own_context():
-        return _turn(p, ps, names, "; ".join(dict.fromkeys(_fact(x) for x in ps)), cmin, B, left, values)
+        return _turn(p, ps, names, "; ".join(dict.fromkeys(_fact(x) for x in ps)), cmin, B, left, values,
+                     claim=c.name)
 
 
 class _Turn:
@@ -396,6 +398,7 @@ class _Turn:
         self.apps: list = []      # the relations the path starts from: (name, args)
         self.assume: list = []    # (a, b): a >= b, what the lemmas say (a path where one fails is none)
         self.obs = {n: [] for n in self.names}
+        self.tt = None   # the turn's ttft: None, a bound below its last prefill's end (pending), or "done"
         with Trace() as tr, _IteMinMax():
             try:
                 head = body()
@@ -446,6 +449,8 @@ class _Turn:
             if RESPONSE in self.obs:   # the turn ended: its response, the clock's advance over it (holds at
                 # least what the lemma says, jobs any time: a bound below, never above)
                 self.obs[RESPONSE].append(X.lookup(attrs, NOW) - self.inp.value("T"))
+            if self.tt not in (None, "done"):   # answered with a prefill and no decode token: its ttft
+                self._ttft(self.tt)
         except _Refused:
             # the session ends at the hold, its turn's observations half made
             if not self._held():
@@ -565,6 +570,8 @@ class _Turn:
             if st.mode == "prefill":
                 acc.pre = acc.pre + w
             else:
+                if acc.first is None:
+                    acc.first = acc.pre   # the prefill before its first decode token
                 acc.dec = acc.dec + w
             if st.growing in acc.pos:
                 acc.pos[st.growing] = acc.pos[st.growing] + w
@@ -672,7 +679,10 @@ class _Turn:
         attrs = X.assign(attrs, "computed", 0)
         if outer is not None:      # inside another hold: its time is the outer hold's
             outer.pre, outer.dec = outer.pre + ex.pre, outer.dec + ex.dec
+            outer.inner = True
             return attrs
+        if TTFT in self.obs and self.tt != "done":
+            self._first_token(ex, X.lookup(attrs, NOW))
         d = self._fresh("a")
         if self.B is None:
             need = (1 if ex.pre > 0 else 0) + ex.dec
@@ -683,6 +693,32 @@ class _Turn:
             need = k + ex.dec
         self.assume.append((d, self.cmin * need))
         return X.assign(attrs, NOW, X.lookup(attrs, NOW) + d)
+
+    def _first_token(self, ex: "_Exec", join):
+        """The turn's ttft as the kernel records it (exec: a turn's first decode token, or as it is
+        answered its last prefill's end), bounded below: its first token is the end of an iteration
+        that began after the hold joined (at `join`), with the request's tokens in its batch, so at
+        least c later; and where its prefill before the first decode needs k iterations (a hold no
+        preemption cuts, with no hold inside: its first execution is its only one), k c later."""
+        if not (ex.dec > 0 or ex.pre > 0):
+            return
+        pre = ex.pre if ex.first is None else ex.first
+        lb = join - self.inp.value("T") + self.cmin
+        if ex.pool is None and not ex.inner and self.B is not None and pre > 0:
+            k = self._fresh("k")   # at least ceil(pre / B) iterations: k * B >= pre
+            self.assume.append((k * self.B, pre))
+            lb = join - self.inp.value("T") + self.cmin * k
+        if ex.dec > 0:   # its first decode token: the ttft recorded, from the earliest prefill's end if one came first
+            self._ttft(lb if self.tt is None else self.tt)
+        elif self.tt is None:   # a prefill and no decode: the ttft waits for the turn's answer or a decode
+            self.tt = lb
+
+    def _ttft(self, lb):
+        """A ttft observation: any time at least lb (a bound below, never above)."""
+        v = self._fresh("a")
+        self.assume.append((v, lb))
+        self.obs[TTFT].append(v)
+        self.tt = "done"
 
 
 class _IteMinMax:
@@ -730,6 +766,8 @@ class _Exec:
     pre: object
     dec: object
     obs: dict
+    first: object = None   # the prefill work before its first decode run, once one ran
+    inner: bool = False    # a hold inside it ran
 
 
 @dataclass
@@ -919,7 +957,8 @@ def _live(block, defined=None) -> set:
     return live
 
 
-def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left, values=None, drop=()) -> Proof | str:
+def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left, values=None, drop=(),
+          claim: str = "") -> Proof | str:
     pl = plan(p, counted=values is not None)
     if isinstance(pl, str):
         return pl
@@ -927,7 +966,7 @@ def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left, values=N
         return ("a session may run no turn (its block's first statements are not plain, then a turn): "
                 "`smallest` above 0 needs an observation")
     t = _Turn(p, ps, names, cmin, B, pl, values)
-    t.drop = drop
+    t.drop, t.claim = drop, claim
     paths: list = []
 
     def see(facts, val) -> bool:
@@ -958,7 +997,7 @@ def _turn(p: R.Program, ps: list, names: set, fact: str, cmin, B, left, values=N
         # within the draws no hold is refused, and only the paths past a refusal needed them: the
         # reading of every natural draw, those paths left out, with its own invariants (Spacer
         # finds them there far sooner than among the bounds)
-        got = _turn(p, ps, names, fact, cmin, B, left, None, ("R",))
+        got = _turn(p, ps, names, fact, cmin, B, left, None, ("R",), claim=claim)
         if isinstance(got, Proof):
             return Proof(fact, got.lemma, known.inv + got.invariants, values)
         return got
@@ -1009,6 +1048,7 @@ def _solve(t: _Turn, pl: _Plan, paths: list, left, known=None, drop=()) -> tuple
         gk = (tuple(b.sexpr() for b in body), key if key in fails else head[0])
         groups.setdefault(gk, (body, key, [], apps))[2].append((facts, head))
     rules = []
+    clauses: list = []   # (the relations it starts from, the rest of its body, its head's kind, the head's unknowns)
     # in an order of their own, not the order the exploration met them (which z3's models decide)
     for _, (body, key, members, apps) in sorted(groups.items(), key=lambda g: str(g[0])):
         if key in fails:
@@ -1031,6 +1071,11 @@ def _solve(t: _Turn, pl: _Plan, paths: list, left, known=None, drop=()) -> tuple
         # each clause quantifies its own unknowns (declare_var would abstract every clause over all)
         rule = z3.Implies(z3.And(whole), hd)
         rules.append(z3.ForAll(vs, rule) if vs else rule)
+        clauses.append((apps, whole[len(body):], key, hargs))
+    hint = (repr(replace(t.p, claims=())), t.claim, t.values, tuple(drop))
+    got = _HINTS.get(hint)
+    if got is not None and _model(got, clauses, rels, fails, left):
+        return None, got[1]
     # Spacer's time on the same clauses goes from seconds to minutes with its seed (vLLM's request:
     # one claim 10 s with one seed, none in 50 s with another, the other claim the reverse): a few
     # seeds, each a slice of the time left, the last all of it; the same clauses, the same answers
@@ -1040,6 +1085,11 @@ def _solve(t: _Turn, pl: _Plan, paths: list, left, known=None, drop=()) -> tuple
         def slice_left(start=start, share=share) -> float:
             return min(left(), share - (start - left()))
         why, inv = _spacer(t, pl, rels, fails, rules, seed, slice_left)
+        if why is None:
+            inv, covers = inv
+            _HINTS[hint] = (covers, inv)
+            while len(_HINTS) > 8:
+                del _HINTS[next(iter(_HINTS))]
         if why != _SLICE:
             return why, inv
         if left() <= 0:
@@ -1132,8 +1182,17 @@ def _boxes(t: _Turn, pl: _Plan, paths: list, left) -> tuple:
             return b
         return [None if x is None or y is None else max(x, y) for x, y in zip(a, b)]
 
+    memo: dict = {}
+
     def step(rel_to, boxes_from: dict):
         """The box of rel_to's heads from the paths whose starts are within boxes_from (rel -> box)."""
+        # a preempted hold's fixpoint asks again of the sources that did not change
+        key = (rel_to, tuple(sorted((r, b[0], tuple(b[1])) for r, b in boxes_from.items())))
+        if key not in memo:
+            memo[key] = _step(rel_to, boxes_from)
+        return memo[key]
+
+    def _step(rel_to, boxes_from: dict):
         got = None
         for (_, kind), g in order:
             terms, _, alts, hs = g
@@ -1255,7 +1314,34 @@ class _Known:
     fails: set   # the failures a path may reach from within them ("R", "B", ("E", message))
 
 
-_BOX_CACHE: dict = {}   # (the program but its claims, the values) -> its turns' bounds (_boxes)
+_BOX_CACHE: dict = {}
+# (the program but its claims, the claim's name, the values, the failures left out) -> what Spacer
+# found the relations to be, and their text: the claim read again with its margin (*Floating point*)
+# asks first whether they are a model of its own clauses (its clauses differ only in its constants)
+_HINTS: dict = {}
+
+
+def _model(got, clauses: list, rels: dict, fails: dict, left) -> bool:
+    """Whether the relations read as Spacer found them for a claim satisfy every clause, each
+    failure false: then no failure is reached (the least model is within every model), whoever
+    found them. Each clause is checked by z3 in the current context."""
+    covers = {n: c.translate(z3.main_ctx()) for n, c in got[0].items()}
+
+    def read(name, args):
+        if name not in covers:
+            return z3.BoolVal(True)
+        f = rels[name]
+        return z3.substitute_vars(covers[name], *[_as(term(v), f.domain(i)) for i, v in enumerate(args)])
+    for apps, rest, key, hargs in clauses:
+        s = z3.Solver()
+        s.set("timeout", S.z3_ms(left))
+        head = z3.BoolVal(False) if key in fails else (
+            z3.substitute_vars(covers[key], *hargs) if key in covers else z3.BoolVal(True))
+        s.add([read(n, a) for n, a in apps] + rest + [z3.Not(head)])
+        with S.cpu_deadline(left):
+            if s.check() != z3.unsat:
+                return False
+    return True   # (the program but its claims, the values) -> its turns' bounds (_boxes)
 
 
 class _NoBox(Exception):
@@ -1295,7 +1381,13 @@ def _spacer(t: _Turn, pl: _Plan, rels: dict, fails: dict, rules: list, seed: int
         with watch:
             r = fp.query(anyf)
             if r == z3.unsat:
-                return None, _invariants(fp, mine, pl, t.p)
+                covers = {}
+                for name, f in mine.items():
+                    try:
+                        covers[name] = fp.get_cover_delta(-1, f)
+                    except z3.Z3Exception:
+                        pass
+                return None, (_invariants(covers, mine, pl, t.p), covers)
             if r == z3.sat:
                 for k, b in fails.items():
                     if fp.query(b.translate(ctx)) == z3.sat:
@@ -1409,14 +1501,13 @@ def _consts(terms) -> list:
     return out
 
 
-def _invariants(fp, rels: dict, pl: _Plan, p: R.Program) -> list:
+def _invariants(covers: dict, rels: dict, pl: _Plan, p: R.Program) -> list:
     """What Spacer found each relation to be, in the program's names: what a session keeps from
     turn to turn (T) and from a hold's execution to the next after a preemption (P)."""
     out = []
     for name, f in rels.items():
-        try:
-            inv = fp.get_cover_delta(-1, f)
-        except z3.Z3Exception:
+        inv = covers.get(name)
+        if inv is None:
             continue
         names = pl.args[name] + ([] if name == "T" else ["computed"])
         # the relation's arguments are the bound variables 0, 1, ... in order
