@@ -5,6 +5,7 @@ by the interpreter (`SERQ_BOUND_WORKLOADS`, default 200 a program)."""
 from __future__ import annotations
 
 import os
+from fractions import Fraction
 import random
 import re
 import time
@@ -186,7 +187,7 @@ def test_differential_bound_proofs_hold_in_the_simulator(case):
 
 
 @pytest.mark.parametrize("example", ["single-turn/vllm_single_turn.sq", "engines/tensorrt_llm.sq",
-                                     "engines/tgi.sq"])
+                                     "engines/tgi.sq", "engines/sglang.sq"])
 def test_examples_latencies_within_the_busy_period_bound(example):
     """The shipped engines at the default bound: the busy-period bound on a turn's latencies holds on
     random workloads of the bound (and the extremes) run by the interpreter."""
@@ -413,3 +414,37 @@ def test_differential_per_turn_bounds_hold_in_the_simulator(case):
     if case == 0:   # a tokens cap of 3 beside 2 other sessions: X is the bound's most part
         k = float(re.search(r"an iteration costs at most (\S+) s", " ".join(got.facts)).group(1))
         assert worst["ttft"] > (1 + 1) * k, (worst, bound)   # X dropped: too tight, and seen so
+
+
+def _sglang(claim: str, sets: str = None) -> str:
+    text = (ROOT / "examples/engines/sglang.sq").read_text()
+    if sets is not None:
+        i = text.index("      set ratio = ")
+        text = text[:i] + sets + text[text.index("\n", text.index("ratio;", i)):]
+    i = text.rstrip().rfind("}")
+    return text[:i] + f"  {claim}\n}}\n"
+
+
+def test_sglang_prefills_first_within_the_bound():
+    """SGLang's schedule (the running prefills, the admissions, the decodes only in an iteration with
+    no prefill) keeps the busy-period argument: every iteration serves a token, a prefill's or every
+    decoder's. Its admission register `ratio` is read in the reservation at every value it takes: from
+    0.7, its sets give 20/2048 after a preemption and decay to 0.098 at least, so it stays within
+    [20/2048, 0.7] and a session reserves at most 116 + floor(0.7 x 2048) = 1549 slots. A turn's own
+    iterations are not bounded (its decodes wait for the others' prefills): the busy period is."""
+    p = convert(api.load_text(_sglang("claim lat: at end (largest(ttft) <= 2);"), "sg.sq"))
+    assert bounded._registers(p, lambda: 30) == {"ratio": (Fraction(20, 2048), Fraction(7, 10))}
+    got = bounded.prove(p, len(p.claims) - 1, 3, 16, lambda: 30)
+    assert isinstance(got, bounded.Proof), got
+    text = " ".join(got.facts)
+    assert "kv 1549" in text and "no bound of a turn's own iterations: decodes are served only" in text
+    # a register whose sets grow it without end has no most: the reservation is not bounded
+    grows = convert(api.load_text(_sglang("claim lat: at end (largest(ttft) <= 2);",
+                                          "      set ratio = ratio + 1;"), "sg.sq"))
+    got = bounded.prove(grows, len(grows.claims) - 1, 3, 16, lambda: 30)
+    assert isinstance(got, str) and "register" in got, got
+    # another shape is still outside, and says which it takes
+    other = _sglang("claim lat: at end (largest(ttft) <= 2);").replace(
+        "branch (batch.prefilled == 0) { advance running; }", "advance running;")
+    got = bounded.prove(convert(api.load_text(other, "sg.sq")), len(p.claims) - 1, 3, 16, lambda: 30)
+    assert isinstance(got, str) and "SGLang's" in got, got

@@ -71,10 +71,11 @@ class _Terms:
     """The program's expressions as z3 terms (Real) over a session's unknowns: one session read on
     its own, its draws naturals 0..M, what it reads of the machine any value in that value's range."""
 
-    def __init__(self, p: R.Program):
+    def __init__(self, p: R.Program, regs: Optional[dict] = None):
         self.p = p
         self.cons: list = []
         self.k = 0
+        self.regs = regs or {}   # a register's name -> (least, most) of every value it takes
 
     def fresh(self, lo=0, hi=None, whole=True):
         self.k += 1
@@ -151,6 +152,11 @@ class _Terms:
             return self.fresh(whole=False)
         if isinstance(e, R.StepVar):   # an `each at most` reads the residents: any natural
             return self.fresh()
+        if isinstance(e, R.Reg) and e.name in self.regs:   # a header's read of a register: any value it takes
+            lo, hi = self.regs[e.name]
+            v = self.fresh(whole=False)
+            self.cons += [v >= _real(lo), v <= _real(hi)]
+            return v
         raise Outside(f"{type(e).__name__} read where the bound's reading does not follow it")
 
 
@@ -276,22 +282,90 @@ def _scope(p: R.Program) -> R.HoldS:
     if adm != [h.pools[0].pool]:
         raise Outside("the hold does not wait in the one queue the engine admits")
     e = p.engine
-    if e.keys or any(s.keys for s in e.body if isinstance(s, R.IServe) and s.keys) or \
+    if e.keys or any(s.keys for s in _stmts(e.body) if isinstance(s, R.IServe) and s.keys) or \
             any(q.queue_keys for q in p.pools):
         raise Outside("an order of the residents or of a queue (its keys are not read here)")
     if e.exclusive:
         raise Outside("`exclusive prefill`")
-    gate_ok = lambda g: g is None or g == R.Bin("==", R.StepVar("Preempted"), R.Num(0))  # noqa: E731
-    if not (len(e.body) == 2 and isinstance(e.body[0], R.IServe) and e.body[0].only is None
-            and isinstance(e.body[1], R.IAdmit) and e.body[1].only is None and gate_ok(e.body[1].gate)):
-        raise Outside("a schedule other than `advance running; admit waiting [while (running.preempted == 0)]`")
+    if _shape(e) is None:
+        raise Outside("a schedule other than `advance running; admit waiting [while (running.preempted == 0)]` "
+                      "or SGLang's (`advance running only (!decoding); admit waiting [while (running.preempted "
+                      "== 0)]; branch (batch.prefilled == 0) { advance running; }`), with register sets")
     if e.budget is not None and not (isinstance(e.budget, R.Num) and e.budget.v >= 1 and e.budget.v == int(e.budget.v)):
         raise Outside("a tokens cap that is not a constant of 1 or more")
     if e.granule is not None and not (isinstance(e.granule, R.Num) and e.granule.v == int(e.granule.v) and e.granule.v >= 0):
         raise Outside("a granule that is not a constant")
-    if any(isinstance(x, R.Reg) for x in V._nodes((e.chunk, e.body))):
+    if any(isinstance(x, R.Reg) for x in V._nodes((e.chunk,) + tuple(st.chunk for st in _stmts(e.body)
+                                                                       if isinstance(st, (R.IServe, R.IAdmit))))):
         raise Outside("a chunk cap that reads a register")
     return h
+
+
+GATE = R.Bin("==", R.StepVar("Preempted"), R.Num(0))
+PREFILLS_FIRST = (R.IServe(R.Not(R.Ctx("decoding")), None, None), R.IAdmit(None, GATE, None),
+                  R.IBranch(R.Bin("==", R.StepVar("Npre", True), R.Num(0)), (R.IServe(None, None, None),), ()))
+
+
+def _stmts(body):
+    """The schedule's statements, a branch's arms' too."""
+    for st in body:
+        yield st
+        if isinstance(st, R.IBranch):
+            yield from _stmts(st.then)
+            yield from _stmts(st.else_)
+
+
+def _shape(e: R.Engine) -> Optional[str]:
+    """The schedule's shape, its register sets aside: "vllm" (`advance running; admit waiting [while
+    (running.preempted == 0)]`: every iteration serves the running, then admits), "prefills first"
+    (SGLang's: the running prefills, the admissions, and the decodes only in an iteration with no
+    prefill), else None. Either serves a token in every iteration while a request is resident or
+    waits and nothing waits for memory: a running prefill is served, else a waiting head admitted
+    and served, else every decoder served."""
+    body = tuple(st for st in e.body if not isinstance(st, R.ISet))
+    if any(isinstance(x, R.Reg) for x in V._nodes(body) if x is not None):
+        return None
+    if len(body) == 2 and isinstance(body[0], R.IServe) and body[0].only is None and \
+            isinstance(body[1], R.IAdmit) and body[1].only is None and body[1].gate in (None, GATE):
+        return "vllm"
+    norm = lambda st: replace(st, chunk=None) if isinstance(st, (R.IServe, R.IAdmit)) else st  # noqa: E731
+    if len(body) == 3 and isinstance(body[1], R.IAdmit) and \
+            tuple(map(norm, (body[0], replace(body[1], gate=GATE), body[2]))) == PREFILLS_FIRST:
+        return "prefills first"
+    return None
+
+
+REG_ROUNDS = 8   # widenings of a register's range before it is called unbounded
+
+
+def _registers(p: R.Program, left) -> dict:
+    """Each register's least and most value over every run: from its initial value, widened by what
+    its sets give from within the range (step values any naturals, z3's optimum) to a fixpoint."""
+    regs = {name: (Fraction(v), Fraction(v)) for name, v in p.engine.registers}
+    sets = [st for st in _stmts(p.engine.body) if isinstance(st, R.ISet)]
+    for _ in range(REG_ROUNDS):
+        new = dict(regs)
+        for st in sets:
+            tm = _Terms(p, regs)
+            t = tm.term(st.e, {})
+            lo, hi = new[st.name]
+            for up in (False, True):
+                o = z3.Optimize()
+                o.set("timeout", max(1, S.z3_ms(left)))
+                o.add(tm.cons)
+                h = o.maximize(t) if up else o.minimize(t)
+                if o.check() != z3.sat:
+                    raise Outside(f"z3 could not bound the register `{st.name}`")
+                b = h.upper() if up else h.lower()
+                if not (z3.is_rational_value(b) or z3.is_int_value(b)):
+                    raise Outside(f"the register `{st.name}` has no {'most' if up else 'least'} value")
+                x = Fraction(b.as_fraction()) if z3.is_rational_value(b) else Fraction(b.as_long())
+                lo, hi = (lo, max(hi, x)) if up else (min(lo, x), hi)
+            new[st.name] = (lo, hi)
+        if new == regs:
+            return regs
+        regs = new
+    raise Outside(f"a register's values are not bounded within {REG_ROUNDS} widenings")
 
 
 GIVEN_NODES = (R.Num, R.Attr, R.Not, R.Ite, R.Bin, R.Fn)
@@ -351,7 +425,7 @@ def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left, given=None) -> M
     `turn`), every draw its own unknown 0..M, a branch both ways under its condition, and a loop
     unrolled while z3 finds a session within the bound that enters it again (turn_no 0 at the first
     turn, one more each turn: exec's TurnGo); each turn's hold read where that turn is run."""
-    tm = _Terms(p)
+    tm = _Terms(p, _registers(p, left) if p.engine.registers else None)
     env = {"serial": tm.fresh(0, n - 1), "turn_no": _real(0), "cached": _real(0), "computed": _real(0)}
     amounts = []   # (term, what, where)
     occ = []       # each hold read: (where, units, reserves, consumed, works [(mode, work, growing)])
@@ -512,7 +586,7 @@ def _chunk_binds(p: R.Program, pw: int, left) -> Optional[int]:
     (None: no cap binds: 0 reads as none, *Engines*)."""
     e = p.engine
     least = None
-    for x in {e.chunk, *(s.chunk for s in e.body if s.chunk is not None)}:
+    for x in {e.chunk, *(s.chunk for s in _stmts(e.body) if isinstance(s, (R.IServe, R.IAdmit)) and s.chunk is not None)}:
         tm = _Terms(p)
         t = tm.term(x, {})
         _amount_ok(tm.cons, t, "an `each at most`", left)
@@ -702,6 +776,8 @@ def per_turn(p: R.Program, b: Bound):
     *A turn's own iterations*), with the argument's numbers as text; or why the argument does not
     apply (the busy period alone bounds them then)."""
     n, mx, B = b.n, b.mx, b.B
+    if _shape(p.engine) != "vllm":
+        return "decodes are served only in an iteration with no prefill: a turn's wait for the others' prefills"
     if b.g is not None:
         return "a granule may pass a prefill over and stop the admissions (*Engines*)"
     if B is not None and B <= n - 1:
