@@ -448,3 +448,37 @@ def test_sglang_prefills_first_within_the_bound():
         "branch (batch.prefilled == 0) { advance running; }", "advance running;")
     got = bounded.prove(convert(api.load_text(other, "sg.sq")), len(p.claims) - 1, 3, 16, lambda: 30)
     assert isinstance(got, str) and "SGLang's" in got, got
+
+
+def test_two_queues_within_the_bound():
+    """Two kinds of request on one engine, each to its own queue (a branch chooses the hold): a turn
+    holds one of the two, so each amount's most is over both, and the busy-period argument holds
+    (each queue's head fits, so none waits while the engine idles). The bounds hold on random
+    workloads of the bound and the extremes in serq run; a turn's own iterations are not argued."""
+    path = ROOT / "tests" / "data" / "verify" / "two_queues.sq"
+    prog = api.load_text(path.read_text(), str(path))
+    p = convert(prog)
+    names = [c.name for c in p.claims]
+    got = bounded.prove(p, names.index("few_decoders"), 3, 16, lambda: 30)
+    assert isinstance(got, bounded.Proof) and "decoders <= 3" in got.facts[-1], got
+    got = bounded.prove(p, names.index("lat"), 3, 16, lambda: 30)
+    assert isinstance(got, bounded.Proof), got
+    text = " ".join(got.facts)
+    assert "one of 2 holds" in text and "kv 48, hi 1, lo 1" in text and "several queues" in text
+    rb = float(re.search(r"at most \S+ x \S+ = (\S+) s", text).group(1))
+    wls = list(floats.workloads(p, 3, 16, 3, WORKLOADS, seed=11))
+    wls += [{"sessions": [{"arrival": 0, "draws": [k % 2, 16, 16]}] * 3} for k in (0, 1)]
+    wls += [{"sessions": [{"arrival": 0, "draws": [k, 16, 16]} for k in (0, 1, 0)]}]
+    worst = 0.0
+    for wl in wls:
+        rep = api.run(prog, None, None, wl)
+        assert rep["claims"]["few_decoders"]["status"] != "failed", wl
+        for m in ("response", "ttft", "tpot"):
+            if rep["client"][m]["count"]:
+                worst = max(worst, rep["client"][m]["max"])
+    assert 0 < worst <= rb, (worst, rb)
+    # one turn that may hold twice (both kinds in a row) is outside
+    twice = path.read_text().replace("  server {\n    observe fresh = n;", "  server {\n    observe fresh = n;\n"
+                                     "    hold hi (cost(hi, 1)) { run llm prefill (cost(llm, 1)); }")
+    got = bounded.prove(convert(api.load_text(twice, str(path))), names.index("lat"), 3, 16, lambda: 30)
+    assert isinstance(got, str) and "not one hold a session or a turn" in got, got

@@ -227,18 +227,29 @@ PLAIN = (R.SetA, R.DrawA, R.ObserveA)
 LOOP_MOST = 64   # turns of a session's loop unrolled before giving up (`maxima`)
 
 
-def _plain(stmts, holds: list, where: str, hold_ok: bool = True):
-    """Init, turn and server: sets, draws, observations, branches of them, and holds (none inside a
-    branch): nothing that blocks before the hold, so a turn's hold joins as the turn starts."""
+def _plain(stmts, holds: list, where: str):
+    """Init, turn and server: sets, draws, observations, branches of them, and holds: nothing that
+    blocks before a hold, so a turn's hold joins as the turn starts."""
     for st in stmts:
-        if isinstance(st, R.HoldS) and hold_ok:
+        if isinstance(st, R.HoldS):
             holds.append(st)
         elif isinstance(st, R.BranchS):
-            _plain(st.then, holds, where, False)
-            _plain(st.else_, holds, where, False)
+            _plain(st.then, holds, where)
+            _plain(st.else_, holds, where)
         elif not isinstance(st, PLAIN):
             raise Outside(f"{where}'s {type(st).__name__} (only sets, draws, observations, branches of them and "
                           "one hold)")
+
+
+def _path_holds(stmts) -> int:
+    """The most holds one run through the statements reaches (a branch's arms: the larger)."""
+    n = 0
+    for st in stmts:
+        if isinstance(st, R.HoldS):
+            n += 1
+        elif isinstance(st, R.BranchS):
+            n += max(_path_holds(st.then), _path_holds(st.else_))
+    return n
 
 
 def _between(stmts):
@@ -252,8 +263,9 @@ def _between(stmts):
                           "stage jobs, branches and loops)")
 
 
-def _scope(p: R.Program) -> R.HoldS:
-    """The one hold of the program, or Outside with the reason."""
+def _scope(p: R.Program) -> tuple:
+    """The program's holds: one, or one a turn of several a branch chooses among, each waiting in a
+    queue of its own the engine admits (two kinds of request, two queues); or Outside with the reason."""
     if p.arrive == "closed":
         raise Outside("a closed population")
     if p.trace:
@@ -268,19 +280,22 @@ def _scope(p: R.Program) -> R.HoldS:
     _plain(p.turn + p.server, holds, "a turn")
     if p.session is not None:
         _between(p.session)
-    if len(holds) != 1:
-        raise Outside("not exactly one hold a session")
-    h = holds[0]
-    if h.content is not None:
-        raise Outside("a hold with a content")
-    for st in h.body:
-        if not isinstance(st, (R.SetA, R.ObserveA, R.RunS)):
-            raise Outside(f"a hold's {type(st).__name__} (only sets, observations and runs)")
-        if isinstance(st, R.RunS) and st.growing is not None and st.growing not in {hp.pool for hp in h.pools}:
-            raise Outside("a run grows a pool its hold does not take")
+    if not holds:
+        raise Outside("no hold")
+    if len(holds) > 1 and (any(isinstance(n, R.HoldS) for n in V._nodes(p.init)) or _path_holds(p.turn + p.server) > 1):
+        raise Outside("not one hold a session or a turn")
+    for h in holds:
+        if h.content is not None:
+            raise Outside("a hold with a content")
+        for st in h.body:
+            if not isinstance(st, (R.SetA, R.ObserveA, R.RunS)):
+                raise Outside(f"a hold's {type(st).__name__} (only sets, observations and runs)")
+            if isinstance(st, R.RunS) and st.growing is not None and st.growing not in {hp.pool for hp in h.pools}:
+                raise Outside("a run grows a pool its hold does not take")
     adm = [i for i, q in enumerate(p.pools) if q.admitted]
-    if adm != [h.pools[0].pool]:
-        raise Outside("the hold does not wait in the one queue the engine admits")
+    firsts = sorted({h.pools[0].pool for h in holds})
+    if adm != firsts or any(hp.pool in adm for h in holds for hp in h.pools[1:]):
+        raise Outside("a hold does not wait in a queue the engine admits, or one the engine admits none waits in")
     e = p.engine
     if e.keys or any(s.keys for s in _stmts(e.body) if isinstance(s, R.IServe) and s.keys) or \
             any(q.queue_keys for q in p.pools):
@@ -298,7 +313,7 @@ def _scope(p: R.Program) -> R.HoldS:
     if any(isinstance(x, R.Reg) for x in V._nodes((e.chunk,) + tuple(st.chunk for st in _stmts(e.body)
                                                                        if isinstance(st, (R.IServe, R.IAdmit))))):
         raise Outside("a chunk cap that reads a register")
-    return h
+    return tuple(holds)
 
 
 GATE = R.Bin("==", R.StepVar("Preempted"), R.Num(0))
@@ -418,7 +433,7 @@ def _merge(tm, c, a: dict, b: dict) -> dict:
     return out
 
 
-def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left, given=None) -> Maxima:
+def maxima(p: R.Program, hs: tuple, n: int, values: int, left, given=None) -> Maxima:
     """A session's most; under `given` (a claim's), over the sessions that satisfy it: the claim's
     family is the workloads whose every session does (the reference's *Claims*). The session is
     read as the kernel runs it (exec.arrive: init, the given, then its block, a single-turn one
@@ -556,20 +571,20 @@ def maxima(p: R.Program, h: R.HoldS, n: int, values: int, left, given=None) -> M
             raise Outside(f"{what} has no maximum within the bound")
         return known[key]
     F, pos = {}, 0
-    works0 = occ[0][4]
-    for hp in h.pools:
-        i = hp.pool
+    for i in _pools(hs):
         fs, reach = [], []
         for where, units, reserves, consumed, works in occ:
+            if i not in units:   # a hold of another queue
+                continue
             r = sum((w for _, w, g in works if g == i), consumed[i])
             fs.append((where, _max2(_max2(units[i], reserves[i]), _up_to(r, p.pools[i].block))))
             reach.append((where, r))
         F[i] = most(fs, f"session's footprint on {p.pools[i].name}")
-        if any(g == i for _, _, g in works0):
+        if any(g == i for o in occ for _, _, g in o[4]):
             pos = max(pos, most(reach, "a growing run's position"))
     pre = [(o[0], w) for o in occ for mode, w, _ in o[4] if mode == "prefill"]
-    npre = sum(1 for mode, _, _ in works0 if mode == "prefill")
-    decodes = any(mode == "decode" for mode, _, _ in works0)
+    npre = max(sum(1 for mode, _, _ in o[4] if mode == "prefill") for o in occ)
+    decodes = any(mode == "decode" for o in occ for mode, _, _ in o[4])
     pw = most(pre, "a prefill's work") if pre else 0
 
     def total(mode):
@@ -602,6 +617,11 @@ def _chunk_binds(p: R.Program, pw: int, left) -> Optional[int]:
     return least
 
 
+def _pools(hs: tuple) -> list:
+    """The pools the holds take, in order."""
+    return sorted({hp.pool for h in hs for hp in h.pools})
+
+
 @dataclass
 class Bound:
     """What the bound implies of every iteration of every path of at most n sessions."""
@@ -620,12 +640,12 @@ class Bound:
 _MAXIMA: dict = {}   # (the program but its claims, n, values, given): a claim's margin is verified on the same body
 
 
-def _maxima(p: R.Program, h: R.HoldS, n: int, values: int, left, given=None) -> Maxima:
+def _maxima(p: R.Program, hs: tuple, n: int, values: int, left, given=None) -> Maxima:
     key = (replace(p, claims=()), n, values, given)
     if key not in _MAXIMA:
         if len(_MAXIMA) > 64:
             _MAXIMA.clear()
-        _MAXIMA[key] = maxima(p, h, n, values, left, given)
+        _MAXIMA[key] = maxima(p, hs, n, values, left, given)
     return _MAXIMA[key]
 
 
@@ -633,21 +653,21 @@ def bound(p: R.Program, n: int, values: int, left, given=None) -> Bound:
     """The bound's invariants; under a claim's `given` (None: every workload), those of its family.
     A given this reading cannot follow is not assumed: the invariants are then every workload's,
     which hold on the family too (said in the facts)."""
-    h = _scope(p)
+    hs = _scope(p)
     note = []
     if given is not None:
         try:
-            mx = _maxima(p, h, n, values, left, given)
+            mx = _maxima(p, hs, n, values, left, given)
             note = ["every session satisfies the claim's given (its family: read once the init has run)"]
         except Outside as o:   # never assumed where not read: every workload's maxima cover the family
-            mx = _maxima(p, h, n, values, left)
+            mx = _maxima(p, hs, n, values, left)
             note = [f"the claim's given is not read here ({o}): the invariants of every workload, its family's too"]
     else:
-        mx = _maxima(p, h, n, values, left)
-    for hp in h.pools:
-        cap = p.pools[hp.pool].cap
-        if cap is not None and n * mx.F[hp.pool] > cap:
-            raise Outside(f"{n} sessions at their most ({mx.F[hp.pool]} each) do not fit {p.pools[hp.pool].name}'s "
+        mx = _maxima(p, hs, n, values, left)
+    for i in _pools(hs):
+        cap = p.pools[i].cap
+        if cap is not None and n * mx.F[i] > cap:
+            raise Outside(f"{n} sessions at their most ({mx.F[i]} each) do not fit {p.pools[i].name}'s "
                           f"cap of {cap}: an admission may wait for memory, a growth preempt")
     e = p.engine
     B = int(e.budget.v) if e.budget is not None else None
@@ -704,16 +724,19 @@ def bound(p: R.Program, n: int, values: int, left, given=None) -> Bound:
              + (f", each of its at most {mx.turns} turns, one hold a turn" if p.session is not None else "")
              + f"): prefill {mx.pt} ({mx.npre} run(s), the largest {mx.pw}), "
              f"decode {mx.dt}" + "".join(f", {p.pools[i].name} {f}" for i, f in mx.F.items())]
-    if p.session is not None and h.cache is not None:
+    if p.session is not None and any(h.cache is not None for h in hs):
         # exec.room_for counts allocations and reservations only; make_room evicts cached entries
         # (least recently released first) to fit: a session's cache between its turns never makes one wait
         facts.append("a session's cache between turns is evicted as room is needed (exec.room_for counts "
                      "holds and reservations, make_room evicts the cache): it makes no admission or growth wait")
     facts += [
              "no preemption, no wait for memory: " + ", ".join(
-                 f"{n} x {mx.F[hp.pool]} <= {p.pools[hp.pool].cap} ({p.pools[hp.pool].name})"
-                 for hp in h.pools if p.pools[hp.pool].cap is not None)]
-    return Bound(n, mx, L, iters, facts, t_min, B, g, cap, h)
+                 f"{n} x {mx.F[i]} <= {p.pools[i].cap} ({p.pools[i].name})"
+                 for i in _pools(hs) if p.pools[i].cap is not None)]
+    if len(hs) > 1:
+        facts.insert(1, f"a turn holds one of {len(hs)} holds, each in a queue of its own the engine admits: "
+                        "the most of each amount is over all of them")
+    return Bound(n, mx, L, iters, facts, t_min, B, g, cap, hs[0] if len(hs) == 1 else None)
 
 
 def _kernel_lemmas(p: R.Program) -> list:
@@ -782,6 +805,8 @@ def per_turn(p: R.Program, b: Bound):
         return "a granule may pass a prefill over and stop the admissions (*Engines*)"
     if B is not None and B <= n - 1:
         return f"a tokens cap of {B} is not above the {n - 1} other sessions' decodes"
+    if b.hold is None:
+        return "several queues: a later request of one may be admitted before an earlier one of another"
     if not any(st is b.hold for st in p.turn + p.server):
         return "the hold is not in the turn"
     modes = [st.mode for st in b.hold.body if isinstance(st, R.RunS)]
