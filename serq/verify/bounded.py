@@ -884,7 +884,7 @@ def prove(p: R.Program, j: int, n: int, values: int, left) -> Proof | str:
         return f"not within the bound: {o}"
     except S.Deadline:
         return "not within the bound: the timeout ran out"
-    except (X.KernelError, z3.Z3Exception) as err:
+    except (X.KernelError, z3.Z3Exception, V.Unsupported) as err:
         return f"not within the bound: {err}"
 
 
