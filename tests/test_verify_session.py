@@ -961,3 +961,30 @@ def test_an_invariant_is_printed_as_the_language_reads_it():
         for cv in range(-3, 20):
             want = z3.is_true(z3.simplify(z3.substitute(e, (h, z3.IntVal(hv)), (c, z3.IntVal(cv)))))
             assert eval(py, {"history": hv, "c": cv}) == want, (text, hv, cv)
+
+
+@pytest.mark.parametrize("claim,proved", [("smallest(response) >= 1", True), ("smallest(response) > 1", False)])
+def test_a_hint_is_used_only_where_it_is_a_model(monkeypatch, claim, proved):
+    """The margin's proof first asks whether the relations Spacer found for the exact claim are a
+    model of its clauses (*Floating point*). A hint that is none (every relation true: a failure's
+    clause is then satisfiable) is refused, and Spacer decides as without it: a true claim is still
+    proved, a false one never is; the invariants a proof found are a model of its own clauses."""
+    import z3
+    text = open(CACHE_TINY).read().replace("  claim fresh_tokens:", f"  claim least: at end ({claim});\n  claim fresh_tokens:")
+    p = convert(api.load_text(text, CACHE_TINY))
+
+    class Always(dict):
+        def get(self, key, default=None):
+            return ({"T": z3.BoolVal(True), "P0": z3.BoolVal(True)}, [("as a turn begins", "true")])
+    monkeypatch.setattr(session, "_HINTS", Always())
+    got = session.prove(p, 0, lambda: 60.0, values=2)
+    assert isinstance(got, session.Proof) == proved, got
+    if proved:
+        assert all(text != "true" for _, text in got.invariants)
+        monkeypatch.setattr(session, "_HINTS", {})
+        first = session.prove(p, 0, lambda: 60.0, values=2)
+        assert session._HINTS, "a proof by Spacer leaves its relations as a hint"
+        calls = []
+        monkeypatch.setattr(session, "_spacer", lambda *a: calls.append(a) or ("ran out", None))
+        again = session.prove(p, 0, lambda: 60.0, values=2)   # its own hint: a model, no Spacer
+        assert isinstance(again, session.Proof) and not calls and again.invariants == first.invariants

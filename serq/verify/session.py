@@ -1325,7 +1325,8 @@ def _model(got, clauses: list, rels: dict, fails: dict, left) -> bool:
     """Whether the relations read as Spacer found them for a claim satisfy every clause, each
     failure false: then no failure is reached (the least model is within every model), whoever
     found them. Each clause is checked by z3 in the current context."""
-    covers = {n: c.translate(z3.main_ctx()) for n, c in got[0].items()}
+    main = z3.main_ctx()
+    covers = {n: c if c.ctx is main else c.translate(main) for n, c in got[0].items()}
 
     def read(name, args):
         if name not in covers:
