@@ -455,7 +455,8 @@ def audit(prog: I.Program, p: R.Program, res, sessions: int, values: int, timeou
                            f"{'failing' if want == 'failed' else 'holding'})" if tie is not None else
                            f"{got.reason or got.verdict}")
                         + f"; the simulator's floating point may read it otherwise there, and "
-                        f"{tried} workload(s) run in floating point did not (docs/verify.md, *Floating point*)")
+                        f"{tried} workload(s) run in floating point did not (docs/verify.md, *Floating point*): "
+                        "a bound past the tie (looser by more than a billionth) can be proved with the margin")
         v.seconds += clock() - start
 
 
