@@ -84,3 +84,15 @@ def test_claims_and_dump_alike(monkeypatch):
     on, _, _ = _run(monkeypatch, True, prog, 120, record=True)
     off, _, _ = _run(monkeypatch, False, prog, 120, record=True)
     assert on == off
+
+
+def test_cohort_growth_evictions_alike(monkeypatch):
+    """A cohort (16 or more requests decoding) whose pool's cache is full: its members' growths at an
+    epoch each evict a block, in line (_co_grow_all) as make_room would, one at a time: the same
+    report as every growth through make_room."""
+    prog = api.load(SINGLE, {"rate": 60, "blocks": 16384})
+    on, c_on, rep = _run(monkeypatch, True, prog, 1500)
+    off, c_off, _ = _run(monkeypatch, False, prog, 1500)
+    assert on == off
+    assert rep["pools"]["kv"]["evicted"] > 0 and rep["pools"]["kv"]["preempted"] == 0
+    assert c_on["make_room"] < c_off["make_room"]

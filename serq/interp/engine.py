@@ -343,9 +343,25 @@ class Iterations:
         if evict:
             for m in evict:  # each growth's make_room as one at a time calls it (in place of grow_alloc)
                 bl = m.block
-                mk = m.make_room
+                ents = m.entries
+                inline = self.grow_inline
                 for _ in range(int(tot[id(m)][1] // bl)):
-                    mk(bl)
+                    # the common eviction in line, as _grow_steady's (one block off the oldest entry
+                    # that holds one, `over` exactly a block); any other through make_room
+                    over = m.used + m.cached + bl - m.cap
+                    if over > 1e-9:
+                        e = ents[0] if ents and inline else None
+                        if over == bl and e is not None and e.alive and e.units >= bl:
+                            e.units -= bl
+                            m.cached -= bl
+                            m.evicted += 1
+                            if e.units <= 1e-9:
+                                e.alive = False
+                                del ents[0]
+                                if e.owner is not None and m.own.get(e.owner.cid) is e:
+                                    del m.own[e.owner.cid]
+                        else:
+                            m.make_room(bl)
                     m.used += bl
                 tot[id(m)][1] = 0.0
         if ind:
