@@ -343,25 +343,9 @@ class Iterations:
         if evict:
             for m in evict:  # each growth's make_room as one at a time calls it (in place of grow_alloc)
                 bl = m.block
-                ents = m.entries
                 inline = self.grow_inline
                 for _ in range(int(tot[id(m)][1] // bl)):
-                    # the common eviction in line, as _grow_steady's (one block off the oldest entry
-                    # that holds one, `over` exactly a block); any other through make_room
-                    over = m.used + m.cached + bl - m.cap
-                    if over > 1e-9:
-                        e = ents[0] if ents and inline else None
-                        if over == bl and e is not None and e.alive and e.units >= bl:
-                            e.units -= bl
-                            m.cached -= bl
-                            m.evicted += 1
-                            if e.units <= 1e-9:
-                                e.alive = False
-                                del ents[0]
-                                if e.owner is not None and m.own.get(e.owner.cid) is e:
-                                    del m.own[e.owner.cid]
-                        else:
-                            m.make_room(bl)
+                    _room_for_block(m, bl, inline)
                     m.used += bl
                 tot[id(m)][1] = 0.0
         if ind:
@@ -1526,23 +1510,8 @@ class Iterations:
                 pool.grow_alloc(a, bl)
                 continue
             # make_room and grow_alloc of a plain pool (_pool_plain, no spill) in line: a growth is
-            # the hot path of a long decode; the common eviction, one block off the oldest entry
-            # that holds one, as make_room makes it, and any other through make_room
-            over = pool.used + pool.cached + bl - pool.cap
-            if over > 1e-9:
-                ents = pool.entries
-                e = ents[0] if ents else None
-                if over == bl and e is not None and e.alive and e.units >= bl and pool.name not in keyed:
-                    e.units -= bl
-                    pool.cached -= bl
-                    pool.evicted += 1
-                    if e.units <= 1e-9:
-                        e.alive = False
-                        del ents[0]
-                        if e.owner is not None and pool.own.get(e.owner.cid) is e:
-                            del pool.own[e.owner.cid]
-                else:
-                    pool.make_room(bl)
+            # the hot path of a long decode
+            _room_for_block(pool, bl, pool.name not in keyed)
             a.units += bl
             u = pool.used = pool.used + bl
             if u > pool.max_used:
@@ -1652,6 +1621,28 @@ class Iterations:
                 st.update(status="failed", at=t)
             elif cl.form == "some" and ok:
                 st.update(status="witnessed", at=t)
+
+
+def _room_for_block(pool, bl, fast: bool):
+    """A plain pool's make_room(bl) (no spill): with `fast`, its common eviction in line, one block
+    off the oldest entry that holds one where `over` is exactly a block, as make_room makes it (the
+    same operations on the same floats); any other through make_room."""
+    over = pool.used + pool.cached + bl - pool.cap
+    if over <= 1e-9:
+        return
+    ents = pool.entries
+    e = ents[0] if ents and fast else None
+    if over == bl and e is not None and e.alive and e.units >= bl:
+        e.units -= bl
+        pool.cached -= bl
+        pool.evicted += 1
+        if e.units <= 1e-9:
+            e.alive = False
+            del ents[0]
+            if e.owner is not None and pool.own.get(e.owner.cid) is e:
+                del pool.own[e.owner.cid]
+    else:
+        pool.make_room(bl)
 
 
 def _co_file(cal: dict, e: int, pid: int, g):
