@@ -7,7 +7,7 @@ import heapq
 import math
 import os
 from itertools import islice
-from operator import attrgetter, sub
+from operator import sub
 
 from serq.interp.compile import _DEPTH, _NoSource, _Source
 from serq.interp.pools import Pool, round_up
@@ -20,7 +20,6 @@ _floor = FUNCS["floor"][2]  # keeps inf
 INF = math.inf
 BIG = 1 << 62  # no bound on a loop's iterations (the next event or the horizon ends it)
 RUNNING = ("Nres", "Ndec", "Kvb", "Kvp")
-_sess_id = attrgetter("sess.id")
 _W = 2.0 ** 53  # float sums of whole numbers below it are exact in any grouping
 _G = 2.0 ** 49  # a pool's used below it, a member's units a whole number of blocks grows by one block
 _BL = 2.0 ** 30  # (round_up's 1e-12 slack is below 1/block then)
@@ -63,8 +62,10 @@ class Engine:
         self.label = decl.name if index is None else f"{decl.name}[{index}]"
         self.at = decl.at
         self.reqs: list[Req] = []      # the runs at the engine
-        self.reqs_v = 0                # a count of its changes (with the admitted pools' av: Nres kept)
-        self.nres = (-1, 0.0)          # (that version, running.count)
+        # running.count's sessions (*Engines*: those with a run here or holding on a pool it admits,
+        # not on a lease), each with how many of those it has: kept as they change, not counted
+        # again an iteration (Iterations._resident_ids counts them afresh)
+        self.rc: dict = {}
         self.admitted: list = []       # pools whose queues it admits, in declaration order
         self.memory: list = []         # pools it is the memory of
         self.busy = False
@@ -105,6 +106,18 @@ class Engine:
         #                                are whole blocks, each growing one block then (_co_place)
         self.co_fin: dict = {}         # epoch -> [(cn, member)] whose run ends with that advance
 
+    def res_in(self, sid):
+        rc = self.rc
+        rc[sid] = rc.get(sid, 0) + 1
+
+    def res_out(self, sid):
+        rc = self.rc
+        n = rc[sid] - 1
+        if n:
+            rc[sid] = n
+        else:
+            del rc[sid]
+
     # -- observables
     def queue_len(self):
         return float(len(self.reqs))
@@ -139,7 +152,7 @@ class Engine:
             reqs.insert(i, req)
         else:
             reqs.append(req)
-        self.reqs_v += 1
+        self.res_in(req.sess.id)
         self.sim.engine_of_req[id(req)] = self
         if self.planning:
             self.sim.serve_now(self, req)
@@ -151,7 +164,7 @@ class Engine:
             self.sim._co_flush(self)
         if req in self.reqs:
             self.reqs.remove(req)
-            self.reqs_v += 1
+            self.res_out(req.sess.id)
         if req in self.batch_reqs:
             self.budget += req.served
             req.served = 0.0
@@ -703,18 +716,7 @@ class Iterations:
                     kvb += a.pos
             elif a is not None:
                 kvp += a.pos
-        # the sessions, _resident_ids's, each collected at C speed: again only where reqs, the pools'
-        # holders or their leases changed (each count only grows: a sum is a version)
-        ver = eng.reqs_v
-        for p in eng.admitted:
-            ver += p.av
-        if eng.nres[0] == ver:
-            return eng.nres[1], float(ndec), kvb, kvp
-        ids = set(map(_sess_id, reqs))
-        for p in eng.admitted:
-            ids.update([a.frame.sess.id for a in p.allocs if not a.leased])
-        eng.nres = (ver, float(len(ids)))
-        return eng.nres[1], float(ndec), kvb, kvp
+        return float(len(eng.rc)), float(ndec), kvb, kvp  # the sessions, _resident_ids's, as kept (Engine.rc)
 
     # -- runs on an engine
     def engine_run_op(self, s, tgt, f, grow_t):
@@ -1467,7 +1469,7 @@ class Iterations:
             r.alive = False
             if r in eng.reqs:
                 eng.reqs.remove(r)
-                eng.reqs_v += 1
+                eng.res_out(r.sess.id)
             self.engine_of_req.pop(id(r), None)
             eng.completed += 1
             if now >= self.warmup:

@@ -70,7 +70,6 @@ class Pool:
         self.reserve_held = decl.reserve_held
         self.allocs: list[Alloc] = []    # holders and leases, in admission order
         self.n_holders = None            # holders(), until allocs or a holder's session changes
-        self.av = 0                      # a count of those changes and of leases' (an engine's Nres)
         self.entries: list[Entry] = []   # the cache, live and dead entries
         self.own: dict = {}              # session id -> its live entry
         self.cached = 0.0
@@ -215,7 +214,8 @@ class Pool:
         a = Alloc(frame, self, units, reserve, 0.0, self.admit_seq)
         self.allocs.append(a)
         self.n_holders = None
-        self.av += 1
+        if self.engine is not None:  # a resident of the engine that admits this pool (Engine.rc)
+            self.engine.res_in(frame.sess.id)
         if self.reserve_held:
             self.reserved_extra += max(0.0, reserve - units)
         self.admitted += 1
@@ -236,7 +236,8 @@ class Pool:
             return
         self.allocs.remove(a)
         self.n_holders = None
-        self.av += 1
+        if self.engine is not None and not a.leased:
+            self.engine.res_out(a.frame.sess.id)
         self.used -= a.units
         if self.used < 1e-9:
             self.used = 0.0
@@ -371,7 +372,8 @@ class ContentPool(Pool):
             return super().free(a)
         self.allocs.remove(a)
         self.n_holders = None
-        self.av += 1
+        if self.engine is not None and not a.leased:
+            self.engine.res_out(a.frame.sess.id)
         b = self.block
         nkeep = len(a.blks) if keep >= len(a.blks) * b else int(math.floor(keep / b + 1e-12))
         for j in range(len(a.blks) - 1, -1, -1):

@@ -889,10 +889,14 @@ class Sim(Iterations):
         leg.leases = ()
         self._finish(leg, refused)
         for a in leases:
+            was = a.frame.sess
             a.frame.sess = parent
             for x in a.frame.allocs:  # their holder is another session now
-                x.pool.n_holders = None
-                x.pool.av += 1
+                m = x.pool
+                m.n_holders = None
+                if m.engine is not None and not x.leased and x in m.allocs:
+                    m.engine.res_out(was.id)
+                    m.engine.res_in(parent.id)
             _push(parent, "leases", a)
         parent.live_legs -= 1
         if refused and parent.alive:  # a refused leg ends its session
@@ -1103,7 +1107,8 @@ class Sim(Iterations):
             if spec.lease is not None and spec.lease[0] == i and not preempted:
                 dur = self.amount(spec.lease[1](sess.c), spec.at, "a lease's duration")
                 a.leased = True
-                a.pool.av += 1
+                if a.pool.engine is not None:  # a lease is no resident (Engine.rc)
+                    a.pool.engine.res_out(sess.id)
                 _push(sess, "leases", a)
                 if dur < INF:
                     a.lease_version += 1
@@ -1143,7 +1148,8 @@ class Sim(Iterations):
     def _end_lease(self, a):
         sess = a.frame.sess
         a.leased = False
-        a.pool.av += 1
+        if a.pool.engine is not None:
+            a.pool.engine.res_in(sess.id)
         if a in sess.leases:
             sess.leases.remove(a)
         self._give_back(a, sess)
