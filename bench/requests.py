@@ -2,6 +2,7 @@
 commit run in the same script, and how an iteration's cost grows with the running requests.
 
     .venv/bin/python bench/requests.py        # REQ_ROUNDS=3 REQ_SIZES=10000,100000 BASELINE=1c4cdf6
+                                              # REQ_PROGRAMS=blis_shared (those alone) REQ_RUNNING= (no part 2)
 
 1. `serq run PROGRAM --arrivals N --quiet` for ../shared/bench/blis_shared.sq (the workload shared
    with BLIS, whose figures ../shared/bench/README.md records: BLIS's fastest mode 8,500-9,000
@@ -38,6 +39,9 @@ BASELINE = os.environ.get("BASELINE", "1c4cdf6")
 RUNNING = [int(x) for x in os.environ.get("REQ_RUNNING", "16,64,256,1024").split(",") if x.strip()]
 PROGRAMS = [os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "blis_shared.sq")),
             os.path.join(ROOT, "examples", "single-turn", "vllm_single_turn.sq")]
+ONLY = [x for x in os.environ.get("REQ_PROGRAMS", "").split(",") if x.strip()]  # e.g. blis_shared: those alone
+if ONLY:
+    PROGRAMS = [p for p in PROGRAMS if any(x in os.path.basename(p) for x in ONLY)]
 RUN = "import sys; from serq.cli import main; sys.exit(main(sys.argv[1:]))"
 
 

@@ -280,3 +280,33 @@ def test_growth_evicting_alike(monkeypatch, ff):
     monkeypatch.setattr(Iterations, "_co_grow_all", grow_all)
     _alike(monkeypatch, api.load(SINGLE, {"bs": 1, "blocks": 40000, "rate": 10}), 400, ff)
     assert evicted[0] > 0
+
+
+@pytest.mark.parametrize("case", ["plain", "preempting", "budget binds", "chunked", "small blocks"])
+def test_walk_from_calendars_alike(monkeypatch, case):
+    """_steady reads the cohort from its calendars (Iterations._co_walk) as the walk over its members
+    written out reads them: the same report, iterations and samples, and every fast-forward the same."""
+    prog = api.load(SINGLE, dict(SINGLE_CASES[case], rate=max(SINGLE_CASES[case].get("rate", 12), 12)))
+    calls = []
+    real = Iterations._co_walk
+
+    def walked(self, eng):
+        out = real(self, eng)
+        calls.append(out is not None)
+        return out
+    monkeypatch.setattr(Iterations, "_co_walk", walked)
+    runs = []
+    real_steady = Iterations._steady
+    for on in (True, False):
+        monkeypatch.setattr(Iterations, "co_walk", on)
+        ffs = []
+
+        def steady(self, eng, spec, end, ffs=ffs):
+            out = real_steady(self, eng, spec, end)
+            ffs.append((eng.repeat, [t for t, _ in eng.grows]))
+            return out
+        monkeypatch.setattr(Iterations, "_steady", steady)
+        runs.append((_run(monkeypatch, True, prog, 400)[0], ffs))
+    assert runs[0] == runs[1]
+    assert any(calls), "the walk never read the calendars"
+    assert sum(r > 1 for r, _ in runs[0][1]) > 10

@@ -181,6 +181,7 @@ class Iterations:
     # (_grow_steady); off: growth by growth, through the pool's calls (tests compare the two)
     steady_once = True
     grow_inline = True
+    co_walk = True  # _steady reads the cohort from its calendars (_co_walk); off: each member written out
 
     # -- the cohort: the running requests that decode plainly, advanced as one (issue 49). Its members
     # are the head of eng.reqs, so the head of the batch; each is served a token an iteration, grows
@@ -903,16 +904,25 @@ class Iterations:
             if p.queue:
                 return end
         co = eng.co
+        k = k_left = k_room = None
+        base = 0         # the batch order of the walk's first request
+        groups = None    # the cohort's groups that grow in the run: (iteration, {cn: member})
         if co:  # served (else written out as planning ended): the head of the batch
             if eng.co_ep + 1 in eng.co_fin:  # a run ends with this iteration: the walk below finds k < 0
                 return end
-            self._co_rebase(eng)  # the walk reads every request; a fast-forward keeps the cohort (_co_ahead)
-            batch = co + batch
-        k = k_left = k_room = None
+            groups = self._co_walk(eng) if self.co_walk else None
+            if groups is None:
+                self._co_rebase(eng)  # the walk reads every request; a fast-forward keeps the cohort (_co_ahead)
+                batch = co + batch
+            else:
+                k, k_left, k_room, groups = groups
+                if k < 0:
+                    return end
+                base = eng.co_n  # after every member's number (cn): the members' order is theirs
         first = False    # a request's first token is this iteration's
         whole = True     # every position and every run's tokens left whole: sums in any grouping exact
         crossings = []   # (the extra iteration whose start grows the hold a block, batch order, request)
-        for j, r in enumerate(batch):
+        for j, r in enumerate(batch, base):
             a = r.alloc
             rec = r.sess.turn_rec
             if r.mode != "decode" or r.served != 1.0 or a is None or rec is None:
@@ -954,6 +964,10 @@ class Iterations:
             k += 1
         if k <= 0:
             return end
+        if groups:  # the members that grow within the run, each by its number
+            for i, d in groups:
+                if i <= k:
+                    crossings += [(i, cn, r) for cn, r in d.items()]
         heapq.heapify(crossings)
         if k == INF and nxt == INF:
             return end
@@ -979,6 +993,39 @@ class Iterations:
             eng.iterations += extra
             eng.served_total += extra * n
         return end
+
+    def _co_walk(self, eng):
+        """_steady's walk over the cohort from its calendars, without reading each member: (k, its
+        bound by tokens left, its bound by room, the groups that cross: [(iteration, {cn: member})]),
+        as the walk over the members written out finds them; None where a member grows alone (the
+        walk reads each then). A member's tokens left are its finish epoch less the cohort's, its
+        crossing its group's epoch less the cohort's; every position and tokens left is whole."""
+        ep = eng.co_ep
+        if any(r.cn == cn for lst in eng.co_grow.values() for cn, r in lst):
+            return None
+        k_left, k_room = INF, None  # a member without end: INF (_floor(inf) - 2)
+        fin = eng.co_fin
+        if fin:
+            for e in sorted(fin):
+                if any(r.cn == cn for cn, r in fin[e]):
+                    k_left = e - ep - 2  # _floor(left) - 2 of the member that ends first
+                    break
+        groups = []
+        for e, gs in eng.co_gq.items():
+            for m, d in gs.values():
+                if not d:
+                    continue
+                ok = m.ff_plain
+                if ok is None:
+                    ok = m.ff_plain = _pool_plain(m) and m.name not in self.spill_specs
+                if ok and not m.queue and not m.growers:
+                    groups.append((e - ep, d))
+                else:  # cannot grow in the run: bounded by its room
+                    room = e - ep - 1
+                    if k_room is None or room < k_room:
+                        k_room = room
+        k = k_left if k_room is None or k_left <= k_room else k_room
+        return k, k_left, k_room, groups
 
     def _steady_claims(self, eng):
         """The engine's undecided claims over iterations as a steady run reads them (*Claims*: read
