@@ -113,6 +113,8 @@ def scaling_program(n: int, out: int = 4096) -> str:
 
 
 def per_iteration():
+    if not RUNNING:  # REQ_RUNNING= : the first part alone
+        return
     from serq import api
     from serq.interp.sim import Sim
     from serq.ir import model as I
