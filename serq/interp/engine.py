@@ -1512,10 +1512,14 @@ class Iterations:
             itl.add(now, gv, gk)
         eng.batch_reqs = []
         eng.co_it = -1
+        reqs = eng.reqs
         for r in done:
             r.alive = False
-            if r in eng.reqs:
-                eng.reqs.remove(r)
+            try:
+                reqs.remove(r)  # one scan (in, then remove, read it twice)
+            except ValueError:
+                pass
+            else:
                 eng.res_out(r.sess.id)
             self.engine_of_req.pop(id(r), None)
             eng.completed += 1

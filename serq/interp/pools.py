@@ -68,7 +68,7 @@ class Pool:
         self.used = 0.0
         self.reserved_extra = 0.0        # Σ max(0, r - alloc) of holders, for reserve held
         self.reserve_held = decl.reserve_held
-        self.allocs: list[Alloc] = []    # holders and leases, in admission order
+        self.allocs: dict = {}           # holders and leases, in admission order (a dict: held in O(1))
         self.n_holders = None            # holders(), until allocs or a holder's session changes
         self.entries: list[Entry] = []   # the cache, live and dead entries
         self.own: dict = {}              # session id -> its live entry
@@ -212,7 +212,7 @@ class Pool:
         """A new holder of `units` (already counted in used), with its reservation."""
         self.admit_seq += 1
         a = Alloc(frame, self, units, reserve, 0.0, self.admit_seq)
-        self.allocs.append(a)
+        self.allocs[a] = None
         self.n_holders = None
         if self.engine is not None:  # a resident of the engine that admits this pool (Engine.rc)
             self.engine.res_in(frame.sess.id)
@@ -234,7 +234,7 @@ class Pool:
     def free(self, a: Alloc):
         if a not in self.allocs:
             return
-        self.allocs.remove(a)
+        del self.allocs[a]
         self.n_holders = None
         if self.engine is not None and not a.leased:
             self.engine.res_out(a.frame.sess.id)
@@ -370,7 +370,7 @@ class ContentPool(Pool):
             return
         if a.blks is None:
             return super().free(a)
-        self.allocs.remove(a)
+        del self.allocs[a]
         self.n_holders = None
         if self.engine is not None and not a.leased:
             self.engine.res_out(a.frame.sess.id)
