@@ -310,3 +310,31 @@ def test_walk_from_calendars_alike(monkeypatch, case):
     assert runs[0] == runs[1]
     assert any(calls), "the walk never read the calendars"
     assert sum(r > 1 for r, _ in runs[0][1]) > 10
+
+
+@pytest.mark.parametrize("case", ["batch", "tight kv", "odd blocks", "budget"])
+def test_group_units_kept_by_epochs(monkeypatch, case):
+    """A cohort group's members' units are kept by the group's epochs, not written at each growth
+    (Engine cohort, _co_units): at every instant the pool's used is the sum of its holders' units as
+    they stand (Iterations.cohort_units), and whole blocks; the report is the one without cohort."""
+    prog = api.load_text(DECODE.format(**DECODES[case]), f"{case}.sq")
+    arrivals = None if case == "batch" else 200
+    seen = [0]
+
+    class Checked(Sim):
+        def settle(self):
+            super().settle()
+            units = self.cohort_units()
+            seen[0] += bool(units)
+            for m in self.pools:
+                held = sum(units.get(id(a), a.units) for a in m.allocs)
+                assert held == m.used, (m.label, held, m.used)
+                assert all(units.get(id(a), a.units) % m.block == 0 for a in m.allocs if m.block)
+
+    with _cohort(True, monkeypatch, 2):
+        sim = Checked(prog, Settings(seed=3, arrivals=arrivals))
+        rep = sim.run()
+    assert seen[0] > 10, "no group member's units were kept by epochs"
+    rep.pop("_sim", None)
+    off, _ = _run(monkeypatch, False, prog, arrivals)
+    assert json.dumps(rep, sort_keys=True) == off[0]

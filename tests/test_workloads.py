@@ -45,18 +45,20 @@ class Checked(Sim):
             self.check_pools()
 
     def check_pools(self):
+        units = self.cohort_units()
         for m in self.pools:
             assert m.used <= m.cap + 1e-6, f"{m.label} holds {m.used} > cap {m.cap}"
             assert m.used + m.cached <= m.cap + 1e-6, f"{m.label}: used + cached above the cap"
             if m.content:
                 self.check_content(m)
                 continue
-            alloc = sum(a.units for a in m.allocs)
+            alloc = sum(units.get(id(a), a.units) for a in m.allocs)
             cached = sum(e.units for e in m.entries if e.alive)  # gone ones wait in the list (pools._gone)
             assert math.isclose(alloc, m.used, abs_tol=1e-6), f"{m.label}: allocations {alloc} != used {m.used}"
             assert math.isclose(cached, m.cached, abs_tol=1e-6), f"{m.label}: entries {cached} != cached {m.cached}"
             if m.block:
-                assert all(a.units % m.block == 0 for a in m.allocs), f"{m.label}: an allocation not in blocks"
+                assert all(units.get(id(a), a.units) % m.block == 0 for a in m.allocs), \
+                    f"{m.label}: an allocation not in blocks"
                 assert all(e.units % m.block == 0 for e in m.entries if e.alive), f"{m.label}: an entry not in blocks"
 
     def check_content(self, m):

@@ -28,7 +28,8 @@ CO_MIN = 16     # a cohort forms where this many run at least (below, one at a t
 
 class Req:
     """A run on the engine: `run E prefill|decode (w) [growing P]`."""
-    __slots__ = ("sess", "mode", "work", "left", "alloc", "served", "alive", "seq", "it", "adm", "e0", "cn")
+    __slots__ = ("sess", "mode", "work", "left", "alloc", "served", "alive", "seq", "it", "adm", "e0", "cn",
+                 "u0", "g0")
 
     def __init__(self, sess, mode, work, alloc, seq):
         self.sess = sess
@@ -42,6 +43,8 @@ class Req:
         self.it = -1                                  # the iteration that served it last
         self.adm = getattr(sess, "eng_adm", 0)        # its session's admission: the running order
         self.cn = -1                                  # its number in the engine's cohort, -1 out of it
+        self.g0 = None  # in a cohort's group: its alloc's units are u0 and a block more at each bl-th
+        #                 epoch from g0 (_co_units), alloc.units only as last written out
 
     def cancel(self):
         if self.alive:
@@ -188,7 +191,8 @@ class Iterations:
     # a block at an epoch the calendars co_gq (by pool, a group's together) and co_grow (alone) keep
     # and ends at one co_fin keeps; every position and tokens left is whole below 2**53, so the sums
     # are exact. Whatever reads a member otherwise writes the cohort out first (_co_flush); its
-    # alloc.units and its pool's used are exact at every instant.
+    # pool's used is exact at every instant, and its alloc.units too but for a group's member,
+    # whose units its group's epochs keep (_co_units), written out with the rest.
     def _co_ok(self, eng, spec):
         return self.cohort and spec["co"] and not self.itl_max and self.step_log is None \
             and self.recorder is None and not self.claims_iter.get(id(eng))
@@ -201,6 +205,7 @@ class Iterations:
         if not co:
             return
         ep, last = eng.co_ep, eng.co_last
+        done = ep if eng.co_it == eng.iter_no else ep - 1  # the last epoch whose growths are made
         for r in co:
             d = ep - r.e0
             if d:
@@ -210,6 +215,9 @@ class Iterations:
             r.sess.turn_rec.last = last
             r.cn = -1
             r.served = 0.0  # (_co_rebase's 1.0)
+            if r.g0 is not None:
+                r.alloc.units = _co_units(r, done)
+                r.g0 = None
         if served is None and eng.co_it == eng.iter_no:
             served = len(co)
         if served:
@@ -229,6 +237,7 @@ class Iterations:
         """Write every member out as of the last advance, keeping the cohort, each served a token as
         the iteration planned has it (_steady's walk reads them)."""
         ep, last = eng.co_ep, eng.co_last
+        done = ep if eng.co_it == eng.iter_no else ep - 1
         for r in eng.co:
             d = ep - r.e0
             if d:
@@ -238,6 +247,19 @@ class Iterations:
                 r.e0 = ep
             r.sess.turn_rec.last = last
             r.served = 1.0
+            if r.g0 is not None:  # written out, still grown by its group
+                r.alloc.units = _co_units(r, done)
+
+    def cohort_units(self) -> dict:
+        """id(alloc) -> its units as they stand, for each cohort member whose group keeps them (its
+        alloc.units is as last written out): what a check of the pools reads (tests)."""
+        out = {}
+        for e in self.engines:
+            done = e.co_ep if e.co_it == e.iter_no else e.co_ep - 1
+            for r in e.co:
+                if r.g0 is not None:
+                    out[id(r.alloc)] = _co_units(r, done)
+        return out
 
     def _co_flush_all(self):
         for e in self.engines:
@@ -264,6 +286,9 @@ class Iterations:
             if gq:
                 for _m, d in gq.values():
                     items.extend(d.items())
+                    for r in d.values():  # written out as of the epoch before: each grows below, then placed anew
+                        r.alloc.units = _co_units(r, ep - 1)
+                        r.g0 = None
             items.sort()
             noted = None  # plain pools grown in place, their used noted once (the instant's last holds)
             ceil = math.ceil
@@ -374,10 +399,8 @@ class Iterations:
                 m, d = g
                 if not d:
                     continue
-                bl = m.block
-                for r in d.values():
-                    r.alloc.units += bl
-                _co_file(cal, ep + int(bl), pid, g)  # each at its units again a block later
+                # each member a block more: kept by its group's epochs (_co_units), not written
+                _co_file(cal, ep + int(m.block), pid, g)  # each at its units again a block later
         for m, need, _ in tot.values():
             if need:
                 m.used += need
@@ -392,6 +415,7 @@ class Iterations:
         bl = m.block
         u = a.units
         if bl < _BL and u < _G and u % bl == 0:
+            r.u0, r.g0 = u, e
             gs = eng.co_gq.get(e)
             if gs is None:
                 eng.co_gq[e] = {id(m): (m, {cn: r})}
@@ -1453,6 +1477,9 @@ class Iterations:
                     if r.cn != cn:
                         continue
                     a = r.alloc
+                    if r.g0 is not None:
+                        a.units = _co_units(r, ep - 1)
+                        r.g0 = None
                     eng.co_s -= int(a.pos) - r.e0
                     d = ep - r.e0
                     r.left -= d
@@ -1560,12 +1587,17 @@ class Iterations:
             bl = pool.block
             if not inline:
                 pool.make_room(bl)
-                pool.grow_alloc(a, bl)
+                if r.g0 is None:
+                    pool.grow_alloc(a, bl)
+                else:  # a cohort group's member: its units kept by its epochs (_co_units)
+                    pool.used += bl
+                    pool._note()
                 continue
             # make_room and grow_alloc of a plain pool (_pool_plain, no spill) in line: a growth is
             # the hot path of a long decode
             _room_for_block(pool, bl, pool.name not in keyed)
-            a.units += bl
+            if r.g0 is None:
+                a.units += bl
             u = pool.used = pool.used + bl
             if u > pool.max_used:
                 pool.max_used = u
@@ -1696,6 +1728,16 @@ def _room_for_block(pool, bl, fast: bool):
                 del pool.own[e.owner.cid]
     else:
         pool.make_room(bl)
+
+
+def _co_units(r, done: int) -> float:
+    """A cohort group member's alloc units once its growths through epoch `done` are made: u0 and a
+    block at each of g0, g0 + bl, ... (whole numbers below 2**53: the sum its growths one by one
+    make)."""
+    if done < r.g0:
+        return r.u0
+    bl = r.alloc.pool.block
+    return r.u0 + bl * ((done - r.g0) // int(bl) + 1)
 
 
 def _co_file(cal: dict, e: int, pid: int, g):
