@@ -728,7 +728,7 @@ class Iterations:
             if tot < _W:
                 ndec = k
                 kvb = float(tot)
-                rest = islice(reqs, k, None)
+                rest = reqs[k:]  # (islice would step over the k members one by one)
             else:
                 self._co_flush(eng)
         for r in rest:
@@ -1540,14 +1540,24 @@ class Iterations:
         eng.batch_reqs = []
         eng.co_it = -1
         reqs = eng.reqs
+        if len(done) > 4:  # many at once (a batch's last iteration): the list read once, not once each
+            ds = {id(r) for r in done}
+            kept = []
+            for x in reqs:
+                if id(x) in ds:
+                    eng.res_out(x.sess.id)
+                else:
+                    kept.append(x)
+            reqs[:] = kept
         for r in done:
             r.alive = False
-            try:
-                reqs.remove(r)  # one scan (in, then remove, read it twice)
-            except ValueError:
-                pass
-            else:
-                eng.res_out(r.sess.id)
+            if len(done) <= 4:
+                try:
+                    reqs.remove(r)  # one scan (in, then remove, read it twice)
+                except ValueError:
+                    pass
+                else:
+                    eng.res_out(r.sess.id)
             self.engine_of_req.pop(id(r), None)
             eng.completed += 1
             if now >= self.warmup:
