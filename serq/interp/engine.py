@@ -1587,6 +1587,8 @@ class Iterations:
         t = None
         keyed = self._evict_keys
         inline = self.grow_inline
+        series = {}  # pool -> (instants, its used after each): its time average's, set after
+        last = ts = us = None
         for t1, r in grows:
             if t1 != t:
                 if gauges is not None and t is not None:
@@ -1611,7 +1613,26 @@ class Iterations:
             u = pool.used = pool.used + bl
             if u > pool.max_used:
                 pool.max_used = u
-            pool.used_avg.set(t, u)
+            # its time average's change points in one go after the walk (read only by the report)
+            if pool is last:
+                if ts[-1] == t:
+                    us[-1] = u  # the instant's last state is what it holds
+                else:
+                    ts.append(t)
+                    us.append(u)
+            else:
+                got = series.get(pool)
+                if got is None:
+                    got = series[pool] = ([], [])
+                ts, us = got
+                last = pool
+                if ts and ts[-1] == t:
+                    us[-1] = u
+                else:
+                    ts.append(t)
+                    us.append(u)
+        for pool, (ts, us) in series.items():
+            pool.used_avg.set_run(ts, us)
         if gauges is not None and t is not None:
             gauges()
         self.now = end

@@ -8,7 +8,7 @@ import weakref
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, chain, compress, islice, repeat
-from operator import lt, ne, sub
+from operator import eq, lt, mul, ne, sub
 
 BATCHES = 20
 # Student's t, 0.975 quantile, 19 degrees of freedom (20 batches)
@@ -256,6 +256,31 @@ class TimeAverage:
                 self._flush()
         self.v = v
 
+    def set_run(self, ts, vs):
+        """set(t, v) for each of ts and vs in order: where the times rise strictly from the last
+        change and each value differs from the one before, their change points and integrals at
+        once (the same products and additions, acc + v_before * (t - last), in the same order)."""
+        k = len(ts)
+        if not k:
+            return
+        prev = [self.v]
+        prev += vs[:-1]
+        if not ts[0] > self.last or not all(map(lt, ts, islice(ts, 1, None))) or any(map(eq, vs, prev)):
+            for t, v in zip(ts, vs):
+                self.set(t, v)
+            return
+        terms = map(mul, prev, map(sub, ts, chain((self.last,), islice(ts, 0, k - 1))))
+        cum = list(accumulate(terms, initial=self.acc))
+        del cum[0]
+        self.t.extend(ts)
+        self.vals.extend(vs)
+        self.cum.extend(cum)
+        self.acc = cum[-1]
+        self.last = ts[-1]
+        self.v = vs[-1]
+        if len(self.t) >= self.cap:
+            self._flush()
+
     def split(self, t: float):
         """set(t, 0.0) then set(t, 1.0) on a signal at 1.0 (a busy stage that idles and starts again
         at one instant): a change point at t, its integral summed there, the value unchanged."""
@@ -281,11 +306,13 @@ class TimeAverage:
         k = len(times)
         if not k:
             return
-        if self.v != 1.0 or not times[0] > self.last or not all(map(lt, times, islice(times, 1, None))):
+        diffs = list(map(sub, times, chain((self.last,), islice(times, 0, k - 1))))
+        # rising strictly from the last change: each difference above 0 (two finite floats apart
+        # differ by more than 0; inf less inf is nan)
+        if self.v != 1.0 or not min(diffs) > 0.0:
             for t in times:
                 self.split(t)
             return
-        diffs = list(map(sub, times, chain((self.last,), islice(times, 0, k - 1))))
         cum = list(accumulate(diffs, initial=self.acc))
         del cum[0]
         self.t.extend(times)
