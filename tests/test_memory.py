@@ -125,33 +125,6 @@ def test_time_average_spilled_as_in_memory(small, monkeypatch, seed):
 
 
 
-@pytest.mark.parametrize("spill", [False, True])
-@pytest.mark.parametrize("seed", range(6))
-def test_time_average_set_run_is_set_one_by_one(small, monkeypatch, spill, seed):
-    """set_run (a fast-forward's growths, the pool's used at each) gives the change points, the
-    integrals and the report set() one at a time gives: times rising or repeated, values repeated,
-    signed zeros, spilled to disk or held."""
-    if not spill:
-        monkeypatch.setattr(S, "SWITCH", 10 ** 9)
-    rng = random.Random(seed)
-    pts, t = [], 0.0
-    for _ in range(rng.choice([6000, 12000])):
-        t += rng.choice([0.0, 1e-9, rng.expovariate(1.0), rng.expovariate(1.0)])
-        pts.append((t, rng.choice([0.0, -0.0, 1.0, 2.0, rng.random(), rng.random(), rng.random()])))
-    one, run = S.TimeAverage(0.0), S.TimeAverage(0.0)
-    for p in pts:
-        one.set(*p)
-    i = 0
-    while i < len(pts):
-        j = i + rng.choice([1, 2, 5, 40, 300])
-        run.set_run([x for x, _ in pts[i:j]], [v for _, v in pts[i:j]])
-        i = j
-    assert (run.disk is not None) == spill
-    assert [(a, repr(b)) for a, b in run.points] == [(a, repr(b)) for a, b in one.points]
-    for end in (t, t + 2.0):
-        assert repr(run.result(end)) == repr(one.result(end))
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_time_average_split_all_is_split_one_by_one(small, seed):
     """split_all (a fast-forward's iterations' ends on the engine's busy time) gives what split()

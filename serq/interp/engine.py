@@ -1579,7 +1579,6 @@ class Iterations:
         the report a fast-forward that stops at each growth gives (tests/test_golden_reports.py)."""
         grows, eng.grows = eng.grows, []
         end = self.now
-        split = eng.busy_avg.split
         if self.recorder is not None:  # --dump reads the queues with the gauges at every instant
             gauges = self._gauges if self.gauges else None
         else:
@@ -1587,8 +1586,6 @@ class Iterations:
         t = None
         keyed = self._evict_keys
         inline = self.grow_inline
-        series = {}  # pool -> (instants, its used after each): its time average's, set after
-        last = ts = us = None
         for t1, r in grows:
             if t1 != t:
                 if gauges is not None and t is not None:
@@ -1613,26 +1610,7 @@ class Iterations:
             u = pool.used = pool.used + bl
             if u > pool.max_used:
                 pool.max_used = u
-            # its time average's change points in one go after the walk (read only by the report)
-            if pool is last:
-                if ts[-1] == t:
-                    us[-1] = u  # the instant's last state is what it holds
-                else:
-                    ts.append(t)
-                    us.append(u)
-            else:
-                got = series.get(pool)
-                if got is None:
-                    got = series[pool] = ([], [])
-                ts, us = got
-                last = pool
-                if ts and ts[-1] == t:
-                    us[-1] = u
-                else:
-                    ts.append(t)
-                    us.append(u)
-        for pool, (ts, us) in series.items():
-            pool.used_avg.set_run(ts, us)
+            pool.used_avg.set(t, u)
         if gauges is not None and t is not None:
             gauges()
         self.now = end

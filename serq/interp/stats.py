@@ -8,7 +8,7 @@ import weakref
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, chain, compress, islice, repeat
-from operator import eq, lt, mul, ne, sub
+from operator import ne, sub
 
 BATCHES = 20
 # Student's t, 0.975 quantile, 19 degrees of freedom (20 batches)
@@ -255,31 +255,6 @@ class TimeAverage:
             if len(ts) >= self.cap:
                 self._flush()
         self.v = v
-
-    def set_run(self, ts, vs):
-        """set(t, v) for each of ts and vs in order: where the times rise strictly from the last
-        change and each value differs from the one before, their change points and integrals at
-        once (the same products and additions, acc + v_before * (t - last), in the same order)."""
-        k = len(ts)
-        if not k:
-            return
-        prev = [self.v]
-        prev += vs[:-1]
-        if not ts[0] > self.last or not all(map(lt, ts, islice(ts, 1, None))) or any(map(eq, vs, prev)):
-            for t, v in zip(ts, vs):
-                self.set(t, v)
-            return
-        terms = map(mul, prev, map(sub, ts, chain((self.last,), islice(ts, 0, k - 1))))
-        cum = list(accumulate(terms, initial=self.acc))
-        del cum[0]
-        self.t.extend(ts)
-        self.vals.extend(vs)
-        self.cum.extend(cum)
-        self.acc = cum[-1]
-        self.last = ts[-1]
-        self.v = vs[-1]
-        if len(self.t) >= self.cap:
-            self._flush()
 
     def split(self, t: float):
         """set(t, 0.0) then set(t, 1.0) on a signal at 1.0 (a busy stage that idles and starts again
