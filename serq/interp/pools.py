@@ -37,7 +37,7 @@ class Entry:
 class Alloc:
     """One hold's (or lease's) allocation on one pool member."""
     __slots__ = ("frame", "pool", "units", "reserve", "pos", "admission", "leased", "advanced",
-                 "consumed", "lease_version", "blks", "stream", "nhash")
+                 "consumed", "lease_version", "blks", "stream", "nhash", "held")
 
     def __init__(self, frame, pool, units, reserve, pos, admission):
         self.frame = frame
@@ -51,6 +51,7 @@ class Alloc:
         self.consumed = 0.0     # the cached prefix consumed at admission
         self.lease_version = 0
         self.blks = None        # on a content pool, with a content: its blocks, in order
+        self.held = True        # in its pool's allocs (a scan of the list answered it: O(holders))
 
 
 class Pool:
@@ -68,7 +69,7 @@ class Pool:
         self.used = 0.0
         self.reserved_extra = 0.0        # Σ max(0, r - alloc) of holders, for reserve held
         self.reserve_held = decl.reserve_held
-        self.allocs: dict = {}           # holders and leases, in admission order (a dict: held in O(1))
+        self.allocs: list[Alloc] = []    # holders and leases, in admission order (each one's held: in it)
         self.n_holders = None            # holders(), until allocs or a holder's session changes
         self.entries: list[Entry] = []   # the cache, live and dead entries
         self.own: dict = {}              # session id -> its live entry
@@ -212,7 +213,7 @@ class Pool:
         """A new holder of `units` (already counted in used), with its reservation."""
         self.admit_seq += 1
         a = Alloc(frame, self, units, reserve, 0.0, self.admit_seq)
-        self.allocs[a] = None
+        self.allocs.append(a)
         self.n_holders = None
         if self.engine is not None:  # a resident of the engine that admits this pool (Engine.rc)
             self.engine.res_in(frame.sess.id)
@@ -232,9 +233,10 @@ class Pool:
         self._note()
 
     def free(self, a: Alloc):
-        if a not in self.allocs:
+        if not a.held:
             return
-        del self.allocs[a]
+        self.allocs.remove(a)
+        a.held = False
         self.n_holders = None
         if self.engine is not None and not a.leased:
             self.engine.res_out(a.frame.sess.id)
@@ -366,11 +368,12 @@ class ContentPool(Pool):
     def free(self, a: Alloc, keep: float = 0.0):
         """The allocation given back, tail block first; a block no one references stays cached when
         it is published and below `keep`, and is free otherwise."""
-        if a not in self.allocs:
+        if not a.held:
             return
         if a.blks is None:
             return super().free(a)
-        del self.allocs[a]
+        self.allocs.remove(a)
+        a.held = False
         self.n_holders = None
         if self.engine is not None and not a.leased:
             self.engine.res_out(a.frame.sess.id)

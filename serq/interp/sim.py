@@ -894,7 +894,7 @@ class Sim(Iterations):
             for x in a.frame.allocs:  # their holder is another session now
                 m = x.pool
                 m.n_holders = None
-                if m.engine is not None and not x.leased and x in m.allocs:
+                if m.engine is not None and not x.leased and x.held:
                     m.engine.res_out(was.id)
                     m.engine.res_in(parent.id)
             _push(parent, "leases", a)
@@ -1102,7 +1102,7 @@ class Sim(Iterations):
         spec = fr.spec
         sess = fr.sess
         for i, a in enumerate(fr.allocs):
-            if a.leased or a not in a.pool.allocs:
+            if a.leased or not a.held:
                 continue
             if spec.lease is not None and spec.lease[0] == i and not preempted:
                 dur = self.amount(spec.lease[1](sess.c), spec.at, "a lease's duration")
@@ -1142,7 +1142,7 @@ class Sim(Iterations):
 
     def _lease_expired(self, arg):
         a, version = arg
-        if a.lease_version == version and a.leased and a in a.pool.allocs:
+        if a.lease_version == version and a.leased and a.held:
             self._end_lease(a)
 
     def _end_lease(self, a):
@@ -1157,7 +1157,7 @@ class Sim(Iterations):
     def innermost(self, sess, pool, at, what):
         for fr in reversed(sess.frames):
             for a in fr.allocs:
-                if a.pool is pool and not a.leased and a in pool.allocs:
+                if a.pool is pool and not a.leased and a.held:
                     return a
         raise self.run_error("R042", f"`{what} {pool.label}`: the session holds no allocation on {pool.label} here",
                              at)
@@ -1165,7 +1165,7 @@ class Sim(Iterations):
     def release_stmt(self, sess, pool, at):
         for fr in reversed(sess.frames):
             for a in fr.allocs:
-                if a.pool is pool and not a.leased and a in pool.allocs:
+                if a.pool is pool and not a.leased and a.held:
                     self._give_back(a, sess)
                     return
         for a in list(sess.leases):
