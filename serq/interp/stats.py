@@ -987,6 +987,7 @@ def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
     # each chunk's runs in value order (stable: equal values as recorded), kept on disk for the
     # order statistics' pass, which then sorts nothing again
     sv_col, sk_col = Column("d"), Column(w.kcol.code)
+    sv_col.file = sk_col.file = _Spill()  # a file of their own, gone with them when the summary is made
     g = 0  # the index of the chunk's first sample
     for vs, ks in runs.chunks():
         vl = vs.tolist()  # a list's items are read faster than an array's (no float made at each)
