@@ -338,3 +338,35 @@ def test_group_units_kept_by_epochs(monkeypatch, case):
     rep.pop("_sim", None)
     off, _ = _run(monkeypatch, False, prog, arrivals)
     assert json.dumps(rep, sort_keys=True) == off[0]
+
+
+def test_every_example_alike_with_the_cohort_formed_from_two(monkeypatch):
+    """Every example at its recorded settings (tools/golden_reports.py), the cohort formed from two
+    running: the same JSON report with the cohort on (its walk from its calendars), off, and on with
+    the walk over its members written out."""
+    import sys
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    import golden_reports as G
+    monkeypatch.setattr(engine, "CO_MIN", 2)
+    differ = []
+    for case, argv in G.cases():
+        outs = []
+        for on, walk in ((True, True), (False, True), (True, False)):
+            monkeypatch.setattr(Iterations, "cohort", on)
+            monkeypatch.setattr(Iterations, "co_walk", walk)
+            buf = io.StringIO()
+            from serq.cli import main
+            cwd = os.getcwd()
+            os.chdir(ROOT)
+            try:
+                with contextlib.redirect_stdout(buf):
+                    rc = main(["run"] + argv + ["--json"])
+            finally:
+                os.chdir(cwd)
+            assert rc in (0, None), case
+            js = json.loads(buf.getvalue())
+            js["program"].pop("sha256", None)
+            outs.append(js)
+        if not outs[0] == outs[1] == outs[2]:
+            differ.append(case)
+    assert not differ
