@@ -9,7 +9,8 @@ command then leaves the directory as it is and keeps its output beside it (issue
 While a staging directory exists (and while serq/_write.py writes a file), SIGTERM, SIGHUP and SIGINT
 are raised as exceptions in the main thread (`Terminated`, KeyboardInterrupt), so that the `finally`
 blocks that remove it run; putting the output in place is never cut in half by one
-(`deferred_signals`). Outside them the signals keep their usual effect."""
+(`deferred_signals`). Outside them the signals keep their usual effect, and so they do in a process
+forked meanwhile (a sweep's worker) until it puts in its own."""
 from __future__ import annotations
 
 import errno
@@ -42,6 +43,7 @@ _SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if 
 _deferring = [0]      # how deep inside deferred_signals the main thread is
 _pending: list = []   # the signals that came meanwhile
 _last: list = []      # the last signal raised as an exception
+_owner = [0]          # the process that put the handlers in (a forked child inherits them)
 
 
 def _raise(signum: int):
@@ -64,6 +66,15 @@ def signalled(exc: BaseException) -> int | None:
 
 
 def _on_signal(signum, frame):
+    if os.getpid() != _owner[0]:
+        # a forked child that has not put its own handlers in yet (a sweep's worker starting): the
+        # driver's cleanups are not its own, and an exception here would print a traceback. SIGINT
+        # is the driver's (its workers ignore it); SIGTERM and SIGHUP end it as by default
+        if signum == signal.SIGINT:
+            return
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
     if _deferring[0]:
         _pending.append(signum)
         return
@@ -95,6 +106,7 @@ class RaisingSignals:
                 signal.signal(sig, _on_signal)
             except (ValueError, OSError):
                 continue
+            _owner[0] = os.getpid()
             self.saved[sig] = old
         if self.saved:  # the outermost: no signal raised yet
             _last.clear()

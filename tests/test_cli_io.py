@@ -230,3 +230,37 @@ def test_an_unexpected_exception_is_one_line_exit_3(capsys, progk, monkeypatch):
     monkeypatch.setattr(api, "load", interrupted)
     rc, out, err = cli(capsys, "check", progk)
     assert rc == 130 and err == "serq: interrupted\n"
+
+
+FORKED = r"""
+import os, signal, sys, time
+from serq.staged import RaisingSignals, deferred_signals
+with RaisingSignals():
+    with deferred_signals():  # inherited too: the child must not wait for the parent's step to end
+        pid = os.fork()
+    if pid == 0:  # a sweep's worker before its initializer puts its own handlers in
+        time.sleep(10)
+        os._exit(0)
+    time.sleep(0.3)
+    os.kill(pid, signal.%s)
+    if signal.%s == signal.SIGINT:
+        time.sleep(0.3)
+        os.kill(pid, signal.SIGKILL)
+    _, status = os.waitpid(pid, 0)
+    print(os.WTERMSIG(status) if os.WIFSIGNALED(status) else "exit %%d" %% os.WEXITSTATUS(status))
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP", "SIGINT"])
+def test_a_forked_child_is_not_the_commands_cleanup(sig):
+    """A process forked while serQ raises signals as exceptions (a sweep's worker, before its
+    initializer runs) inherits the handler: SIGTERM and SIGHUP end it as by default, with no
+    traceback (the reliability campaign's sweep-2 caught one in CI), and SIGINT, the driver's, is
+    ignored (the child lives until killed)."""
+    import signal as S
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", FORKED % (sig, sig)], capture_output=True, text=True, timeout=60)
+    want = S.SIGKILL if sig == "SIGINT" else getattr(S, sig)
+    assert r.stdout.split() == [str(int(want))], (r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr, r.stderr
