@@ -205,7 +205,7 @@ class Iterations:
         if not co:
             return
         ep, last = eng.co_ep, eng.co_last
-        done = ep if eng.co_it == eng.iter_no else ep - 1  # the last epoch whose growths are made
+        done = _co_made(eng)
         for r in co:
             d = ep - r.e0
             if d:
@@ -237,7 +237,7 @@ class Iterations:
         """Write every member out as of the last advance, keeping the cohort, each served a token as
         the iteration planned has it (_steady's walk reads them)."""
         ep, last = eng.co_ep, eng.co_last
-        done = ep if eng.co_it == eng.iter_no else ep - 1
+        done = _co_made(eng)
         for r in eng.co:
             d = ep - r.e0
             if d:
@@ -255,7 +255,7 @@ class Iterations:
         alloc.units is as last written out): what a check of the pools reads (tests)."""
         out = {}
         for e in self.engines:
-            done = e.co_ep if e.co_it == e.iter_no else e.co_ep - 1
+            done = _co_made(e)
             for r in e.co:
                 if r.g0 is not None:
                     out[id(r.alloc)] = _co_units(r, done)
@@ -380,9 +380,9 @@ class Iterations:
                     evict = []
                 evict.append(m)
         if evict:
+            inline = self.grow_inline
             for m in evict:  # each growth's make_room as one at a time calls it (in place of grow_alloc)
                 bl = m.block
-                inline = self.grow_inline
                 for _ in range(int(tot[id(m)][1] // bl)):
                     _room_for_block(m, bl, inline)
                     m.used += bl
@@ -962,9 +962,9 @@ class Iterations:
             if k_left is None or m < k_left:
                 k_left = m
             pool = a.pool
-            ok = pool.ff_plain
+            ok = pool.ff_plain  # (the hot path: the method only the first time)
             if ok is None:
-                ok = pool.ff_plain = _pool_plain(pool) and pool.name not in self.spill_specs
+                ok = self._ff_plain(pool)
             if ok and not pool.queue and not pool.growers and a.blks is None and a.units % pool.block == 0 \
                     and a.pos == int(a.pos):
                 crossings.append((int(a.units - a.pos), j, r))  # iteration i serves position pos + i
@@ -1039,10 +1039,7 @@ class Iterations:
             for m, d in gs.values():
                 if not d:
                     continue
-                ok = m.ff_plain
-                if ok is None:
-                    ok = m.ff_plain = _pool_plain(m) and m.name not in self.spill_specs
-                if ok and not m.queue and not m.growers:
+                if self._ff_plain(m) and not m.queue and not m.growers:
                     groups.append((e - ep, d))
                 else:  # cannot grow in the run: bounded by its room
                     room = e - ep - 1
@@ -1050,6 +1047,13 @@ class Iterations:
                         k_room = room
         k = k_left if k_room is None or k_left <= k_room else k_room
         return k, k_left, k_room, groups
+
+    def _ff_plain(self, pool) -> bool:
+        """_pool_plain and spilling nothing: what never changes, asked once (Pool.ff_plain)."""
+        ok = pool.ff_plain
+        if ok is None:
+            ok = pool.ff_plain = _pool_plain(pool) and pool.name not in self.spill_specs
+        return ok
 
     def _steady_claims(self, eng):
         """The engine's undecided claims over iterations as a steady run reads them (*Claims*: read
@@ -1549,15 +1553,16 @@ class Iterations:
                 else:
                     kept.append(x)
             reqs[:] = kept
-        for r in done:
-            r.alive = False
-            if len(done) <= 4:
+        else:
+            for r in done:
                 try:
                     reqs.remove(r)  # one scan (in, then remove, read it twice)
                 except ValueError:
                     pass
                 else:
                     eng.res_out(r.sess.id)
+        for r in done:
+            r.alive = False
             self.engine_of_req.pop(id(r), None)
             eng.completed += 1
             if now >= self.warmup:
@@ -1737,6 +1742,12 @@ def _room_for_block(pool, bl, fast: bool):
                 del pool.own[e.owner.cid]
     else:
         pool.make_room(bl)
+
+
+def _co_made(eng) -> int:
+    """The last epoch whose growths the cohort has made: its own once it is served (the iteration
+    being planned or run), else the one before."""
+    return eng.co_ep if eng.co_it == eng.iter_no else eng.co_ep - 1
 
 
 def _co_units(r, done: int) -> float:

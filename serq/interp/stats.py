@@ -1082,12 +1082,12 @@ def _run_sample(sv, sk):
 def _select_runs(sorted_chunks, samples, ranks) -> dict:
     """The order statistics at `ranks` (rank -> value) of the samples the runs stand for, in one more
     pass over the chunks' runs sorted by value (sorted_chunks: (values, counts) each, in the order
-    `samples` has them). Sorted, a chunk's sampled runs bound the samples it has below a value y: at least those
-    through the last sampled run below y, at most those before the first at or above it (and the
-    same for the samples at or below y). So a, the greatest sampled value with surely at most r
-    samples below it, and b, the least with surely more than r at or below it, bracket the r-th (a
-    chunk's first and last runs are sampled: both exist); the pass counts the samples below a and
-    keeps the runs in [a, b], in order, among which the r-th is."""
+    `samples` has them). Sorted, a chunk's sampled runs bound the samples it has below a value y:
+    at least those through the last sampled run below y, at most those before the first at or
+    above it (and the same for the samples at or below y). So a, the greatest sampled value with
+    surely at most r samples below it, and b, the least with surely more than r at or below it,
+    bracket the r-th (a chunk's first and last runs are sampled: both exist); the pass counts the
+    samples below a and keeps the runs in [a, b], in order, among which the r-th is."""
     cands = sorted(v for s in samples for v in s[0])
 
     def below_at_most(y):
