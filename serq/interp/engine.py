@@ -108,6 +108,7 @@ class Engine:
         self.co_gq: dict = {}          # epoch -> {id(pool): (pool, {cn: member})}: members whose units
         #                                are whole blocks, each growing one block then (_co_place)
         self.co_fin: dict = {}         # epoch -> [(cn, member)] whose run ends with that advance
+        self.co_pre = 0                # epochs of a fast-forward in flight whose growths are made (_unfold)
 
     def res_in(self, sid):
         rc = self.rc
@@ -185,6 +186,10 @@ class Iterations:
     steady_once = True
     grow_inline = True
     co_walk = True  # _steady reads the cohort from its calendars (_co_walk); off: each member written out
+    # a fast-forward runs through the iteration an arrival falls in (_fold_bound); off: it stops before
+    # that iteration, which is planned on its own (tests compare the two)
+    fold = True
+    _fold_static_ok = None  # _fold_static's answer, asked once
 
     # -- the cohort: the running requests that decode plainly, advanced as one (issue 49). Its members
     # are the head of eng.reqs, so the head of the batch; each is served a token an iteration, grows
@@ -550,12 +555,13 @@ class Iterations:
 
     def _steady_cost(self, e, full):
         """The execute expression as _steady reads it: (run, stored), each a function
-        (c, eng, bk, vk, at, n, end, nxt, lim) that runs at most lim steady iterations of engine
-        eng in one loop, each adding n to batch.kv_decode (bk), running.kv_decode (vk) and the
-        attention sum (at), the only values that change between them, and its cost to end; it stops
-        before one whose cost is not in (0, inf) or whose end reaches nxt. It answers (iterations
-        run, end, bk, vk, at, stopped), the three as the last cost read them; run.named are those
-        of the three it adds to, the others come back as they went in (the caller adds them up).
+        (c, eng, bk, vk, at, n, end, nxt, lim, fold) that runs at most lim steady iterations of
+        engine eng in one loop, each adding n to batch.kv_decode (bk), running.kv_decode (vk) and
+        the attention sum (at), the only values that change between them, and its cost to end; it
+        stops before one whose cost is not in (0, inf) or whose end reaches nxt, but that one is
+        run, the last, where it ends before `fold` (_fold_bound). It answers (iterations run, end,
+        bk, vk, at, stopped), the three as the last cost read them; run.named are those of the
+        three it adds to, the others come back as they went in (the caller adds them up).
 
         stored keeps the three in the engine's dicts and reads the expression as compiled, as one
         iteration at a time does. run, where it can be made (None otherwise), is the expression as
@@ -564,7 +570,7 @@ class Iterations:
         floats. A value it cannot read (an unset one: KeyError) raises _Miss, and the caller runs
         the iterations again with stored, which raises the diagnostic."""
 
-        def stored(c, eng, bk, vk, at, n, end, nxt, lim):
+        def stored(c, eng, bk, vk, at, n, end, nxt, lim, fold=-INF):
             b, v = eng.batch, eng.vars
             b["Kvb"], v["Kvb"], v["Attn"] = bk, vk, at
             app = eng.ends.append
@@ -575,6 +581,10 @@ class Iterations:
                 v["Attn"] += n
                 nc = full(c)
                 if not (0 < nc < INF) or end + nc >= nxt:
+                    if 0 < nc < INF and end + nc < fold:  # the iteration the next event falls in: the last
+                        end += nc
+                        app(end)
+                        return i + 1, end, b["Kvb"], v["Kvb"], v["Attn"], False
                     return i, end, b["Kvb"], v["Kvb"], v["Attn"], True
                 end += nc
                 app(end)
@@ -598,7 +608,7 @@ class Iterations:
         adds = "".join(f"        {x} += n\n" for x in ("_bk", "_vk", "_at") if x in named)
         # n is a float (the batch's size), lim a whole number: the loop's operations are on floats
         # and on ints, each with its fast path; each iteration's end is kept (the client's ITL)
-        code = (f"def _run(c, eng, _bk, _vk, _at, n, end, nxt, lim):\n"
+        code = (f"def _run(c, eng, _bk, _vk, _at, n, end, nxt, lim, fold=-INF):\n"
                 f"    try:\n"
                 f"{pre}"
                 f"    except KeyError:\n"
@@ -612,6 +622,10 @@ class Iterations:
                 f"        except KeyError:\n"
                 f"            raise _Miss from None\n"
                 f"        if not (0.0 < nc < INF) or end + nc >= nxt:\n"
+                f"            if 0.0 < nc < INF and end + nc < fold:\n"
+                f"                end += nc\n"
+                f"                app(end)\n"
+                f"                return i + 1, end, _bk, _vk, _at, False\n"
                 f"            return i, end, _bk, _vk, _at, True\n"
                 f"        end += nc\n"
                 f"        app(end)\n"
@@ -905,13 +919,14 @@ class Iterations:
             nxt = min(nxt, self.horizon)
         if nxt <= end:  # an event before this iteration ends: no steady one can end first
             return end
+        fold = self._fold_bound(nxt) if self.fold else -INF
         run = spec["steady_cost"][0]
         if run is not None and nxt < INF and self.cur_engine is eng:
             # the next iteration's cost first, as _steady_run would read it: one that ends at or
             # after the next event is not run, whatever the batch (the walk below is not needed)
             b, v = eng.batch, eng.vars
             try:
-                cnt = run(self.machine, eng, b["Kvb"], v["Kvb"], v["Attn"], float(n), end, nxt, 1)[0]
+                cnt = run(self.machine, eng, b["Kvb"], v["Kvb"], v["Attn"], float(n), end, nxt, 1, fold)[0]
             except _Miss:
                 cnt = 1
             if cnt == 0:
@@ -997,11 +1012,13 @@ class Iterations:
             run = stored
         eng.ends = [end]
         try:
-            out = self._steady_run(eng, run, list(crossings), k, n, end, nxt, tail, watch)
+            out = self._steady_run(eng, run, list(crossings), k, n, end, nxt, tail, watch, fold)
         except _Miss:  # a value the source cannot read: the iterations again, as compiled
             eng.ends = [end]
-            out = self._steady_run(eng, stored, crossings, k, n, end, nxt, tail, watch)
+            out = self._steady_run(eng, stored, crossings, k, n, end, nxt, tail, watch, fold)
         extra, end1, grows, tail_start = out
+        if extra and end1 >= nxt:  # its last iteration runs past the arrival: its growths made then (_unfold)
+            self.folded = eng
         if extra and eng.co and not self._co_ahead(eng, extra):
             self._co_flush(eng)  # its iterations' tokens applied one request at a time (_iteration_end)
         if extra:
@@ -1045,6 +1062,66 @@ class Iterations:
         k = k_left if k_room is None or k_left <= k_room else k_room
         return k, k_left, k_room, groups
 
+    def _fold_bound(self, nxt) -> float:
+        """The time before which a fast-forward may end an iteration the next event falls in, that
+        iteration its last (_steady_cost's fold): where that event, at nxt, is an arrival and the
+        program's arrivals read nothing the run leaves to its end (_fold_static), the next event
+        after it or the horizon; else -inf. The arrival then finds the engine mid-iteration, as it
+        would had that iteration been planned on its own, and the run's growths, which pools'
+        readers see, made up to it (_unfold): the rest of the run (tokens, gaps, busy time) is
+        read by nothing until its end. Every report is the same (tests/test_engine_steady.py)."""
+        ok = self._fold_static_ok
+        if ok is None:
+            ok = self._fold_static_ok = self._fold_static()
+        heap = self.heap
+        if not ok or not heap or heap[0][0] != nxt or heap[0][2] != self._arrive_open:
+            return -INF
+        b = heap[1][0] if len(heap) > 1 else INF  # the second least of a heap is a child of the root
+        if len(heap) > 2 and heap[2][0] < b:
+            b = heap[2][0]
+        hz = self.horizon
+        return b if hz is None or b < hz else hz
+
+    def _fold_static(self) -> bool:
+        """Whether an arrival may fall inside a fast-forward (_fold_bound): one engine and no other
+        stage, open arrivals drawn here, no claim, --dump or step log; every hold waits in a pool
+        the engine admits (no other pool tries an admission at the arrival's instant); and what a
+        session runs outside its holds' admissions reads no engine's work, budget, values or
+        registers, which the run leaves as they stood at its start."""
+        prog = self.prog
+        wl = prog.workload
+        if len(self.stages) != 1 or len(self.engines) != 1 or prog.claims or self.recorder is not None \
+                or self.step_log is not None or self.trace is not None or self.workload is not None \
+                or wl.arrive.k not in ("poisson", "renewal") or self.spill_specs:
+            return False
+        stack = [wl, *prog.server]
+        while stack:
+            x = stack.pop()
+            k = getattr(x, "k", None)
+            if k in ("step", "reg") or k == "obs" and x.fn in ("work", "budget_left"):
+                return False
+            if k == "hold":
+                if x.lease is not None or any(m.engine is None for m in self.members(x.pools[0].pool.name)):
+                    return False
+                # the units, reserves and reuse are read at the admission, as the engine plans
+                stack += [hp.pool for hp in x.pools]
+                stack += [v for v in (x.body, x.cache, x.content) if v is not None]
+                continue
+            if isinstance(x, list):
+                stack += x
+            elif hasattr(type(x), "model_fields"):
+                stack += [getattr(x, f) for f in type(x).model_fields if f not in ("k", "at")]
+        return True
+
+    def _unfold(self):
+        """An arrival inside a fast-forward's last iteration (_fold_bound): the run's growths, each
+        at its iteration's start, all before the arrival, made now, as they are where that
+        iteration is planned on its own."""
+        eng, self.folded = self.folded, None
+        if eng.grows:
+            self._grow_steady(eng)
+        eng.co_pre = eng.repeat - 1  # a group's members' units count them from now (_co_units)
+
     def _ff_plain(self, pool) -> bool:
         """_pool_plain and spilling nothing: what never changes, asked once (Pool.ff_plain)."""
         ok = pool.ff_plain
@@ -1084,17 +1161,17 @@ class Iterations:
             for p, u in saved:
                 p.used = u
 
-    def _steady_run(self, eng, run, crossings, k, n, end, nxt, tail=False, watch=None):
+    def _steady_run(self, eng, run, crossings, k, n, end, nxt, tail=False, watch=None, fold=-INF):
         """_steady's iterations from the one after this one: (how many, their end, the growths
         they make at their starts, the start of the k-th when it is run and it is a tail, an event
         of its own one at a time); the batch's values in the engine's dicts as the last cost read
         them; the watched claims (_steady_claims) read at each iteration that grows a hold. It
         changes nothing else."""
         if not watch and self.steady_once:  # no claim reads a growth: the iterations in one loop, their growths after
-            out = self._steady_once(eng, run, list(crossings), k, n, end, nxt, tail)
+            out = self._steady_once(eng, run, list(crossings), k, n, end, nxt, tail, fold)
             if out is not None:
                 return out
-            eng.ends = [end]  # a growth found no room: walked growth by growth below
+            eng.ends = [end]  # a growth found no room: walked growth by growth below (no fold)
         b, v = eng.batch, eng.vars
         c = self.machine
         used = {}        # each growing pool's used as the growths so far leave it
@@ -1158,15 +1235,16 @@ class Iterations:
         v["Attn"] = at if "_at" in named else _adv(at, fn, adds)
         return extra, end, grows, tail_start
 
-    def _steady_once(self, eng, run, crossings, k, n, end, nxt, tail):
+    def _steady_once(self, eng, run, crossings, k, n, end, nxt, tail, fold=-INF):
         """_steady_run's answer from one run of the cost loop: a growth changes nothing the cost
-        reads, so the iterations are run to k (or the event) at once and their growths read off
-        after, each at its iteration's start, in the walk's order; None where one finds no room
-        (the walk then stops there: the caller walks instead)."""
+        reads, so the iterations are run to k (or the event, or through the iteration it falls in:
+        fold) at once and their growths read off after, each at its iteration's start, in the
+        walk's order; None where one finds no room (the walk then stops there: the caller walks
+        instead)."""
         b, v = eng.batch, eng.vars
         fn = float(n)
         cnt, end1, bk, vk, at, stopped = run(self.machine, eng, b["Kvb"], v["Kvb"], v["Attn"], fn, end, nxt,
-                                            int(k) if k < INF else BIG)
+                                            int(k) if k < INF else BIG, fold)
         ends = eng.ends  # ends[i]: iteration i's end, the start of i + 1 (ends[0] this one's)
         used = {}
         grows = []
@@ -1446,6 +1524,9 @@ class Iterations:
             # but the last (now), in order, that the sums are the same to the last bit (a run's whole
             # time at once is another rounding: issue 48's defaults showed it, 1 ulp of utilisation)
             eng.busy_avg.split_all(eng.ends[:-1])
+        if self.folded is eng:  # (its arrival came first: _unfold)
+            self.folded = None
+        eng.co_pre = 0
         if eng.grows:  # before anything at this instant: they are earlier
             self._grow_steady(eng)
         eng.busy = False
@@ -1775,8 +1856,9 @@ def _grow_blocks(pool, bl, n: int, fast: bool):
 
 def _co_made(eng) -> int:
     """The last epoch whose growths the cohort has made: its own once it is served (the iteration
-    being planned or run), else the one before."""
-    return eng.co_ep if eng.co_it == eng.iter_no else eng.co_ep - 1
+    being planned or run, and those of a fast-forward in flight made ahead of its end: _unfold),
+    else the one before."""
+    return eng.co_ep + eng.co_pre if eng.co_it == eng.iter_no else eng.co_ep - 1
 
 
 def _co_units(r, done: int) -> float:

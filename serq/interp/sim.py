@@ -77,6 +77,7 @@ class Sim(Iterations):
         self.requests = None
         self.notes: list[str] = []
         self.fast_forward = True  # steady decoding as one event (engine.py, _steady)
+        self.folded = None  # the engine whose fast-forward an arrival falls in (engine.py, _fold_bound)
         self.queueing = True      # a network of queues takes queueing.py's path (tests turn it off)
         self.c_response = self.client["response"]
         self.percentiles = PERCENTILES  # the summaries' (serq run --percentiles)
@@ -618,6 +619,8 @@ class Sim(Iterations):
                        self.compiler.span(self.prog.workload.arrive.at))
 
     def _arrive_open(self):
+        if self.folded is not None:  # in a fast-forward's last iteration: its growths made first
+            self._unfold()
         if self.sessions_arrived >= self.max_arrivals:  # a drawn gap's count is known only as they come
             self.too_many_arrivals()
         self._arrive_one()
