@@ -919,14 +919,14 @@ class Iterations:
             nxt = min(nxt, self.horizon)
         if nxt <= end:  # an event before this iteration ends: no steady one can end first
             return end
-        fold = self._fold_bound(nxt) if self.fold else -INF
         run = spec["steady_cost"][0]
         if run is not None and nxt < INF and self.cur_engine is eng:
             # the next iteration's cost first, as _steady_run would read it: one that ends at or
-            # after the next event is not run, whatever the batch (the walk below is not needed)
+            # after the next event is not run, whatever the batch (the walk below is not needed;
+            # nor a fast-forward of that iteration alone, folded: planned on its own, it costs less)
             b, v = eng.batch, eng.vars
             try:
-                cnt = run(self.machine, eng, b["Kvb"], v["Kvb"], v["Attn"], float(n), end, nxt, 1, fold)[0]
+                cnt = run(self.machine, eng, b["Kvb"], v["Kvb"], v["Attn"], float(n), end, nxt, 1)[0]
             except _Miss:
                 cnt = 1
             if cnt == 0:
@@ -1007,6 +1007,7 @@ class Iterations:
         heapq.heapify(crossings)
         if k == INF and nxt == INF:
             return end
+        fold = self._fold_bound(nxt) if self.fold else -INF
         run, stored = spec["steady_cost"]
         if run is None or self.cur_engine is not eng:  # the source reads the engine it was given as cur_engine
             run = stored
