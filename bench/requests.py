@@ -11,8 +11,8 @@ commit run in the same script, and how an iteration's cost grows with the runnin
    this checkout and BASELINE in interleaved rounds (this, baseline, this, baseline, ...): the
    median requests per CPU second of each and the median ratio with its min and max. BASELINE (a
    commit of this repository, default the main issue 49 was measured against) is checked out in a
-   temporary worktree and run by this venv's Python, so both sides have the same dependencies.
-   Every request of a run is answered (the runs drain), so N / CPU is requests per CPU second.
+   temporary worktree and run by this venv's Python, so both sides have the same dependencies;
+   both trees' bytecode is compiled first (compiled()). Every request of a run is answered (the runs drain), so N / CPU is requests per CPU second.
 2. The cost of one iteration planned alone (fast-forward off: every iteration scheduled, costed and
    applied, as vLLM's loop does) with 16, 64, 256 and 1,024 requests decoding, in process: a batch of
    that many sessions, each a 16-token prompt and 4,096 output tokens, KV and seats to spare; the

@@ -333,3 +333,26 @@ def test_an_arrival_that_reads_the_engine_stops_the_fast_forward_before_it(monke
     forced = _folded(prog, "fold", 1, monkeypatch)
     assert forced[2] > 20
     assert forced[0] != got[0]
+
+
+def test_folded_arrivals_alike_on_drawn_settings(monkeypatch):
+    """A differential campaign: vllm_single_turn.sq at drawn settings (KV short enough to preempt or
+    plenty, blocks of 1 to 32, seats, budgets and chunk caps that bind or not, prefix caching on or
+    off, arrival rates, step costs, some runs cut by a horizon): the report and ITL samples with
+    arrivals folded into fast-forwards are one at a time's."""
+    import random
+    rnd = random.Random(4906)
+    folded = 0
+    for case in range(16):
+        bs = rnd.choice([1, 4, 16, 32])
+        args = {"bs": bs, "blocks": rnd.choice([30, 120, 600, 5000]) * 16 // bs,
+                "max_seqs": rnd.choice([4, 16, 256]), "B": rnd.choice([64, 512, 2048]),
+                "chunk_cap": rnd.choice([float("inf"), 48, 256]), "caching": rnd.choice([0, 1]),
+                "rate": rnd.choice([1, 4, 12, 30]), "omega": rnd.choice([0.003, 0.0005]),
+                "a": rnd.choice([0.00004, 0.00001])}
+        prog = api.load(SINGLE, args)
+        settings = {"arrivals": 150} if case % 3 else {"arrivals": None, "horizon": rnd.uniform(5.0, 40.0)}
+        got = _folded(prog, "fold", case, monkeypatch, **settings)
+        folded += got[2]
+        assert got[:2] == _folded(prog, "one at a time", case, monkeypatch, **settings)[:2], args
+    assert folded > 300, folded
