@@ -387,7 +387,10 @@ class Iterations:
         if evict:
             inline = self.grow_inline
             for m in evict:  # each growth's make_room as one at a time calls it (in place of grow_alloc)
-                _grow_blocks(m, m.block, int(tot[id(m)][1] // m.block), inline)
+                bl = m.block
+                for _ in range(int(tot[id(m)][1] // bl)):
+                    _room_for_block(m, bl, inline)
+                    m.used += bl
                 tot[id(m)][1] = 0.0
         if ind:
             place = self._co_place
@@ -1525,7 +1528,7 @@ class Iterations:
             # but the last (now), in order, that the sums are the same to the last bit (a run's whole
             # time at once is another rounding: issue 48's defaults showed it, 1 ulp of utilisation)
             eng.busy_avg.split_all(eng.ends[:-1])
-        if self.folded is eng:  # (its arrival came first: _unfold)
+        if self.folded is eng:  # (its arrival, always before this end, cleared it: _unfold)
             self.folded = None
         eng.co_pre = 0
         if eng.grows:  # before anything at this instant: they are earlier
@@ -1821,38 +1824,6 @@ def _room_for_block(pool, bl, fast: bool):
                 del pool.own[e.owner.cid]
     else:
         pool.make_room(bl)
-
-
-def _grow_blocks(pool, bl, n: int, fast: bool):
-    """n growths of a block, each _room_for_block's then used += bl. Where the pool is full to the
-    block (over is exactly bl) and its oldest entry holds whole blocks, each growth takes a block
-    off that entry and leaves used + cached as it was, so the next does the same: a run of them
-    at once (whole numbers below 2**53: the same floats, the same count of evictions)."""
-    while n > 0:
-        if fast:
-            ents = pool.entries
-            if ents:
-                e = ents[0]
-                u, c, eu = pool.used, pool.cached, e.units
-                if e.alive and eu >= bl and u + c + bl - pool.cap == bl and float(eu).is_integer() \
-                        and float(u).is_integer() and float(c).is_integer() and float(bl).is_integer() \
-                        and u + c + eu + bl * n < _W:
-                    t = min(n, int(eu // bl))
-                    d = t * bl
-                    e.units = eu - d
-                    pool.cached = c - d
-                    pool.evicted += t
-                    pool.used = u + d
-                    n -= t
-                    if e.units <= 1e-9:
-                        e.alive = False
-                        del ents[0]
-                        if e.owner is not None and pool.own.get(e.owner.cid) is e:
-                            del pool.own[e.owner.cid]
-                    continue
-        _room_for_block(pool, bl, fast)
-        pool.used += bl
-        n -= 1
 
 
 def _co_made(eng) -> int:
