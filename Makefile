@@ -41,10 +41,11 @@ demo: $(STAMP)
 	$(BIN)/serq run examples/single-turn/mg1.sq --horizon 20000 --warmup 500
 
 # the suite on two workers (pytest-xdist): under 10 minutes on 2 cores. The fault-injection and input-fuzz
-# campaigns (processes signalled at random points, full disks, corrupted files) run in `make check`
+# campaigns (processes signalled at random points, full disks, corrupted files) and the tests marked `campaign`
+# (slow differential campaigns and every-example runs) run in `make check`
 CHECK_ONLY := tests/test_reliability.py tests/test_fuzz_inputs.py
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 $(CHECK_ONLY:%=--ignore=%)
+	$(BIN)/python -m pytest -n 2 -m "not campaign" $(CHECK_ONLY:%=--ignore=%)
 
 # the user's verification gate (docs/overview.md): every example links and draws, the generated Lean is current, the
 # papers' verdicts at the default bound are as recorded, the differential suite passes, and every Lean
@@ -73,6 +74,7 @@ check: $(STAMP)
 	SERQ_DOCS_ALL=1 $(BIN)/python -m pytest -q tests/test_docs_sizing.py -k "study or tutorial"; a=$$?; \
 	wait $$p; b=$$?; echo "tools/verify_papers.py --check:"; cat $$log; rm -f $$log; test $$a = 0 -a $$b = 0
 	SERQ_RELIABILITY_ALL=1 $(BIN)/python -m pytest -q -n 2 $(CHECK_ONLY)   # every signal seed, a sweep on Ray, corrupted inputs
+	$(BIN)/python -m pytest -q -n 2 -m campaign $(CHECK_ONLY:%=--ignore=%)   # the campaigns make test leaves
 	$(BIN)/python tools/lean_check.py --jobs $(LEAN_JOBS) --cases $(LEAN_CASES) --seed $(LEAN_SEED)
 
 # regenerate the golden Lean files, lean/Serq/Oracle.lean (and its parts), lean/Serq/Serve.lean,

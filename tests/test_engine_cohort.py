@@ -341,6 +341,7 @@ def test_group_units_kept_by_epochs(monkeypatch, case):
     assert json.dumps(rep, sort_keys=True) == off[0]
 
 
+@pytest.mark.campaign
 def test_every_example_alike_with_the_cohort_formed_from_two(monkeypatch):
     """Every example at its recorded settings (tools/golden_reports.py), the cohort formed from two
     running: the same JSON report with the cohort on (its walk from its calendars), off, and on with

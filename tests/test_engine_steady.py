@@ -335,6 +335,7 @@ def test_an_arrival_that_reads_the_engine_stops_the_fast_forward_before_it(monke
     assert forced[0] != got[0]
 
 
+@pytest.mark.campaign
 def test_folded_arrivals_alike_on_drawn_settings(monkeypatch):
     """A differential campaign: vllm_single_turn.sq at drawn settings (KV short enough to preempt or
     plenty, blocks of 1 to 32, seats, budgets and chunk caps that bind or not, prefix caching on or

@@ -572,6 +572,7 @@ def _shell_blocks(text: str) -> list[str]:
     return re.findall(r"^```shell\n(.*?)^```", text, flags=re.S | re.M)
 
 
+@pytest.mark.campaign
 def test_the_tutorial_runs_as_written(tmp_path):
     """docs/tutorial.md's shell blocks, in order, in a fresh directory holding the program and a
     .venv/bin/serq that is this serq: each succeeds and the plots it shows appear (~35 s of CPU,

@@ -148,6 +148,7 @@ CASES = [
 ]
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("case", range(len(CASES)))
 def test_differential_bound_proofs_hold_in_the_simulator(case):
     values, sessions = 4, 3

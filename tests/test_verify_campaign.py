@@ -108,6 +108,7 @@ def bound_claims(c) -> str:
 TRACED = int(os.environ["SERQ_FUZZ_CASES"]) // 2 if "SERQ_FUZZ_CASES" in os.environ else 6
 
 
+@pytest.mark.campaign
 @settings(max_examples=TRACED, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @seed(SEED)
 @given(cases().filter(lambda c: c.arrive in ("batch", "renewal")))

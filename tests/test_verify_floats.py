@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from serq import api
 from serq.ref import convert
 from serq.verify import floats as F
@@ -211,6 +213,7 @@ def tie_program(rng: random.Random):
     return program(cost, rest.replace("claim probe: at end (count(done) >= 0);", claims), "tie.sq")
 
 
+@pytest.mark.campaign
 def test_no_proof_the_simulator_refutes_on_programs_with_ties():
     """Issue 46's campaign: generated programs with ties (quotients, ps sharing, decimal costs,
     real and decimal arrivals), each claim's bound the extreme its reading takes; every `proved` and

@@ -888,6 +888,7 @@ def test_a_long_z3_call_stops_when_its_cpu_time_is_spent():
     assert not w.fired and s2.check() == z3.sat
 
 
+@pytest.mark.campaign
 @pytest.mark.parametrize("example", ["vllm_chat.sq", "vllm_chat_shared.sq"])
 def test_vllm_chat_claims_at_end_are_proved_per_session(example, capsys):
     """vLLM's multi-turn chat (growing KV, `preempt lifo`, the prefix cache across turns, chunked

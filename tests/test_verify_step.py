@@ -137,6 +137,7 @@ def _examples():
                     continue
 
 
+@pytest.mark.campaign
 def test_the_examples_moves_are_encoded_moves_and_their_lemmas_inductive(monkeypatch):
     ran = 0
     for f, p in _examples():
