@@ -379,6 +379,8 @@ def _runs(rng, kind, n, counts):
             v = rng.expovariate(1.0)
         elif kind == "ties":
             v = float(rng.randint(0, 3))
+        elif kind == "levels":  # few values, none a zero: counted by value (stats._from_counts)
+            v = rng.randint(1, 4) * 0.1
         elif kind == "zeros":  # 0.0 and -0.0 are equal but print apart: runs of each stay apart
             v = rng.choice([0.0, -0.0, 2.5, 1e-300])
         elif kind == "wide":
@@ -412,6 +414,36 @@ def test_a_statistic_of_runs_is_that_of_its_samples(request, spill, kind, n, cou
     after = flat[cut:]
     assert repr(S.summary(w.after())) == repr(S.summary(after))
     assert [(x, math.copysign(1, x)) for x in w.after()] == [(x, math.copysign(1, x)) for x in after]
+
+
+@pytest.mark.parametrize("spill", [False, True])
+@pytest.mark.parametrize("distinct", [3, 1 << 17])
+@pytest.mark.parametrize("kind", ["levels", "exp", "wide"])
+def test_a_statistic_of_runs_counted_by_value_is_that_of_its_samples(request, monkeypatch, spill, distinct, kind):
+    """Where the runs have few values (a fast-forward's gaps repeat), each value's count is taken and
+    the values sorted, not the runs (_count_into, _from_counts); past DISTINCT values the runs are
+    sorted: the samples' statistic either way. Four levels within the bound are counted: the runs'
+    sort and the spilled order statistics' pass are not reached."""
+    if spill:
+        request.getfixturevalue("small")
+    monkeypatch.setattr(S, "DISTINCT", distinct)
+    counted = kind == "levels" and distinct > 4
+    if counted:
+        def no(*a, **k):
+            raise AssertionError("the runs sorted where their values were counted")
+        monkeypatch.setattr(S, "_summary_runs", no)
+        monkeypatch.setattr(S, "_select_runs", no)
+    rng = random.Random(hash((kind, distinct, spill)) & 0xFFFF)
+    runs = _runs(rng, kind, 1500, "long")
+    w = S.Weighted(warmup=float(rng.randrange(0, 500)))
+    flat, cut = [], None
+    for t, (v, k) in enumerate(runs):
+        if cut is None and t >= w.warmup:
+            cut = len(flat)
+        w.add(float(t), v, k)
+        flat += [v] * k
+    assert (w.vcol.file is not None) == spill
+    assert repr(S.summary(w.after())) == repr(S.summary(flat[cut:]))
 
 
 def test_a_run_too_long_to_split_is_summed_exactly():
