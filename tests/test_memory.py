@@ -150,6 +150,19 @@ def test_time_average_split_all_is_split_one_by_one(small, seed):
     assert repr(run.result(t + 1.0)) == repr(one.result(t + 1.0))
 
 
+def test_time_average_split_all_of_a_long_run():
+    """A run of more ends than split_all's slice of ones holds (4,096): the same points."""
+    one, run = S.TimeAverage(0.0), S.TimeAverage(0.0)
+    one.set(0.5, 1.0)
+    run.set(0.5, 1.0)
+    ends = [1.0 + 0.003 * i for i in range(5000)]
+    for e in ends:
+        one.split(e)
+    run.split_all(ends)
+    assert [(a, repr(b)) for a, b in run.points] == [(a, repr(b)) for a, b in one.points]
+    assert repr(run.result(20.0)) == repr(one.result(20.0))
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_time_average_whole_span_extremes_are_the_windows(seed):
     """TimeAverage.result takes the whole span's least and greatest from its 20 windows' (their
