@@ -848,6 +848,7 @@ def test_preempt_by_keys_agrees_with_enumeration(tmp_path, victim):
     assert got["calm"] == "counterexample"      # the memory is tight: some growth preempts
 
 
+@pytest.mark.campaign
 def test_a_path_past_the_fuel_does_not_hide_a_counterexample(tmp_path, monkeypatch):
     """A lone session whose prompt (9) is above the KV cap (8) preempts itself forever: its path runs
     past the fuel at the first look (values 0..1), which leaves no proof. Two sessions of outputs 3

@@ -330,6 +330,7 @@ def _worst(prog, wls) -> dict:
     return worst
 
 
+@pytest.mark.campaign
 def test_chat_several_turns_within_the_bound():
     """vLLM's chat: 21 turns at most (turn_no < 20), the history growing to a prompt of 986 tokens;
     its ttft within 1 s proved at the default bound, a ttft within a millisecond refuted. The per-turn

@@ -377,6 +377,7 @@ def test_a_server_that_branches_to_two_queues_is_read_per_turn():
     assert want["two"] == "counterexample"
 
 
+@pytest.mark.campaign
 def test_within_the_values_said_as_such(tmp_path):
     """`serq verify`: a claim a refusal breaks for every value is proved per session within the
     bound's values (not for every value: absent from `every_value`), and said so."""
@@ -932,6 +933,7 @@ def test_vllm_chat_claims_at_end_are_proved_per_session(example, capsys):
             "within_budget": "held", "within_slots": "held", "within_memory": "held", "prefills": "held", "hits": "held"}
 
 
+@pytest.mark.campaign
 def test_a_proof_per_session_does_not_follow_what_was_asked_before():
     """z3's models, and so the paths a turn's reading takes and the clauses Spacer is given, follow
     what its context was asked before: the turn is read in a context of its own, so that a claim's

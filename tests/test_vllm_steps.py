@@ -66,7 +66,8 @@ def test_every_main_scenario_agrees_step_for_step(ref, shared):
     assert set(diffs) == expect
 
 
-@pytest.mark.parametrize("ref", [False, True], ids=["interp", "ref"])
+# the reference kernel's reading of the 320 (~22 s): make check's (marked campaign)
+@pytest.mark.parametrize("ref", [False, pytest.param(True, marks=pytest.mark.campaign)], ids=["interp", "ref"])
 def test_every_extra_scenario_agrees_step_for_step(ref):
     """The 320 of tools/oracle/extra, their steps from steps/, on vllm_shared.sq."""
     assert differences(EXTRA, ref, True) == {}
