@@ -393,6 +393,17 @@ def _runs(rng, kind, n, counts):
     return out
 
 
+def _recorded(w, runs):
+    """Run i (v, k) added to w at time i; the samples after w's warm-up, written out."""
+    flat, cut = [], None
+    for t, (v, k) in enumerate(runs):
+        if cut is None and t >= w.warmup:
+            cut = len(flat)
+        w.add(float(t), v, k)
+        flat += [v] * k
+    return flat[cut:]
+
+
 @pytest.mark.parametrize("spill", [False, True])
 @pytest.mark.parametrize("kind", ["exp", "ties", "zeros", "wide", "huge", "inf"])
 @pytest.mark.parametrize("n", [1, 19, 257, 1500])
@@ -404,14 +415,8 @@ def test_a_statistic_of_runs_is_that_of_its_samples(request, spill, kind, n, cou
     rng = random.Random(hash((kind, n, counts)) & 0xFFFF)
     runs = _runs(rng, kind, n, counts)
     w = S.Weighted(warmup=float(rng.randrange(0, max(1, n // 3))))
-    flat, cut = [], None
-    for t, (v, k) in enumerate(runs):
-        if cut is None and t >= w.warmup:
-            cut = len(flat)
-        w.add(float(t), v, k)
-        flat += [v] * k
+    after = _recorded(w, runs)
     assert (w.vcol.file is not None) == (spill and n > 400)
-    after = flat[cut:]
     assert repr(S.summary(w.after())) == repr(S.summary(after))
     assert [(x, math.copysign(1, x)) for x in w.after()] == [(x, math.copysign(1, x)) for x in after]
 
@@ -436,14 +441,9 @@ def test_a_statistic_of_runs_counted_by_value_is_that_of_its_samples(request, mo
     rng = random.Random(hash((kind, distinct, spill)) & 0xFFFF)
     runs = _runs(rng, kind, 1500, "long")
     w = S.Weighted(warmup=float(rng.randrange(0, 500)))
-    flat, cut = [], None
-    for t, (v, k) in enumerate(runs):
-        if cut is None and t >= w.warmup:
-            cut = len(flat)
-        w.add(float(t), v, k)
-        flat += [v] * k
+    after = _recorded(w, runs)
     assert (w.vcol.file is not None) == spill
-    assert repr(S.summary(w.after())) == repr(S.summary(flat[cut:]))
+    assert repr(S.summary(w.after())) == repr(S.summary(after))
 
 
 def test_a_run_too_long_to_split_is_summed_exactly():
