@@ -13,6 +13,9 @@ commit run in the same script, and how an iteration's cost grows with the runnin
    commit of this repository, default the main issue 49 was measured against) is checked out in a
    temporary worktree and run by this venv's Python, so both sides have the same dependencies;
    both trees' bytecode is compiled first (compiled()). Every request of a run is answered (the runs drain), so N / CPU is requests per CPU second.
+   Each program's start-up (a run of one request: imports, parse, link, report) is printed first,
+   and beside each ratio the ratio of the CPU beyond it (each side's run less its start-up's
+   median): the start-up is the same in both trees and a sixth of a 10,000-request run.
 2. The cost of one iteration planned alone (fast-forward off: every iteration scheduled, costed and
    applied, as vLLM's loop does) with 16, 64, 256 and 1,024 requests decoding, in process: a batch of
    that many sessions, each a 16-token prompt and 4,096 output tokens, KV and seats to spare; the
@@ -78,18 +81,31 @@ def requests_per_cpu(base: str | None):
         if not os.path.isfile(prog):
             print(f"  {prog}: not here, skipped")
             continue
+        name = os.path.basename(prog)
+        # a run's start-up (imports, parse, link, one request and its report): in every figure
+        # below, and a larger share of a shorter run; the work beyond it is read beside each ratio
+        one = ["run", prog, "--arrivals", "1", "--quiet", "--json"]
+        s_mine, s_theirs = [], []
+        for _ in range(ROUNDS):
+            s_mine.append(serq_cpu(ROOT, one))
+            if base:
+                s_theirs.append(serq_cpu(base, one))
+        s0, s1 = statistics.median(s_mine), statistics.median(s_theirs) if base else None
+        print(f"  {name:<24} start-up (1 request): {s0:.3f} CPU s" + (f"   baseline {s1:.3f}" if base else ""),
+              flush=True)
         for n in SIZES:
             argv = ["run", prog, "--arrivals", str(n), "--quiet", "--json"]
             mine, theirs = [], []
             for _ in range(ROUNDS):
-                mine.append(n / serq_cpu(ROOT, argv))
+                mine.append(serq_cpu(ROOT, argv))
                 if base:
-                    theirs.append(n / serq_cpu(base, argv))
-            name = os.path.basename(prog)
-            line = f"  {name:<24} {n:>8,} requests: {statistics.median(mine):8,.0f} req/CPU s"
+                    theirs.append(serq_cpu(base, argv))
+            line = f"  {name:<24} {n:>8,} requests: {n / statistics.median(mine):8,.0f} req/CPU s"
             if base:
-                ratios = [a / b for a, b in zip(mine, theirs)]
-                line += f"   baseline {statistics.median(theirs):8,.0f}   ratio {spread(ratios)}"
+                ratios = [b / a for a, b in zip(mine, theirs)]
+                beyond = [(b - s1) / (a - s0) for a, b in zip(mine, theirs)]
+                line += (f"   baseline {n / statistics.median(theirs):8,.0f}   ratio {spread(ratios)}"
+                         f"   beyond the start-up {statistics.median(beyond):.2f}x")
             print(line, flush=True)
 
 

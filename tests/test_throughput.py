@@ -424,11 +424,13 @@ def test_a_statistic_of_runs_is_that_of_its_samples(request, spill, kind, n, cou
 @pytest.mark.parametrize("spill", [False, True])
 @pytest.mark.parametrize("distinct", [3, 1 << 17])
 @pytest.mark.parametrize("kind", ["levels", "exp", "wide"])
-def test_a_statistic_of_runs_counted_by_value_is_that_of_its_samples(request, monkeypatch, spill, distinct, kind):
+@pytest.mark.parametrize("counts", ["short", "long"])
+def test_a_statistic_of_runs_counted_by_value_is_that_of_its_samples(request, monkeypatch, spill, distinct, kind,
+                                                                      counts):
     """Where the runs have few values (a fast-forward's gaps repeat), each value's count is taken and
     the values sorted, not the runs (_count_into, _from_counts); past DISTINCT values the runs are
-    sorted: the samples' statistic either way. Four levels within the bound are counted: the runs'
-    sort and the spilled order statistics' pass are not reached."""
+    sorted, or short ones written out: the samples' statistic either way. Four levels within the
+    bound are counted: the runs' sort and the spilled order statistics' pass are not reached."""
     if spill:
         request.getfixturevalue("small")
     monkeypatch.setattr(S, "DISTINCT", distinct)
@@ -438,8 +440,8 @@ def test_a_statistic_of_runs_counted_by_value_is_that_of_its_samples(request, mo
             raise AssertionError("the runs sorted where their values were counted")
         monkeypatch.setattr(S, "_summary_runs", no)
         monkeypatch.setattr(S, "_select_runs", no)
-    rng = random.Random(hash((kind, distinct, spill)) & 0xFFFF)
-    runs = _runs(rng, kind, 1500, "long")
+    rng = random.Random(hash((kind, distinct, spill, counts)) & 0xFFFF)
+    runs = _runs(rng, kind, 1500, counts)
     w = S.Weighted(warmup=float(rng.randrange(0, 500)))
     after = _recorded(w, runs)
     assert (w.vcol.file is not None) == spill

@@ -967,7 +967,8 @@ def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
     exact sums of value times count for the 20 batch means, and the mean from theirs and those of
     the samples the batches leave out (_pieces); the order statistics read off the counts: each
     value's total count where the values are few (_count_into, _from_counts), else from the runs
-    sorted (in memory; on disk, in passes over the runs CHUNK at a time, _select_runs)."""
+    sorted (in memory, short runs written out; on disk, in passes over the runs CHUNK at a time,
+    _select_runs)."""
     w = runs.w
     if w.vcol.file is None:
         vs, ks = w.vb[runs.start:], w.kb[runs.start:]
@@ -977,8 +978,6 @@ def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
         if v != 0.0 and math.isfinite(v) and vs.count(v) == len(vs):
             return _constant(v, sum(ks), pcts)  # one value all along (a constant execute's gaps)
         n = sum(ks)
-        if n <= 4 * len(ks) and n <= SWITCH:  # short runs, written out: summary() of the samples
-            return summary(list(chain.from_iterable(map(repeat, vs.tolist(), ks.tolist()))), pcts)
         h = {}
         if all(_count_into(h, vs[a:a + CHUNK], ks[a:a + CHUNK]) for a in range(0, len(vs), CHUNK)) \
                 and _countable(h):
@@ -986,6 +985,8 @@ def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
             accs = [_WAcc() for _ in range(BATCHES + 1)]
             _pieces(accs, vs, ks, 0, size, n - size * BATCHES)
             return _from_counts(h, n, size, accs, pcts)
+        if n <= 4 * len(ks) and n <= SWITCH:  # short runs of many values, written out: summary() of the samples
+            return summary(list(chain.from_iterable(map(repeat, vs.tolist(), ks.tolist()))), pcts)
         return _summary_runs(vs, ks, pcts)
     n = 0
     for ks in w.kcol.chunks(runs.start):
