@@ -16,6 +16,9 @@ from serq.interp.engine import Iterations
 from serq.interp.sim import Sim
 from serq.ir.model import Settings
 
+# the general path's iterations, which these tests observe (conftest.py)
+pytestmark = pytest.mark.usefixtures("general_path")
+
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 SINGLE = os.path.join(ROOT, "examples", "single-turn", "vllm_single_turn.sq")
 MULTI = os.path.join(ROOT, "examples", "multi-turn", "vllm.sq")

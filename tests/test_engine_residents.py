@@ -15,6 +15,9 @@ from serq.interp.engine import Iterations
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import golden_reports as G  # noqa: E402
 
+# the general path's iterations, which these tests observe (conftest.py)
+pytestmark = pytest.mark.usefixtures("general_path")
+
 # leases and legs (the PD examples, subagents), preemption (vllm.sq under pressure), arrays of
 # engines (replica, routing), SGLang's and TGI's schedules
 CASES = [c for c in G.cases() if any(k in c[0] for k in (

@@ -13,6 +13,9 @@ from serq import api
 from serq.interp.sim import Sim
 from serq.ir.model import Settings
 
+# the general path's iterations, which these tests observe (conftest.py)
+pytestmark = pytest.mark.usefixtures("general_path")
+
 EX = os.path.join(os.path.dirname(__file__), "..", "examples", "multi-turn", "vllm.sq")
 ORIG = "execute (c0 + max(hbm(batch.kv_decode + batch.kv_prefill), compute(batch.tokens)));"
 EXECUTES = [

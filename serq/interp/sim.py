@@ -9,6 +9,8 @@ from collections import deque
 
 from serq.interp.compile import Compiler, Ctx, RunError
 from serq.interp.engine import Iterations
+from serq.interp.enginepath import Unsupported
+from serq.interp.enginepath import plan as engine_plan
 from serq.interp.queueing import plan
 from serq.interp.pools import ContentPool, Pool, round_up
 from serq.interp.rng import LongStream, base, state1, stream, stream1
@@ -28,7 +30,10 @@ INF = math.inf
 MAX_READY = 1000
 STALL = 100_000     # events at one instant before the watchdog looks (_stalled)
 STALL_PER = 100
-MAX_ARRIVALS = 10_000_000  # sessions a run takes: the report keeps each one's response (_bounded)
+MAX_ARRIVALS = 10_000_000
+# what a caller may set on a simulator before its run (serq/api.py, the CLI, the tests): kept when a
+# run is made again on the general path (Sim.run)
+_USER = ("slo", "itl_max", "percentiles", "requests", "recorder", "step_log", "fast_forward", "queueing")  # sessions a run takes: the report keeps each one's response (_bounded)
 
 
 class Sim(Iterations):
@@ -79,6 +84,7 @@ class Sim(Iterations):
         self.fast_forward = True  # steady decoding as one event (engine.py, _steady)
         self.folded = None  # the engine whose fast-forward an arrival falls in (engine.py, _fold_bound)
         self.queueing = True      # a network of queues takes queueing.py's path (tests turn it off)
+        self._made = (settings, workload)  # what the run is made again from (run: off the engine path)
         self.c_response = self.client["response"]
         self.percentiles = PERCENTILES  # the summaries' (serq run --percentiles)
         self._build()
@@ -87,6 +93,9 @@ class Sim(Iterations):
         self.poisson = k == "poisson"
 
     SLO = ("ttft", "tpot", "itl", "response")
+    # a single engine's single-turn sessions take enginepath.py's path (off: the general one, which
+    # the tests of its iterations observe; a run the engine path cannot finish turns it off)
+    engine_path = True
 
     def set_slo(self, slo: dict):
         """`serq run --slo`: {metric: the least limit given for it} (report.md, *Throughput, ITL and goodput*)."""
@@ -424,11 +433,23 @@ class Sim(Iterations):
         old = gc.get_threshold()
         gc.set_threshold(max(old[0], 20000), old[1], old[2])
         gc.freeze()  # the program, its closures and the run's tables live as long as the run: skip them
+        user = {k: getattr(self, k) for k in _USER}
         try:
             return self._run(progress)
+        except Unsupported:
+            pass
         finally:
             gc.unfreeze()
             gc.set_threshold(*old)
+        # the engine path reached what it does not take (a preemption): the run made again, from the
+        # start, on the general path. The new simulator's closures read its attributes: this one takes
+        # the same dictionary, so that it is that simulator
+        fresh = Sim(self.prog, *self._made)
+        for k, v in user.items():
+            setattr(fresh, k, v)
+        fresh.engine_path = False
+        self.__dict__ = fresh.__dict__
+        return self.run(progress)
 
     def _run(self, progress=None):
         wl = self.prog.workload
@@ -447,6 +468,10 @@ class Sim(Iterations):
             if q is not None:  # a network of queues: the shorter path (queueing.py)
                 q.install()
                 self.queued = True
+            elif self.engine_path:  # a single engine's single-turn sessions (enginepath.py)
+                ep = engine_plan(self)
+                if ep is not None:
+                    ep.install()
             if arr.k == "poisson":
                 self.at(0.0, self._arrive_open)
             elif arr.k == "renewal":

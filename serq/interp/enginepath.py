@@ -1,0 +1,917 @@
+"""A shorter path for a single engine's single-turn sessions (issue 49): open Poisson arrivals, one
+turn a session, and a server that holds the engine's slot pool and its KV pool and, in the hold,
+runs a prefill and a decode on the engine growing the KV hold, as vLLM's request does
+(examples/single-turn/vllm_single_turn.sq, ../shared/bench/blis_shared.sq). Such a session's life
+is its arrival, its wait in the engine's queue, its admission, its two runs and its answer: the
+engine drives it directly, with no instruction list, generator or ready queue (sessions.Flat,
+Sim._drain), and its iterations are planned for the default schedule alone (*Engines*: every
+running request served in admission order, then the waiting admitted while the budget lasts and the
+gate is 1).
+
+An iteration whose batch would be the one before it again (every running request decoding a token,
+each of whose last token was the iteration before's, nothing waiting) is not planned: a stretch of
+such iterations runs in the execute expression's loop (engine.py, _steady_cost) up to the first
+that ends a run or starts at or after the next arrival, its growths made at their iterations'
+starts, in order, before anything later reads a pool.
+
+The events, the draws, the expressions and the statistics are the general path's, in the same
+order, so the report is the same to the byte (tests/test_enginepath.py runs both). A run that
+reaches what this path does not take (a preemption: a growth with no room) stops, and is made
+again on the general path (Sim.run)."""
+from __future__ import annotations
+
+import heapq
+import math
+from itertools import islice
+from operator import sub
+
+from serq.interp.engine import Req, _Miss, _room_for_block
+from serq.interp.pools import Pool, round_up
+from serq.interp.rng import state1
+from serq.interp.sessions import HoldFrame, SessionEnd
+from serq.lang.lower.constants import fmt
+from serq.link.exprs import const_value
+
+INF = math.inf
+BIG = 1 << 62
+
+
+class Unsupported(Exception):
+    """The run reached what the engine path does not take: it is made again on the general path."""
+
+
+# the observables a gauge may read here: a pool's, which change only where this path changes them
+_GAUGE_OBS = ("used", "free", "holders", "queued")
+
+
+def plan(sim):
+    """The engine path for this run, or None when the program needs the general one."""
+    prog, wl = sim.prog, sim.prog.workload
+    if (not sim.engine_path or sim.workload is not None or sim.trace is not None or sim.recorder is not None
+            or sim.step_log is not None or sim.requests is not None or sim.slo is not None or sim.itl_max
+            or not sim.fast_forward or wl.arrive.k != "poisson" or wl.session is not None or sim.init_ops
+            or prog.claims or sim.spill_specs or sim.flownet is not None):
+        return None
+    if len(sim.engines) != 1 or len(sim.stages) != 1 or len(sim.pools) != 2:
+        return None
+    from serq.interp.sim import Sim
+    if type(sim) is not Sim or any(callable(v) and callable(getattr(Sim, k, None)) for k, v in vars(sim).items()):
+        return None  # a simulator whose methods are replaced (the tests' checks) runs them
+    eng = sim.engines[0]
+    spec = sim.engine_specs[eng.name]
+    if spec["exclusive"] or spec["keys"] or spec["granule"] is not None or spec["regs"] \
+            or spec["body_default"] is not True:
+        return None
+    decl = next(p for p in prog.stages if p.name == eng.name)
+    if decl.count is not None or const_value(decl.kind.budget) is None:
+        return None  # the budget the same at every iteration (a stretch plans none)
+    if any(g for g, _, _ in sim.turn_ops):
+        return None
+    slots = [m for m in sim.pools if m.engine is eng]
+    kv = [m for m in sim.pools if m.memory_of is eng]
+    if len(slots) != 1 or len(kv) != 1 or slots[0] is kv[0]:
+        return None
+    slots, kv = slots[0], kv[0]
+    for m in (slots, kv):
+        if type(m) is not Pool or m.reserve_held or m.name in sim._queue_keys or m.name in sim._evict_keys \
+                or m.decl.count is not None:
+            return None
+    if not kv.block or not float(kv.block).is_integer() or kv.engine is not None or slots.memory_of is not None:
+        return None
+    # the server: sets, then one hold of (slots, kv) whose body is sets and observes, a prefill and a
+    # decode on the engine, each growing kv
+    server = prog.server
+    if not server or any(s.k != "set" for s in server[:-1]) or server[-1].k != "hold":
+        return None
+    h = server[-1]
+    if h.lease is not None or h.content is not None or len(h.pools) != 2 \
+            or h.pools[0].pool.name != slots.name or h.pools[1].pool.name != kv.name \
+            or h.pools[0].pool.index is not None or h.pools[1].pool.index is not None:
+        return None
+    body = h.body
+    if len(body) < 2 or any(s.k not in ("set", "observe") for s in body[:-2]):
+        return None
+    for s, mode in zip(body[-2:], ("prefill", "decode")):
+        if s.k != "run" or s.mode != mode or len(s.stages) != 1 or s.stages[0].name != eng.name \
+                or s.stages[0].index is not None or s.growing is None or s.growing.name != kv.name \
+                or s.growing.index is not None:
+            return None
+    for g in prog.gauges:
+        if not _pool_reads(g.e):
+            return None
+    return EnginePath(sim, eng, spec, slots, kv, h)
+
+
+def _pool_reads(e) -> bool:
+    """An expression of numbers, operators, functions and the pools' observables alone."""
+    from serq.link.rules import expr_nodes
+    for x in expr_nodes(e):
+        if x.k in ("attr", "ctx", "step", "reg", "agg", "draw"):
+            return False
+        if x.k == "obs" and x.fn not in _GAUGE_OBS:
+            return False
+    return True
+
+
+class EnginePath:
+    def __init__(self, sim, eng, spec, slots, kv, hold):
+        self.sim = sim
+        self.eng = eng
+        self.spec = spec
+        self.slots = slots
+        self.kv = kv
+        x = sim.compiler
+        from serq.interp.sessions import HoldSpec, Ops
+        ops = Ops(sim, "server")
+        self.pre_ops = [op for _, op, _ in ops.block(sim.prog.server[:-1])]
+        hs = HoldSpec()
+        hs.pools = []
+        from serq.interp.sessions import _reads_state
+        for hp in hold.pools:
+            hs.pools.append((x.target(hp.pool, hold.at), x.expr(hp.units),
+                             x.expr(hp.reserve) if hp.reserve is not None else None,
+                             (not _reads_state(hp.units), hp.reserve is not None and not _reads_state(hp.reserve))))
+        hs.reuse = x.expr(hold.reuse) if hold.reuse is not None else None
+        hs.cache = x.expr(hold.cache) if hold.cache is not None else None
+        hs.has_cache = hold.cache is not None
+        hs.content = None
+        hs.lease = None
+        hs.body = None
+        hs.at = hold.at
+        self.hs = hs
+        self.body_ops = [(op, s.at) for (_, op, _), s in zip(ops.block(hold.body[:-2]), hold.body[:-2])]
+        pf, dc = hold.body[-2:]
+        self.pf_work, self.pf_at = x.expr(pf.work), pf.at
+        self.dc_work, self.dc_at = x.expr(dc.work), dc.at
+        self.gate = spec["body"][1][2]
+        self.gauges = [(f, avg) for _, f, avg in sim.gauges]
+        self.growth_gauges = sim.growth_gauges  # those a growth can change (Sim._growth_gauges)
+        self.budget = spec["budget"]
+        self.run_cost, self.stored_cost = spec["steady_cost"]
+        self.ibl = int(kv.block) if float(kv.block).is_integer() else None
+
+    def install(self):
+        sim = self.sim
+        sim._events = self.events
+
+    # ---------------------------------------------------------------- the sessions
+    def arrive(self):
+        """Sim._arrive_open and _arrive_one, then the session's instructions to its hold's wait
+        (Flat: the turn, the server's sets, the hold joining the engine's queue)."""
+        sim = self.sim
+        if sim.sessions_arrived >= sim.max_arrivals:
+            sim.too_many_arrivals()
+        serial = sim.sessions_arrived
+        sim.sessions_arrived += 1
+        sim.next_id += 1
+        attrs = {"serial": float(serial), "turn_no": 0.0, "cached": 0.0, "computed": 0.0}
+        sess = sim.Session(serial, serial, attrs)
+        if sim.session_draws:
+            sess.s = state1(sim.b_session, serial)
+            sess.rng = sess
+        sim.live += 1
+        if sim.arrivals_n is not None and sim.sessions_arrived >= sim.arrivals_n:
+            self.t_arr = INF
+        else:
+            sim.seq += 1  # Sim.at's
+            self.t_arr = sim.now + sim.arrival_rng.expovariate(sim.rate)
+        # the session runs as settling runs it, after the event
+        sim.turn_set(sess)
+        for op in self.pre_ops:
+            op(sess)
+        try:
+            self.join(sess)
+        except SessionEnd as e:
+            sim._ended(sess, e.refused)
+
+    def join(self, sess):
+        """Sim.hold up to its wait: the frame joins the slot pool's queue."""
+        sim = self.sim
+        spec = self.hs
+        c = sess.c
+        sim.cur_at = spec.at
+        sess.a["computed"] = 0.0
+        fr = HoldFrame(sess, spec)
+        fr.members = [t(c) for t, _, _, _ in spec.pools]
+        if fr.members[0] is fr.members[1]:
+            raise sim.run_error("R041", "two indices of one hold name one member", spec.at)
+        for i, (t, uf, rf, (su, sr)) in enumerate(spec.pools):
+            m = fr.members[i]
+            if su and round_up(sim.amount(uf(c), spec.at, "a hold's units"), m.block) > m.cap or \
+                    sr and sim.amount(rf(c), spec.at, "a hold's reserve") > m.cap:
+                m.rejected += 1
+                raise SessionEnd(refused=True)
+        fr.join_seq = sim.next_seq()
+        fr.join_t = sim.now
+        fr.head = False
+        self.slots.queue.append(fr)
+        sess.wait = fr
+        self.want = True
+
+    def admitted(self, fr):
+        """The hold admitted (Iterations._admit_head): the session runs its body to its prefill (or
+        further, where a run has no work): the requests it brought to the engine."""
+        sim, eng = self.sim, self.eng
+        sess = fr.sess
+        sim.cur_engine = eng
+        eng.vars["Admitted"] += 1
+        eng.adm_seq += 1
+        sess.eng_adm = eng.adm_seq
+        sess.wait = None
+        frames = sess.frames
+        if frames:
+            frames.append(fr)
+        else:
+            sess.frames = [fr]
+        for op, _ in self.body_ops:
+            op(sess)
+        sess.fr = fr
+        sim.cur_engine = eng
+        return self.run(sess, fr, True)
+
+    def run(self, sess, fr, prefill):
+        """Iterations.engine_run_op's op for the prefill (or the decode): its request, or None where
+        its work is none (the session then goes on at once)."""
+        sim = self.sim
+        if prefill:
+            work = sim.amount(self.pf_work(sess), self.pf_at, "a run's work")
+            if work <= 0:
+                return self.run(sess, fr, False)
+        else:
+            work = sim.amount(self.dc_work(sess), self.dc_at, "a run's work")
+            if work <= 0:
+                self.answer(sess, fr)
+                return None
+        alloc = fr.allocs[1]
+        if not alloc.held:
+            raise Unsupported  # innermost's R042 (the hold released): the general path says it
+        rec = sess.turn_rec
+        if rec.prompt is None:
+            rec.prompt = 0.0
+        if prefill and not fr.again:
+            rec.prompt += work
+        sim.seq += 1
+        req = Req(sess, "prefill" if prefill else "decode", work, alloc, sim.seq)
+        sess.wait = req
+        reqs = self.eng.reqs
+        if reqs and reqs[-1].adm > req.adm:  # a decode after its prefill: in admission order
+            i = len(reqs)
+            while i and reqs[i - 1].adm > req.adm:
+                i -= 1
+            if i < len(self.co):  # among the cohort (never: a member is older than any other)
+                self.co_flush()
+            reqs.insert(i, req)
+        else:
+            reqs.append(req)
+        return req
+
+    def answer(self, sess, fr):
+        """The hold's end (Sim.hold: the frame released), the turn's answer and the session's end
+        (Flat's turn_end_last)."""
+        sim = self.sim
+        sess.frames.remove(fr)
+        sim.release_frame(fr)
+        sess.a["computed"] = 0.0
+        sim.turn_end(sess)
+        sim._finish(sess, False)
+
+    # ---------------------------------------------------------------- the cohort
+    # The plain decoders at the head of the running list (a prefix of it, in admission order: each
+    # joins as the one before it decodes, so no request after it is older) are kept as a cohort, as
+    # the general path keeps its own (engine.py, _co_*): each one's position, tokens left, and its
+    # turn's tokens and last token are those of its joining epoch, advanced by the epochs since
+    # (self.ep, one an iteration that serves them); its growths and its run's end are calendared by
+    # epoch. An iteration's cost and tokens for them are sums, not a walk (whole numbers: exact).
+
+    def co_pos(self, r):
+        return r.alloc.pos + (self.ep - r.e0)
+
+    def co_out(self, r):
+        """A member written out as it stands, out of the cohort (its run ends, or the cohort does)."""
+        d = self.ep - r.e0
+        self.co_s -= int(r.alloc.pos) - r.e0
+        r.left -= d
+        a = r.alloc
+        a.pos += d
+        a.advanced = True
+        rec = r.sess.turn_rec
+        rec.ntok += d
+        rec.last = self.co_last
+        r.cn = -1
+
+    def co_flush(self):
+        """Every member written out (the budget serves not all of them, or the run ends)."""
+        for r in self.co:
+            self.co_out(r)
+        self.co = []
+        self.fin = {}
+        self.fin_heap = []
+        self.gcal = {}
+        self.co_s = 0
+
+    def co_join(self, now, it):
+        """The requests after the cohort that decoded a whole token this iteration (their first
+        before it), each with its position, tokens left and units whole, join it, while each does."""
+        co = self.co
+        reqs = self.eng.reqs
+        i, n = len(co), len(reqs)
+        bl = self.kv.block
+        ep = self.ep
+        while i < n:
+            r = reqs[i]
+            if r.it != it or r.mode != "decode":
+                return
+            rec = r.sess.turn_rec
+            a = r.alloc
+            left, pos, units = r.left, a.pos, a.units
+            if rec.first is None or rec.last != now or not (float(left).is_integer() and float(pos).is_integer()
+                                                            and float(units).is_integer()) or units % bl:
+                return
+            if not co:
+                self.co_last = now
+            self.co_n += 1
+            r.cn = self.co_n
+            r.e0 = ep
+            co.append(r)
+            self.co_s += int(pos) - ep
+            e = ep + int(left)  # its run ends as the iteration that makes this epoch does
+            f = self.fin.get(e)
+            if f is None:
+                self.fin[e] = [r]
+                heapq.heappush(self.fin_heap, e)
+            else:
+                f.append(r)
+            self.gcal.setdefault(ep + int(units - pos), []).append(r)  # the start that finds it full
+            i += 1
+
+    def next_fin(self):
+        h, fin = self.fin_heap, self.fin
+        while h and h[0] not in fin:
+            heapq.heappop(h)
+        return h[0] if h else BIG
+
+    # ---------------------------------------------------------------- the iterations
+    def values(self):
+        """Iterations._running: running.count, .decoding, .kv_decode and .kv_prefill."""
+        eng = self.eng
+        k = len(self.co)
+        ndec = k
+        kvb = float(self.co_s + k * self.ep) if k else 0.0
+        kvp = 0.0
+        reqs = eng.reqs
+        for x in range(k, len(reqs)):
+            r = reqs[x]
+            if r.mode == "decode":
+                ndec += 1
+                kvb += r.alloc.pos
+            else:
+                kvp += r.alloc.pos
+        return float(len(eng.rc)), float(ndec), kvb, kvp
+
+    def plan_iteration(self):
+        """Iterations._iterate with the default schedule: the iteration's batch and its end, or
+        False where it schedules nothing."""
+        sim, eng, spec = self.sim, self.eng, self.spec
+        c = sim.machine
+        eng.iter_no += 1
+        sim.cur_engine = eng
+        v = eng.vars
+        v["Nres"], v["Ndec"], v["Kvb"], v["Kvp"] = self.values()
+        slots = self.slots
+        q = slots.queue
+        v["Queued"] = float(len(q))
+        v["Preempted"] = v["Admitted"] = v["Ntok"] = v["Npre"] = v["Attn"] = 0.0
+        eng.batch = {"Ndec": 0.0, "Kvb": 0.0, "Kvp": 0.0}
+        budget = self.budget(c)
+        if not budget >= 0:
+            raise sim.run_error("R110", f"engine `{eng.label}`'s tokens cap is {fmt(budget)}: a number >= 0",
+                                eng.at)
+        chunk = spec["chunk"](c)
+        cap = eng.chunk = INF if chunk == 0 else chunk
+        eng.granule = None
+        eng.admit_cap = INF
+        eng.planning = True
+        eng.no_admit = False
+        eng.stop_serving = False
+        batch = []
+        it = eng.iter_no
+        kv = self.kv
+        reqs = eng.reqs
+        co = self.co
+        k = len(co)
+        try:
+            # advance running: each in admission order, the cohort first (its due growths in its order)
+            if k:
+                if budget >= k:
+                    due = self.gcal.pop(self.ep, None)
+                    if due:
+                        bl = kv.block
+                        due.sort(key=_cn)
+                        for r in due:
+                            if r.cn < 0:  # left the cohort since
+                                continue
+                            self.grow(r.alloc, bl)
+                            self.gcal.setdefault(self.ep + int(bl), []).append(r)
+                    budget -= k
+                else:
+                    self.co_flush()
+                    k = 0
+            for x in range(k, len(reqs)):
+                r = reqs[x]
+                a = r.alloc
+                left = r.left
+                if r.mode == "decode":
+                    if budget >= 1.0 and left >= 1.0 and a.pos + 1.0 <= a.units:
+                        r.served = 1.0
+                        budget -= 1.0
+                        batch.append(r)
+                        r.it = it
+                        continue
+                    n = 1.0 if budget >= 1.0 and left >= 1.0 else min(1.0, budget, left)
+                else:
+                    n = min(left, cap, budget)
+                if n <= 0:
+                    continue
+                if a.pos + n > a.units:
+                    need = round_up(a.pos + n, kv.block) - a.units
+                    if need > 0:
+                        self.grow(a, need)
+                r.served = n
+                budget -= n
+                batch.append(r)
+                r.it = it
+            # admit waiting: the queue's head while budget is left, it fits and the gate is 1
+            eng.budget = budget
+            eng.admit_cap = cap
+            gate = self.gate
+            while q:
+                if eng.budget <= 0 or eng.no_admit:
+                    break
+                if gate is not None and gate(c) == 0:
+                    break
+                fr = q[0]
+                if not sim._try_admit(fr, sync=True):
+                    eng.no_admit = True
+                    break
+                r = self.admitted(fr)
+                if r is None or not r.alive:
+                    continue
+                # Iterations._give
+                if r.mode == "decode":
+                    n = 1.0 if eng.budget >= 1.0 and r.left >= 1.0 else min(1.0, eng.budget, r.left)
+                else:
+                    n = min(r.left, cap, eng.budget)
+                if n <= 0:
+                    continue
+                a = r.alloc
+                if a.pos + n > a.units:
+                    need = round_up(a.pos + n, kv.block) - a.units
+                    if need > 0:
+                        self.grow(a, need)
+                r.served = n
+                eng.budget -= n
+                batch.append(r)
+                r.it = it
+        finally:
+            eng.planning = False
+        # the batch's sums, as _iterate adds them: the cohort's (its head) from its sums
+        npre = kvp = 0
+        if k:
+            tot = self.co_s + k * self.ep
+            ntok, kvb, attn, ndec = float(k), float(tot), float(tot + k), k
+        else:
+            ntok = kvb = attn = 0
+            ndec = 0
+        for r in batch:
+            n = r.served
+            ntok += n
+            pos = r.alloc.pos
+            attn += n * (pos + n)
+            if r.mode == "decode":
+                ndec += 1
+                kvb += pos
+            else:
+                npre += n
+                kvp += pos
+        if ntok <= 0 and v["Preempted"] == 0:
+            return False
+        v["Ntok"] = float(ntok)
+        v["Npre"] = float(npre)
+        b = eng.batch
+        b["Ndec"] = float(ndec)
+        b["Kvb"] = kvb
+        b["Kvp"] = kvp
+        v["Attn"] = attn
+        v["Nres"] = v["Nres"] + v["Admitted"] - v["Preempted"]
+        cost = spec["cost"](c)
+        self.check_cost(cost, ntok)
+        eng.served_total += ntok
+        eng.iterations += 1
+        eng.busy = True
+        eng.busy_avg.set(sim.now, 1.0)
+        self.batch = batch
+        self.co_k = k  # the cohort served (its head)
+        self.reps = 1
+        self.ends = None
+        sim.seq += 1  # Sim.at's
+        self.t_end = sim.now + cost
+        return True
+
+    def check_cost(self, cost, ntok):
+        if not cost >= 0 or cost == INF:
+            raise self.sim.run_error("R111", f"engine `{self.eng.label}`'s execute is {fmt(cost)}: a finite time "
+                                     ">= 0", self.eng.at)
+        if ntok > 0 and cost <= 0:
+            raise self.sim.run_error("R112", f"an iteration of engine `{self.eng.label}` that schedules "
+                                     f"{fmt(ntok)} tokens lasts no time: its execute must be above 0", self.eng.at)
+
+    def grow(self, a, need):
+        """Iterations._engine_grow without a preemption: where the pool has no room the run is made
+        again on the general path."""
+        kv = self.kv
+        if not kv.room_for(need):
+            raise Unsupported
+        kv.make_room(need)
+        kv.grow_alloc(a, need)
+
+    def steady(self):
+        """Where the iteration that would start now is the one before again, a stretch of them (the
+        engine busy to its last's end), else None. Every running request decodes a whole token an
+        iteration (its position and tokens left whole, its units whole blocks), its last token was
+        the iteration before's, nothing waits, and the budget serves them all; the stretch ends with
+        the iteration that ends a run, or the first that starts at or after the next arrival, or
+        before a growth the pool has no room for."""
+        sim, eng = self.sim, self.eng
+        reqs = eng.reqs
+        n = len(reqs)
+        if not n or self.slots.queue or n > self.budget_c:
+            return None
+        now = sim.now
+        co = self.co
+        kc = len(co)
+        if kc < n:
+            last = reqs[-1]  # the newest: the one most likely not decoding steadily yet
+            rec = last.sess.turn_rec
+            if last.mode != "decode" or rec.last != now and rec.pf != now:
+                return None
+        ep = self.ep
+        if kc:
+            if self.co_last != now:
+                return None
+            k = self.next_fin() - ep
+            s = self.co_s + kc * ep
+        else:
+            k = BIG
+            s = 0
+        kv = self.kv
+        bl = kv.block
+        firsts = []  # (the iteration whose start grows it a block, batch order, request)
+        for j in range(kc, n):
+            r = reqs[j]
+            a = r.alloc
+            rec = r.sess.turn_rec
+            left = r.left
+            pos = a.pos
+            units = a.units
+            # its last token the iteration before's, or its first comes now: its prefill ended then
+            if r.mode != "decode" or (rec.last != now if rec.first is not None else rec.pf != now) or not (
+                    float(left).is_integer() and float(pos).is_integer() and float(units).is_integer()) \
+                    or units % bl:
+                return None
+            if left < k:
+                k = left
+            pos = int(pos)
+            s += pos
+            firsts.append((int(units) - pos + 1, j, r))
+        k = int(k)
+        if k < 1:
+            return None
+        v, b = eng.vars, eng.batch
+        fn = float(n)
+        v["Nres"] = float(len(eng.rc))
+        v["Ndec"] = fn
+        v["Kvp"] = 0.0
+        v["Queued"] = 0.0
+        v["Preempted"] = v["Admitted"] = 0.0
+        v["Ntok"] = fn
+        v["Npre"] = 0.0
+        b["Ndec"] = fn
+        b["Kvp"] = 0.0
+        sim.cur_engine = eng
+        s0 = float(s - n)
+        # to the next arrival, that iteration the last where it falls in one; not past the horizon,
+        # whose events are the last handled (the one that ends after it never ends)
+        hzp = self.hzp
+        nxt = self.t_arr if self.t_arr < hzp else hzp
+        run = self.run_cost
+        eng.ends = ends = []
+        try:
+            if run is None:
+                raise _Miss
+            out = run(sim.machine, eng, s0, s0, float(s), fn, now, nxt, k, hzp)
+        except _Miss:
+            run = self.stored_cost
+            eng.ends = ends = []
+            out = run(sim.machine, eng, s0, s0, float(s), fn, now, nxt, k, hzp)
+        cnt, end, _, _, _, stopped = out
+        # the growths within the stretch, in iteration order (the cohort's first, in its order, then
+        # the others' in batch order), each with room as the ones before leave the pool: the stretch
+        # ends before the first without
+        grows = []
+        ibl = self.ibl
+        if kc:
+            gcal = self.gcal
+            for e in range(ep, ep + cnt) if len(gcal) > cnt else [e for e in gcal if ep <= e < ep + cnt]:
+                due = gcal.get(e)
+                if due:
+                    for r in due:
+                        if r.cn < 0:
+                            continue
+                        i = e - ep + 1
+                        while i <= cnt:
+                            grows.append((i, 0, r.cn, r))
+                            i += ibl
+        for i, j, r in firsts:
+            while i <= cnt:
+                grows.append((i, 1, j, r))
+                i += ibl
+        if grows:
+            grows.sort(key=_key)
+            room = kv.cap + 1e-9 - kv.used
+            for x, g in enumerate(grows):
+                if not bl <= room:
+                    del grows[x:]
+                    cnt, stopped = g[0] - 1, 0
+                    del ends[cnt:]
+                    end = ends[-1] if ends else now
+                    break
+                room -= bl
+        if cnt == 0:
+            return None
+        adds = cnt + stopped  # the values as the last cost read them (whole numbers: exact)
+        b["Kvb"] = v["Kvb"] = float(s - n + adds * n)
+        v["Attn"] = float(s + adds * n)
+        eng.iter_no += cnt
+        eng.iterations += cnt
+        eng.served_total += cnt * fn
+        eng.busy = True
+        eng.busy_avg.set(now, 1.0)
+        it = eng.iter_no
+        for x in range(kc, n):
+            r = reqs[x]
+            r.served = 1.0
+            r.it = it
+        self.batch = reqs[kc:]
+        self.co_k = kc
+        self.reps = cnt
+        self.ends = ends
+        self.t_start = now
+        if kc:  # the cohort's calendar of growths moved past the stretch
+            gcal = self.gcal
+            for e in [e for e in gcal if ep <= e < ep + cnt]:
+                for r in gcal.pop(e):
+                    if r.cn < 0:
+                        continue
+                    e2 = e + ((ep + cnt - 1 - e) // ibl + 1) * ibl  # its first growth after the stretch
+                    gcal.setdefault(e2, []).append(r)
+        # the growths, each at its iteration's start: the first iteration's now (the gauges read them
+        # as this instant ends), the others' once the stretch ends or an arrival comes, whichever is
+        # first (nothing reads the pool in between)
+        later = None
+        for x, g in enumerate(grows):
+            if g[0] > 1:
+                later = [(ends[g[0] - 2], g[3]) for g in grows[x:]]
+                break
+            self.grow_block(g[3].alloc, now)
+        self.grows = later
+        sim.seq += 1  # Sim.at's
+        self.t_end = end
+        return True
+
+    def grow_block(self, a, t):
+        """A block more for a, at t (_room_for_block, and grow_alloc's sums, as _grow_steady)."""
+        kv = self.kv
+        bl = kv.block
+        _room_for_block(kv, bl, True)
+        a.units += bl
+        u = kv.used = kv.used + bl
+        if u > kv.max_used:
+            kv.max_used = u
+        kv.used_avg.set(t, u)
+
+    def make_grows(self):
+        """The stretch's growths after its first iteration's, each at its iteration's start, the
+        gauges read at each of those instants (engine.py, _grow_steady)."""
+        grows, self.grows = self.grows, None
+        if not grows:
+            return
+        sim = self.sim
+        end = sim.now
+        gauges = self.growth_gauges
+        c = sim.machine
+        grow = self.grow_block
+        t = None
+        for t1, r in grows:
+            if t1 != t:
+                if gauges and t is not None:
+                    sim.now = t
+                    for f, avg in gauges:
+                        val = f(c)
+                        if val != avg.v:
+                            avg.set(t, val)
+                t = t1
+            grow(r.alloc, t1)
+        if gauges and t is not None:
+            sim.now = t
+            for f, avg in gauges:
+                val = f(c)
+                if val != avg.v:
+                    avg.set(t, val)
+        sim.now = end
+
+    def read_gauges(self, now):
+        c = self.sim.machine
+        for f, avg in self.gauges:
+            val = f(c)
+            if val != avg.v:
+                avg.set(now, val)
+
+    def iteration_end(self):
+        """Iterations._iteration_end (one iteration, or a stretch's last), then the sessions whose
+        runs ended, in the batch's order, as settling runs them."""
+        sim, eng = self.sim, self.eng
+        now = sim.now
+        rep = self.reps
+        ends = self.ends
+        if ends is not None:
+            if self.grows:
+                self.make_grows()
+            eng.busy_avg.split_all(ends[:-1])
+        eng.busy = False
+        eng.busy_avg.set(now, 0.0)
+        self.t_end = INF
+        itl = sim.c_itl
+        batch, self.batch = self.batch, None
+        done = []
+        kc = self.co_k
+        if kc:  # the cohort, the batch's head: a token each (rep each), its finishers written out first
+            g = now - self.co_last
+            ep = self.ep = self.ep + rep
+            self.co_last = now
+            fin = self.fin.pop(ep, None)
+            if fin:
+                fin.sort(key=_cn)
+                co = self.co
+                for r in fin:
+                    self.co_out(r)
+                    co.remove(r)
+                    done.append(r)
+        if ends is not None:
+            # a stretch: every request's token at each iteration, the same gap for all (from the
+            # stretch's start: each one's last token, or the prefill that ends there before a first)
+            t0 = ends[0]
+            t_start = self.t_start
+            itl.extend([t_start] + ends, [t0 - t_start] + list(map(sub, islice(ends, 1, None), ends)),
+                       kc + len(batch))
+            for r in batch:
+                r.served = 0.0
+                r.left -= rep
+                a = r.alloc
+                a.pos += rep
+                a.advanced = True
+                rec = r.sess.turn_rec
+                if rec.first is None:  # its first token at the first iteration's end (TTFT)
+                    sim._decode_token(rec, rep, t0)
+                else:
+                    rec.ntok += rep
+                rec.last = now
+                if r.left <= 1e-9:
+                    done.append(r)
+        else:
+            gv, gk = (g, kc) if kc and g else (None, 0)
+            for r in batch:
+                n = r.served
+                r.served = 0.0
+                if not r.alive or n <= 0:
+                    continue
+                r.left -= n
+                a = r.alloc
+                a.pos += n
+                a.advanced = True
+                if r.mode == "decode":
+                    rec = r.sess.turn_rec
+                    if rec.first is not None:
+                        rec.ntok += n
+                        g = now - rec.last
+                        rec.last = now
+                        if g == gv:
+                            gk += 1
+                        elif g:
+                            if gk:
+                                itl.add(now, gv, gk)
+                            gv, gk = g, 1
+                    else:
+                        sim._decode_token(rec, n)
+                        rec.last = now
+                        if rec.pf is not None and now != rec.pf:
+                            if gk:
+                                itl.add(now, gv, gk)
+                            gv, gk = now - rec.pf, 1
+                if r.left <= 1e-9:
+                    done.append(r)
+            if gk:
+                itl.add(now, gv, gk)
+        if done:
+            reqs = eng.reqs
+            if len(done) > 4:  # many at once: the list read once
+                ds = {id(r) for r in done}
+                reqs[:] = [x for x in reqs if id(x) not in ds]
+            else:
+                for r in done:
+                    reqs.remove(r)
+            warm = now >= sim.warmup
+            for r in done:
+                r.alive = False
+                eng.completed += 1
+                if warm:
+                    eng.completed_after_warmup += 1
+                if r.mode == "prefill":
+                    sim._prefill_token(r.sess.turn_rec)
+            # the sessions go on in the order they were woken
+            for r in done:
+                sess = r.sess
+                sess.wait = None
+                fr = sess.fr
+                if r.mode == "prefill":
+                    self.run(sess, fr, False)
+                else:
+                    self.answer(sess, fr)
+        self.co_join(now, eng.iter_no)
+        self.want = True
+
+    # ---------------------------------------------------------------- the event loop
+    def events(self, progress, hz):
+        """Sim._events for this path: the arrivals and the engine's iterations, in time order (an
+        arrival first at one instant: the iteration planned after both sees it either way), the
+        gauges read at each instant's end."""
+        sim = self.sim
+        heap = sim.heap
+        # the first arrival, as Sim._run scheduled it
+        t0, _, _, _ = heap.pop()
+        self.t_arr = t0
+        self.t_end = INF
+        self.want = False
+        self.batch = None
+        self.grows = None
+        self.co = []          # the cohort (a prefix of eng.reqs)
+        self.ep = 0           # its epochs: the iterations that served it
+        self.co_last = 0.0    # the end of its last one
+        self.co_s = 0         # the sum of its members' pos - e0 (an int: exact)
+        self.co_n = 0         # members numbered as they join (their order in eng.reqs)
+        self.co_k = 0         # the members the iteration in flight serves
+        self.fin = {}         # epoch -> the members whose run ends as it is reached
+        self.fin_heap = []    # those epochs
+        self.gcal = {}        # epoch -> the members that grow a block as the iteration of that epoch starts
+        self.hzp = math.nextafter(hz, INF) if hz < INF else INF
+        self.budget_c = const_value(next(p for p in sim.prog.stages if p.name == self.eng.name).kind.budget)
+        eng = self.eng
+        gauges = bool(self.gauges)
+        last_t = 0.0
+        now = sim.now
+        while True:
+            t_arr, t_end = self.t_arr, self.t_end
+            nxt = t_arr if t_arr < t_end else t_end
+            if self.want and nxt > now:
+                self.want = False
+                if not eng.busy:
+                    sim.cur_engine = eng
+                    if self.steady() is None:
+                        self.plan_iteration()
+                    continue
+            if gauges and nxt > now:
+                self.read_gauges(now)
+            if nxt > hz or nxt == INF:
+                if nxt != INF:  # events left past the horizon: the run did not drain (Sim._run)
+                    heap.append((nxt, 0, None, None))
+                break
+            now = sim.now = nxt
+            if t_arr <= t_end:
+                if self.grows:  # the stretch's growths are all before its last iteration's start
+                    self.make_grows()
+                self.arrive()
+            else:
+                self.iteration_end()
+            if progress is not None and now - last_t > 0:
+                progress(sim)
+                last_t = now
+        self.co_flush()  # the runs left as they stand
+        eng.reqs = [r for r in eng.reqs if r.alive]
+
+
+
+def _cn(r):
+    return r.cn
+
+
+def _key(g):
+    return g[:3]

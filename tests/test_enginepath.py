@@ -1,0 +1,94 @@
+"""The engine path (serq/interp/enginepath.py, issue 49): a single engine's single-turn sessions run
+without the general path's instruction lists, generators and planned steady iterations, and every
+report is the same to the byte as the general path's (Sim.engine_path off)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from serq import api
+from serq.interp import enginepath
+from serq.interp.sim import Sim
+from serq.ir.model import Settings
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SINGLE = os.path.join(ROOT, "examples", "single-turn", "vllm_single_turn.sq")
+BLIS = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "blis_shared.sq"))
+
+
+def _run(path, inputs, on, **st_):
+    """The report as JSON, the simulator, and whether the engine path ran it (to its end, or until
+    it was made again on the general path: engine_path is then off)."""
+    sim = Sim(api.load(path, inputs), Settings(**st_))
+    sim.engine_path = on
+    rep = sim.run()
+    rep.pop("_sim", None)
+    ev = getattr(vars(sim).get("_events"), "__self__", None)
+    return json.dumps(rep, sort_keys=True), sim, isinstance(ev, enginepath.EnginePath) or (on and not sim.engine_path)
+
+
+def _same(path, inputs=None, **st_):
+    """The report through the engine path and through the general one: the same bytes. Returns
+    whether the engine path was taken (and whether its run was made again on the general path)."""
+    a, sim, taken = _run(path, inputs or {}, True, **st_)
+    b, _, _ = _run(path, inputs or {}, False, **st_)
+    assert a == b
+    return taken, not sim.engine_path
+
+
+CASES = [
+    (SINGLE, {}, dict(arrivals=3000)),
+    (SINGLE, {}, dict(horizon=60)),                               # a horizon cuts runs in flight
+    (SINGLE, {}, dict(arrivals=2000, warmup=50, seed=7)),
+    (SINGLE, {"rate": 20}, dict(arrivals=2000)),                  # a queue, a cohort of dozens
+    (SINGLE, {"chunk_cap": 64}, dict(arrivals=1000)),             # chunked prefills, the threshold
+    (SINGLE, {"B": 24, "rate": 10}, dict(arrivals=800)),          # a budget short of the batch
+    (SINGLE, {"max_seqs": 2, "rate": 8}, dict(arrivals=800)),     # the slots full: the queue waits
+    (SINGLE, {"caching": 0, "bs": 32}, dict(arrivals=1500, seed=3)),
+    (BLIS, {}, dict(arrivals=3000)),
+    (BLIS, {"prompt": 4000, "rate": 20}, dict(arrivals=600)),     # prefills chunked by the budget
+    (BLIS, {"output": 1}, dict(arrivals=1000)),                   # no decode: the hold ends at its prefill
+    (BLIS, {}, dict(horizon=40, warmup=5)),
+]
+
+
+@pytest.mark.parametrize("path,inputs,st_", CASES, ids=[f"{os.path.basename(p)}-{i}-{s}" for p, i, s in CASES])
+def test_the_engine_path_reports_what_the_general_path_reports(path, inputs, st_):
+    taken, again = _same(path, inputs, **st_)
+    assert taken and not again
+
+
+def test_a_run_that_preempts_is_made_again_on_the_general_path():
+    # 16 blocks of 16 tokens: the KV pool fills and a growth must preempt, which this path does not
+    # take: the run is made again from its start on the general path, with the same report
+    taken, again = _same(SINGLE, {"blocks": 64, "rate": 10}, arrivals=300)
+    assert taken and again
+
+
+def test_programs_outside_the_shape_take_the_general_path():
+    for rel, st_ in [("multi-turn/vllm.sq", dict(horizon=20)), ("engines/sglang.sq", dict(horizon=10)),
+                     ("single-turn/mg1.sq", dict(arrivals=100))]:
+        _, _, taken = _run(os.path.join(ROOT, "examples", rel), {}, True, **st_)
+        assert not taken, rel
+    # and a simulator with a method replaced (the tests' checks), with --dump's recorder, or one whose
+    # fast-forward is off: the general path, which they observe
+    sim = Sim(api.load(SINGLE, {}), Settings(arrivals=10))
+    sim.fast_forward = False
+    assert enginepath.plan(sim) is None
+    sim = Sim(api.load(SINGLE, {}), Settings(arrivals=10))
+    sim._steady = lambda *a: None
+    assert enginepath.plan(sim) is None
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(1, 10_000), rate=st.sampled_from([1, 4, 12, 40]), bs=st.sampled_from([1, 8, 16]),
+       B=st.sampled_from([16, 256, 2048]), chunk=st.sampled_from([0, 32]), blocks=st.sampled_from([512, 4096]),
+       seqs=st.sampled_from([3, 256]), caching=st.sampled_from([0, 1]))
+def test_drawn_settings_report_the_same_through_both_paths(seed, rate, bs, B, chunk, blocks, seqs, caching):
+    inputs = {"rate": rate, "bs": bs, "B": B, "chunk_cap": chunk if chunk else float("inf"), "blocks": blocks,
+              "max_seqs": seqs, "caching": caching}
+    _same(SINGLE, inputs, arrivals=150, seed=seed)
