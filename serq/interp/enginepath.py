@@ -34,6 +34,7 @@ from serq.link.exprs import const_value
 
 INF = math.inf
 BIG = 1 << 62
+CO_MIN = 16  # the running requests from which the cohort forms (engine.py's CO_MIN)
 
 
 class Unsupported(Exception):
@@ -315,6 +316,8 @@ class EnginePath:
         co = self.co
         reqs = self.eng.reqs
         i, n = len(co), len(reqs)
+        if not i and n < CO_MIN:  # a few run: walked one by one costs less than the calendars
+            return
         bl = self.kv.block
         ep = self.ep
         while i < n:
