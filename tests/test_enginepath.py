@@ -53,6 +53,7 @@ CASES = [
     (BLIS, {"prompt": 4000, "rate": 20}, dict(arrivals=600)),     # prefills chunked by the budget
     (BLIS, {"output": 1}, dict(arrivals=1000)),                   # no decode: the hold ends at its prefill
     (BLIS, {}, dict(horizon=40, warmup=5)),
+    (os.path.join(ROOT, "examples", "sizing", "vllm.sq"), {}, dict(horizon=30)),   # the sizing study's
 ]
 
 

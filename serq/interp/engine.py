@@ -846,51 +846,14 @@ class Iterations:
             eng.planning = False
         if eng.co and eng.co_it != eng.iter_no:  # not served: written out as it stands
             self._co_flush(eng)
-        # the batch's sums in one pass, each added in batch order as sum() would (same floats); the
-        # cohort's, its head, from its sums (whole numbers: exact, _co_engage)
-        npre = kvp = 0
         k = len(eng.co)
-        if k:
-            tot = eng.co_s + k * eng.co_ep
-            ntok, kvb, attn, ndec = float(k), float(tot), float(tot + k), k
-        else:
-            ntok = kvb = attn = 0
-            ndec = 0
-        for r in eng.batch_reqs:
-            n = r.served
-            ntok += n
-            a = r.alloc
-            pos = a.pos if a is not None else 0.0
-            attn += n * (pos + n)
-            if r.mode == "decode":
-                ndec += 1
-                if a is not None:
-                    kvb += pos
-            else:
-                npre += n
-                if a is not None:
-                    kvp += pos
+        ntok, npre, ndec, kvb, kvp, attn = batch_sums(eng.batch_reqs, k, eng.co_s + k * eng.co_ep)
         if ntok <= 0 and v["Preempted"] == 0:
             # a try that schedules no token is no iteration unless it preempted (*Engines*): what it
             # admitted stays admitted, and its sets, which take effect with an iteration, are undone
             eng.registers = saved_regs
             return
-        v["Ntok"] = float(ntok)
-        v["Npre"] = float(npre)
-        b = eng.batch
-        b["Ndec"] = float(ndec)
-        b["Kvb"] = kvb
-        b["Kvp"] = kvp
-        v["Attn"] = attn
-        # the residents as they stand: those the iteration admitted in, those it preempted out
-        v["Nres"] = v["Nres"] + v["Admitted"] - v["Preempted"]
-        cost = spec["cost"](c)
-        if not cost >= 0 or cost == INF:
-            raise self.run_error("R111", f"engine `{eng.label}`'s execute is {fmt(cost)}: a finite time >= 0",
-                                 eng.at)
-        if ntok > 0 and cost <= 0:
-            raise self.run_error("R112", f"an iteration of engine `{eng.label}` that schedules {fmt(ntok)} tokens "
-                                 "lasts no time: its execute must be above 0", eng.at)
+        cost = self.batch_cost(eng, spec, ntok, npre, ndec, kvb, kvp, attn)
         if steps is not None:
             steps.planned(eng)
         self.iteration_claims(eng)
@@ -903,6 +866,27 @@ class Iterations:
         if self.fast_forward:
             end = self._steady(eng, spec, end)
         self.at(end, self._iteration_end, eng)
+
+    def batch_cost(self, eng, spec, ntok, npre, ndec, kvb, kvp, attn):
+        """The planned batch's values where the execute expression reads them, and its cost."""
+        v = eng.vars
+        v["Ntok"] = float(ntok)
+        v["Npre"] = float(npre)
+        b = eng.batch
+        b["Ndec"] = float(ndec)
+        b["Kvb"] = kvb
+        b["Kvp"] = kvp
+        v["Attn"] = attn
+        # the residents as they stand: those the iteration admitted in, those it preempted out
+        v["Nres"] = v["Nres"] + v["Admitted"] - v["Preempted"]
+        cost = spec["cost"](self.machine)
+        if not cost >= 0 or cost == INF:
+            raise self.run_error("R111", f"engine `{eng.label}`'s execute is {fmt(cost)}: a finite time >= 0",
+                                 eng.at)
+        if ntok > 0 and cost <= 0:
+            raise self.run_error("R112", f"an iteration of engine `{eng.label}` that schedules {fmt(ntok)} tokens "
+                                 "lasts no time: its execute must be above 0", eng.at)
+        return cost
 
     def _steady(self, eng, spec, end):
         """Steady decoding, fast-forwarded: while every request decodes one token an iteration, none
@@ -1802,6 +1786,33 @@ class Iterations:
                 st.update(status="failed", at=t)
             elif cl.form == "some" and ok:
                 st.update(status="witnessed", at=t)
+
+
+def batch_sums(batch, k, tot):
+    """An iteration's batch.tokens, .prefilled, .decoding, .kv_decode, .kv_prefill and .attention in
+    one pass, each added in batch order as sum() would (the same floats); a cohort of k members, the
+    batch's head, from the sum tot of their positions (whole numbers: exact)."""
+    npre = kvp = 0
+    if k:
+        ntok, kvb, attn, ndec = float(k), float(tot), float(tot + k), k
+    else:
+        ntok = kvb = attn = 0
+        ndec = 0
+    for r in batch:
+        n = r.served
+        ntok += n
+        a = r.alloc
+        pos = a.pos if a is not None else 0.0
+        attn += n * (pos + n)
+        if r.mode == "decode":
+            ndec += 1
+            if a is not None:
+                kvb += pos
+        else:
+            npre += n
+            if a is not None:
+                kvp += pos
+    return ntok, npre, ndec, kvb, kvp, attn
 
 
 def _room_for_block(pool, bl, fast: bool):

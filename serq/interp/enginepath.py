@@ -25,10 +25,10 @@ import math
 from itertools import islice
 from operator import sub
 
-from serq.interp.engine import Req, _Miss, _room_for_block
+from serq.interp.engine import Req, _Miss, _room_for_block, batch_sums
 from serq.interp.pools import Pool, round_up
 from serq.interp.rng import state1
-from serq.interp.sessions import HoldFrame, SessionEnd
+from serq.interp.sessions import SessionEnd
 from serq.lang.lower.constants import fmt
 from serq.link.exprs import const_value
 
@@ -100,7 +100,34 @@ def plan(sim):
     for g in prog.gauges:
         if not _pool_reads(g.e):
             return None
+    # the execute expression reads the batch and the residents alone (a stretch applies its growths
+    # after its loop); the sessions' expressions read no engine's values (the cohort's members are
+    # written out only where this path reads them)
+    if not _reads_only(decl.kind.cost, ("step",), ("blocksize",)):
+        return None
+    from serq.link.rules import _exprs
+    for s in [*wl.turn, *server[:-1], h, *body]:
+        for e in _exprs(s):
+            if not _reads_only(e, ("attr", "ctx", "draw"), _SESSION_OBS):
+                return None
     return EnginePath(sim, eng, spec, slots, kv, h)
+
+
+# what the sessions' expressions may read of the deployment: the pools, a cached prefix, the budget an
+# admission has left (engine.py, Engine.budget_left), a block's size
+_SESSION_OBS = ("used", "free", "holders", "queued", "cachedin", "budget_left", "blocksize")
+
+
+def _reads_only(e, kinds, obs) -> bool:
+    """An expression of numbers, operators and functions, and of these kinds of leaves and
+    observables alone."""
+    from serq.link.rules import expr_nodes
+    for x in expr_nodes(e):
+        if x.k in ("attr", "ctx", "step", "reg", "agg", "draw") and x.k not in kinds:
+            return False
+        if x.k == "obs" and x.fn not in obs:
+            return False
+    return True
 
 
 def _pool_reads(e) -> bool:
@@ -122,23 +149,10 @@ class EnginePath:
         self.slots = slots
         self.kv = kv
         x = sim.compiler
-        from serq.interp.sessions import HoldSpec, Ops
+        from serq.interp.sessions import Ops
         ops = Ops(sim, "server")
         self.pre_ops = [op for _, op, _ in ops.block(sim.prog.server[:-1])]
-        hs = HoldSpec()
-        hs.pools = []
-        from serq.interp.sessions import _reads_state
-        for hp in hold.pools:
-            hs.pools.append((x.target(hp.pool, hold.at), x.expr(hp.units),
-                             x.expr(hp.reserve) if hp.reserve is not None else None,
-                             (not _reads_state(hp.units), hp.reserve is not None and not _reads_state(hp.reserve))))
-        hs.reuse = x.expr(hold.reuse) if hold.reuse is not None else None
-        hs.cache = x.expr(hold.cache) if hold.cache is not None else None
-        hs.has_cache = hold.cache is not None
-        hs.content = None
-        hs.lease = None
-        hs.body = None
-        hs.at = hold.at
+        hs = ops.hold_spec(hold)
         self.hs = hs
         self.body_ops = [(op, s.at) for (_, op, _), s in zip(ops.block(hold.body[:-2]), hold.body[:-2])]
         pf, dc = hold.body[-2:]
@@ -188,20 +202,7 @@ class EnginePath:
     def join(self, sess):
         """Sim.hold up to its wait: the frame joins the slot pool's queue."""
         sim = self.sim
-        spec = self.hs
-        c = sess.c
-        sim.cur_at = spec.at
-        sess.a["computed"] = 0.0
-        fr = HoldFrame(sess, spec)
-        fr.members = [t(c) for t, _, _, _ in spec.pools]
-        if fr.members[0] is fr.members[1]:
-            raise sim.run_error("R041", "two indices of one hold name one member", spec.at)
-        for i, (t, uf, rf, (su, sr)) in enumerate(spec.pools):
-            m = fr.members[i]
-            if su and round_up(sim.amount(uf(c), spec.at, "a hold's units"), m.block) > m.cap or \
-                    sr and sim.amount(rf(c), spec.at, "a hold's reserve") > m.cap:
-                m.rejected += 1
-                raise SessionEnd(refused=True)
+        fr = sim.hold_frame(sess, self.hs)
         fr.join_seq = sim.next_seq()
         fr.join_t = sim.now
         fr.head = False
@@ -477,37 +478,10 @@ class EnginePath:
                 r.it = it
         finally:
             eng.planning = False
-        # the batch's sums, as _iterate adds them: the cohort's (its head) from its sums
-        npre = kvp = 0
-        if k:
-            tot = self.co_s + k * self.ep
-            ntok, kvb, attn, ndec = float(k), float(tot), float(tot + k), k
-        else:
-            ntok = kvb = attn = 0
-            ndec = 0
-        for r in batch:
-            n = r.served
-            ntok += n
-            pos = r.alloc.pos
-            attn += n * (pos + n)
-            if r.mode == "decode":
-                ndec += 1
-                kvb += pos
-            else:
-                npre += n
-                kvp += pos
+        ntok, npre, ndec, kvb, kvp, attn = batch_sums(batch, k, self.co_s + k * self.ep)  # as _iterate
         if ntok <= 0 and v["Preempted"] == 0:
             return False
-        v["Ntok"] = float(ntok)
-        v["Npre"] = float(npre)
-        b = eng.batch
-        b["Ndec"] = float(ndec)
-        b["Kvb"] = kvb
-        b["Kvp"] = kvp
-        v["Attn"] = attn
-        v["Nres"] = v["Nres"] + v["Admitted"] - v["Preempted"]
-        cost = spec["cost"](c)
-        self.check_cost(cost, ntok)
+        cost = sim.batch_cost(eng, spec, ntok, npre, ndec, kvb, kvp, attn)
         eng.served_total += ntok
         eng.iterations += 1
         eng.busy = True
@@ -519,14 +493,6 @@ class EnginePath:
         sim.seq += 1  # Sim.at's
         self.t_end = sim.now + cost
         return True
-
-    def check_cost(self, cost, ntok):
-        if not cost >= 0 or cost == INF:
-            raise self.sim.run_error("R111", f"engine `{self.eng.label}`'s execute is {fmt(cost)}: a finite time "
-                                     ">= 0", self.eng.at)
-        if ntok > 0 and cost <= 0:
-            raise self.sim.run_error("R112", f"an iteration of engine `{self.eng.label}` that schedules "
-                                     f"{fmt(ntok)} tokens lasts no time: its execute must be above 0", self.eng.at)
 
     def grow(self, a, need):
         """Iterations._engine_grow without a preemption: where the pool has no room the run is made
@@ -711,30 +677,24 @@ class EnginePath:
         sim = self.sim
         end = sim.now
         gauges = self.growth_gauges
-        c = sim.machine
         grow = self.grow_block
         t = None
         for t1, r in grows:
             if t1 != t:
                 if gauges and t is not None:
                     sim.now = t
-                    for f, avg in gauges:
-                        val = f(c)
-                        if val != avg.v:
-                            avg.set(t, val)
+                    self.read_gauges(t, gauges)
                 t = t1
             grow(r.alloc, t1)
         if gauges and t is not None:
             sim.now = t
-            for f, avg in gauges:
-                val = f(c)
-                if val != avg.v:
-                    avg.set(t, val)
+            self.read_gauges(t, gauges)
         sim.now = end
 
-    def read_gauges(self, now):
+    def read_gauges(self, now, gauges=None):
+        """Sim._gauges (or, of the growth gauges, _growth_gauges) at the instant now."""
         c = self.sim.machine
-        for f, avg in self.gauges:
+        for f, avg in gauges or self.gauges:
             val = f(c)
             if val != avg.v:
                 avg.set(now, val)

@@ -429,6 +429,15 @@ class Ops:
 
     # -- holds
     def _hold(self, s):
+        spec = self.hold_spec(s)
+        sim = self.sim
+
+        def op(sess):
+            return sim.hold(sess, spec)
+        return (True, op)
+
+    def hold_spec(self, s):
+        """A hold statement compiled: its pools' targets, units and reserves, its clauses, its body."""
         x = self.x
         spec = HoldSpec()
         spec.pools = []
@@ -450,11 +459,7 @@ class Ops:
             spec.lease = (li, x.expr(s.lease.duration))
         spec.body = self.block(s.body)
         spec.at = s.at
-        sim = self.sim
-
-        def op(sess):
-            return sim.hold(sess, spec)
-        return (True, op)
+        return spec
 
 
 # A flat program is a list of (instruction, where): `where` is the statement's place when the

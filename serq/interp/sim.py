@@ -945,23 +945,8 @@ class Sim(Iterations):
         computed = 0.0
         head = False
         again = False
-        c = sess.c
         while True:
-            self.cur_at = spec.at
-            sess.a["computed"] = computed
-            fr = HoldFrame(sess, spec)
-            fr.again = again
-            fr.members = [t(c) for t, _, _, _ in spec.pools]
-            if len({id(m) for m in fr.members}) != len(fr.members):
-                raise self.run_error("R041", "two indices of one hold name one member", spec.at)
-            for i, (t, uf, rf, (su, sr)) in enumerate(spec.pools):
-                # each of the units and the reserve that reads only attributes and numbers is judged
-                # as the hold joins: above the cap, the request can never fit and is rejected (*Pools*)
-                m = fr.members[i]
-                if su and round_up(self.amount(uf(c), spec.at, "a hold's units"), m.block) > m.cap or \
-                        sr and self.amount(rf(c), spec.at, "a hold's reserve") > m.cap:
-                    m.rejected += 1
-                    raise SessionEnd(refused=True)
+            fr = self.hold_frame(sess, spec, computed, again)
             if spec.content is not None:
                 fr.stream = self._stream(sess, spec)
             self._join(fr, head)
@@ -982,6 +967,27 @@ class Sim(Iterations):
             self.release_frame(fr)
             sess.a["computed"] = 0.0
             return
+
+    def hold_frame(self, sess, spec, computed=0.0, again=False):
+        """The frame of a hold as it joins, its members named; SessionEnd(refused) where one of its
+        units or reserves can never fit."""
+        c = sess.c
+        self.cur_at = spec.at
+        sess.a["computed"] = computed
+        fr = HoldFrame(sess, spec)
+        fr.again = again
+        fr.members = [t(c) for t, _, _, _ in spec.pools]
+        if len({id(m) for m in fr.members}) != len(fr.members):
+            raise self.run_error("R041", "two indices of one hold name one member", spec.at)
+        for i, (t, uf, rf, (su, sr)) in enumerate(spec.pools):
+            # each of the units and the reserve that reads only attributes and numbers is judged
+            # as the hold joins: above the cap, the request can never fit and is rejected (*Pools*)
+            m = fr.members[i]
+            if su and round_up(self.amount(uf(c), spec.at, "a hold's units"), m.block) > m.cap or \
+                    sr and self.amount(rf(c), spec.at, "a hold's reserve") > m.cap:
+                m.rejected += 1
+                raise SessionEnd(refused=True)
+        return fr
 
     # ------------------------------------------------------------ content streams
     def _stream(self, sess, spec):
