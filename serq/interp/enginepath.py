@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from itertools import islice
+from itertools import chain, islice
 from operator import sub
 
 from serq.interp.engine import Req, _Miss, _room_for_block, batch_sums
@@ -607,7 +607,7 @@ class EnginePath:
         if grows:
             grows.sort(key=_key)
             room = kv.cap + 1e-9 - kv.used
-            for x, g in enumerate(grows):
+            for x, g in enumerate(grows if len(grows) * bl > room else ()):  # (room for all: none to cut)
                 if not bl <= room:
                     del grows[x:]
                     cnt, stopped = g[0] - 1, 0
@@ -709,7 +709,10 @@ class EnginePath:
         if ends is not None:
             if self.grows:
                 self.make_grows()
-            eng.busy_avg.split_all(ends[:-1])
+            # the gaps between its iterations' ends: each turn's ITL, and the busy time's change
+            # points but the last (its first from the stretch's start, the busy time's last change)
+            gaps = list(map(sub, ends, chain((self.t_start,), islice(ends, 0, len(ends) - 1))))
+            eng.busy_avg.split_diffs(ends[:-1], gaps[:-1])
         eng.busy = False
         eng.busy_avg.set(now, 0.0)
         self.t_end = INF
@@ -733,9 +736,7 @@ class EnginePath:
             # a stretch: every request's token at each iteration, the same gap for all (from the
             # stretch's start: each one's last token, or the prefill that ends there before a first)
             t0 = ends[0]
-            t_start = self.t_start
-            itl.extend([t_start] + ends, [t0 - t_start] + list(map(sub, islice(ends, 1, None), ends)),
-                       kc + len(batch))
+            itl.extend([self.t_start] + ends if itl.warm is None else ends, gaps, kc + len(batch))
             for r in batch:
                 r.served = 0.0
                 r.left -= rep

@@ -284,7 +284,14 @@ class TimeAverage:
         k = len(times)
         if not k:
             return
-        diffs = list(map(sub, times, chain((self.last,), islice(times, 0, k - 1))))
+        self.split_diffs(times, list(map(sub, times, chain((self.last,), islice(times, 0, k - 1)))))
+
+    def split_diffs(self, times, diffs):
+        """split_all(times) where diffs are already each time less the one before it (the first less
+        the last change): a fast-forward's gaps (enginepath.py)."""
+        k = len(times)
+        if not k:
+            return
         # rising strictly from the last change: each difference above 0 (two finite floats apart
         # differ by more than 0; inf less inf is nan)
         if self.v != 1.0 or not min(diffs) > 0.0:
