@@ -63,6 +63,15 @@ def test_the_engine_path_reports_what_the_general_path_reports(path, inputs, st_
     assert taken and not again
 
 
+@pytest.mark.parametrize("arrive", ["renewal(~exp(1 / Lambda) + 0.05)", "renewal(0.3)"])
+def test_renewal_arrivals_take_the_engine_path(tmp_path, arrive):
+    src = open(SINGLE).read().replace("arrive poisson(Lambda);", f"arrive {arrive};")
+    path = tmp_path / "renewal.sq"
+    path.write_text(src)
+    taken, again = _same(str(path), {}, arrivals=800, seed=5)
+    assert taken and not again
+
+
 def test_a_run_that_preempts_is_made_again_on_the_general_path():
     # 16 blocks of 16 tokens: the KV pool fills and a growth must preempt, which this path does not
     # take: the run is made again from its start on the general path, with the same report

@@ -43,6 +43,7 @@ class Req:
         self.it = -1                                  # the iteration that served it last
         self.adm = getattr(sess, "eng_adm", 0)        # its session's admission: the running order
         self.cn = -1                                  # its number in the engine's cohort, -1 out of it
+        self.u0 = None  # (enginepath.py: True once its numbers are checked whole, as a steady decode keeps them)
         self.g0 = None  # in a cohort's group: its alloc's units are u0 and a block more at each bl-th
         #                 epoch from g0 (_co_units), alloc.units only as last written out
 

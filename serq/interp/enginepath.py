@@ -1,4 +1,4 @@
-"""A shorter path for a single engine's single-turn sessions (issue 49): open Poisson arrivals, one
+"""A shorter path for a single engine's single-turn sessions (issue 49): open arrivals, one
 turn a session, and a server that holds the engine's slot pool and its KV pool and, in the hold,
 runs a prefill and a decode on the engine growing the KV hold, as vLLM's request does
 (examples/single-turn/vllm_single_turn.sq, ../shared/bench/blis_shared.sq). Such a session's life
@@ -50,7 +50,8 @@ def plan(sim):
     prog, wl = sim.prog, sim.prog.workload
     if (not sim.engine_path or sim.workload is not None or sim.trace is not None or sim.recorder is not None
             or sim.step_log is not None or sim.requests is not None or sim.slo is not None or sim.itl_max
-            or not sim.fast_forward or wl.arrive.k != "poisson" or wl.session is not None or sim.init_ops
+            or not sim.fast_forward or wl.arrive.k not in ("poisson", "renewal") or wl.session is not None
+            or sim.init_ops
             or prog.claims or sim.spill_specs or sim.flownet is not None):
         return None
     if len(sim.engines) != 1 or len(sim.stages) != 1 or len(sim.pools) != 2:
@@ -189,7 +190,7 @@ class EnginePath:
             self.t_arr = INF
         else:
             sim.seq += 1  # Sim.at's
-            self.t_arr = sim.now + sim.arrival_rng.expovariate(sim.rate)
+            self.t_arr = sim.now + sim.arrival_rng.expovariate(sim.rate) if sim.poisson else sim._gap()
         # the session runs as settling runs it, after the event
         sim.turn_set(sess)
         for op in self.pre_ops:
@@ -284,9 +285,6 @@ class EnginePath:
     # turn's tokens and last token are those of its joining epoch, advanced by the epochs since
     # (self.ep, one an iteration that serves them); its growths and its run's end are calendared by
     # epoch. An iteration's cost and tokens for them are sums, not a walk (whole numbers: exact).
-
-    def co_pos(self, r):
-        return r.alloc.pos + (self.ep - r.e0)
 
     def co_out(self, r):
         """A member written out as it stands, out of the cohort (its run ends, or the cohort does)."""
@@ -432,6 +430,7 @@ class EnginePath:
                         r.it = it
                         continue
                     n = 1.0 if budget >= 1.0 and left >= 1.0 else min(1.0, budget, left)
+                    r.u0 = None  # (steady checks its numbers again)
                 else:
                     n = min(left, cap, budget)
                 if n <= 0:
@@ -463,6 +462,7 @@ class EnginePath:
                 # Iterations._give
                 if r.mode == "decode":
                     n = 1.0 if eng.budget >= 1.0 and r.left >= 1.0 else min(1.0, eng.budget, r.left)
+                    r.u0 = None
                 else:
                     n = min(r.left, cap, eng.budget)
                 if n <= 0:
@@ -543,10 +543,14 @@ class EnginePath:
             pos = a.pos
             units = a.units
             # its last token the iteration before's, or its first comes now: its prefill ended then
-            if r.mode != "decode" or (rec.last != now if rec.first is not None else rec.pf != now) or not (
-                    float(left).is_integer() and float(pos).is_integer() and float(units).is_integer()) \
-                    or units % bl:
+            if r.mode != "decode" or (rec.last != now if rec.first is not None else rec.pf != now):
                 return None
+            if r.u0 is not True:  # its position, units and tokens left whole: they stay so (u0) while it
+                # decodes a token an iteration and grows by blocks (plan_iteration forgets it otherwise)
+                if not (float(left).is_integer() and float(pos).is_integer() and float(units).is_integer()) \
+                        or units % bl:
+                    return None
+                r.u0 = True
             if left < k:
                 k = left
             pos = int(pos)
@@ -625,11 +629,10 @@ class EnginePath:
         eng.served_total += cnt * fn
         eng.busy = True
         eng.busy_avg.set(now, 1.0)
-        it = eng.iter_no
-        for x in range(kc, n):
-            r = reqs[x]
-            r.served = 1.0
-            r.it = it
+        if kc or n >= CO_MIN:  # served this iteration: co_join reads it
+            it = eng.iter_no
+            for x in range(kc, n):
+                reqs[x].it = it
         self.batch = reqs[kc:]
         self.co_k = kc
         self.reps = cnt
@@ -738,7 +741,6 @@ class EnginePath:
             t0 = ends[0]
             itl.extend([self.t_start] + ends if itl.warm is None else ends, gaps, kc + len(batch))
             for r in batch:
-                r.served = 0.0
                 r.left -= rep
                 a = r.alloc
                 a.pos += rep
