@@ -11,8 +11,8 @@ gate is 1).
 An iteration whose batch would be the one before it again (every running request decoding a token,
 each of whose last token was the iteration before's, nothing waiting) is not planned: a stretch of
 such iterations runs in the execute expression's loop (engine.py, _steady_cost) up to the first
-that ends a run or starts at or after the next arrival, its growths made at their iterations'
-starts, in order, before anything later reads a pool.
+that ends a run, the one the next arrival falls in, or the last that ends by the horizon, its
+growths made at their iterations' starts, in order, before anything later reads a pool.
 
 The events, the draws, the expressions and the statistics are the general path's, in the same
 order, so the report is the same to the byte (tests/test_enginepath.py runs both). A run that
