@@ -30,10 +30,10 @@ INF = math.inf
 MAX_READY = 1000
 STALL = 100_000     # events at one instant before the watchdog looks (_stalled)
 STALL_PER = 100
-MAX_ARRIVALS = 10_000_000
+MAX_ARRIVALS = 10_000_000  # sessions a run takes: the report keeps each one's response (_bounded)
 # what a caller may set on a simulator before its run (serq/api.py, the CLI, the tests): kept when a
 # run is made again on the general path (Sim.run)
-_USER = ("slo", "itl_max", "percentiles", "requests", "recorder", "step_log", "fast_forward", "queueing")  # sessions a run takes: the report keeps each one's response (_bounded)
+_USER = ("slo", "itl_max", "percentiles", "requests", "recorder", "step_log", "fast_forward", "queueing")
 
 
 class Sim(Iterations):
