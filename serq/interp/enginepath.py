@@ -99,7 +99,7 @@ def plan(sim):
                 or s.growing.index is not None:
             return None
     for g in prog.gauges:
-        if not _pool_reads(g.e):
+        if not _reads_only(g.e, (), _GAUGE_OBS):
             return None
     # the execute expression reads the batch and the residents alone (a stretch applies its growths
     # after its loop); the sessions' expressions read no engine's values (the cohort's members are
@@ -111,7 +111,7 @@ def plan(sim):
         for e in _exprs(s):
             if not _reads_only(e, ("attr", "ctx", "draw"), _SESSION_OBS):
                 return None
-    return EnginePath(sim, eng, spec, slots, kv, h)
+    return EnginePath(sim, eng, spec, slots, kv, h, const_value(decl.kind.budget))
 
 
 # what the sessions' expressions may read of the deployment: the pools, a cached prefix, the budget an
@@ -131,19 +131,9 @@ def _reads_only(e, kinds, obs) -> bool:
     return True
 
 
-def _pool_reads(e) -> bool:
-    """An expression of numbers, operators, functions and the pools' observables alone."""
-    from serq.link.rules import expr_nodes
-    for x in expr_nodes(e):
-        if x.k in ("attr", "ctx", "step", "reg", "agg", "draw"):
-            return False
-        if x.k == "obs" and x.fn not in _GAUGE_OBS:
-            return False
-    return True
-
-
 class EnginePath:
-    def __init__(self, sim, eng, spec, slots, kv, hold):
+    def __init__(self, sim, eng, spec, slots, kv, hold, budget_c):
+        self.budget_c = budget_c  # the tokens cap, a constant (plan)
         self.sim = sim
         self.eng = eng
         self.spec = spec
@@ -317,18 +307,16 @@ class EnginePath:
         i, n = len(co), len(reqs)
         if not i and n < CO_MIN:  # a few run: walked one by one costs less than the calendars
             return
-        bl = self.kv.block
         ep = self.ep
         while i < n:
             r = reqs[i]
             if r.it != it or r.mode != "decode":
                 return
             rec = r.sess.turn_rec
+            if rec.first is None or rec.last != now or r.u0 is not True and not self.whole(r):
+                return
             a = r.alloc
             left, pos, units = r.left, a.pos, a.units
-            if rec.first is None or rec.last != now or not (float(left).is_integer() and float(pos).is_integer()
-                                                            and float(units).is_integer()) or units % bl:
-                return
             if not co:
                 self.co_last = now
             self.co_n += 1
@@ -345,6 +333,17 @@ class EnginePath:
                 f.append(r)
             self.gcal.setdefault(ep + int(units - pos), []).append(r)  # the start that finds it full
             i += 1
+
+    def whole(self, r) -> bool:
+        """Whether a decode's position, units and tokens left are whole (its units whole blocks): they
+        stay so while it decodes a token an iteration and grows by blocks (r.u0 keeps the answer;
+        plan_iteration forgets it where it serves another amount)."""
+        a = r.alloc
+        if float(r.left).is_integer() and float(a.pos).is_integer() and float(a.units).is_integer() \
+                and not a.units % self.kv.block:
+            r.u0 = True
+            return True
+        return False
 
     def next_fin(self):
         h, fin = self.fin_heap, self.fin
@@ -545,12 +544,8 @@ class EnginePath:
             # its last token the iteration before's, or its first comes now: its prefill ended then
             if r.mode != "decode" or (rec.last != now if rec.first is not None else rec.pf != now):
                 return None
-            if r.u0 is not True:  # its position, units and tokens left whole: they stay so (u0) while it
-                # decodes a token an iteration and grows by blocks (plan_iteration forgets it otherwise)
-                if not (float(left).is_integer() and float(pos).is_integer() and float(units).is_integer()) \
-                        or units % bl:
-                    return None
-                r.u0 = True
+            if r.u0 is not True and not self.whole(r):
+                return None
             if left < k:
                 k = left
             pos = int(pos)
@@ -839,7 +834,6 @@ class EnginePath:
         self.fin_heap = []    # those epochs
         self.gcal = {}        # epoch -> the members that grow a block as the iteration of that epoch starts
         self.hzp = math.nextafter(hz, INF) if hz < INF else INF
-        self.budget_c = const_value(next(p for p in sim.prog.stages if p.name == self.eng.name).kind.budget)
         eng = self.eng
         gauges = bool(self.gauges)
         last_t = 0.0
