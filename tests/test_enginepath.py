@@ -102,3 +102,36 @@ def test_drawn_settings_report_the_same_through_both_paths(seed, rate, bs, B, ch
     inputs = {"rate": rate, "bs": bs, "B": B, "chunk_cap": chunk if chunk else float("inf"), "blocks": blocks,
               "max_seqs": seqs, "caching": caching}
     _same(SINGLE, inputs, arrivals=150, seed=seed)
+
+
+@pytest.mark.parametrize("gauge,blocks,ways", [
+    ("used(kv)", 700, {True}),          # the growths at once, the oldest cache entries giving blocks
+    ("free(kv)", 700, {True}),          # at once, the gauge's values the cap less the pool's
+    ("used(kv) / 2", 700, {False}),     # a gauge read at each instant: one growth at a time
+    ("used(kv)", 700.5, {True, False}),  # where one must evict, it finds the pool over by half a block
+    ("used(kv)", 700.3, {False}),       # a cap of no whole number of tokens
+])
+def test_a_stretchs_growths_made_at_once_or_one_by_one_report_alike(tmp_path, monkeypatch, gauge, blocks, ways):
+    src = open(SINGLE).read().replace("gauge kv_used = used(kv);", f"gauge kv_used = {gauge};")
+    path = tmp_path / "gauged.sq"
+    path.write_text(src)
+    made = []
+    at_once = enginepath.EnginePath.grow_all
+    monkeypatch.setattr(enginepath.EnginePath, "grow_all", lambda self, g: made.append(at_once(self, g)) or made[-1])
+    taken, again = _same(str(path), {"blocks": blocks, "rate": 6}, arrivals=600, seed=2)
+    assert taken and not again
+    assert set(made) == ways
+
+
+def test_a_time_average_given_rising_points_at_once_holds_what_one_at_a_time_holds():
+    from serq.interp.stats import TimeAverage
+    a, b = TimeAverage(0.5), TimeAverage(0.5)
+    for ta in (a, b):
+        ta.set(0.25, 3.0)
+    times, vals = [0.3, 0.7, 1.1, 2.9, 3.0000001], [4.0, 1.0, 7.5, 7.25, 0.0]
+    for t, v in zip(times, vals):
+        a.set(t, v)
+    b.rise(times, vals)
+    assert (list(a.t), list(a.vals), list(a.cum), a.acc, a.last, a.v) == \
+        (list(b.t), list(b.vals), list(b.cum), b.acc, b.last, b.v)
+    assert a.result(4.0) == b.result(4.0)

@@ -152,6 +152,11 @@ class EnginePath:
         self.gate = spec["body"][1][2]
         self.gauges = [(f, avg) for _, f, avg in sim.gauges]
         self.growth_gauges = sim.growth_gauges  # those a growth can change (Sim._growth_gauges)
+        # of those, the ones that read kv's used (1) or free (-1) alone: their values at a stretch's
+        # growth instants are the pool's, without reading them (make_grows)
+        from serq.interp.sim import _growth_reads
+        self.pool_gauges = [(_pool_sign(g.e, kv.name), avg)
+                            for g, (_, _, avg) in zip(sim.prog.gauges, sim.gauges) if _growth_reads(g.e)]
         self.budget = spec["budget"]
         self.run_cost, self.stored_cost = spec["steady_cost"]
         self.ibl = int(kv.block) if float(kv.block).is_integer() else None
@@ -604,7 +609,7 @@ class EnginePath:
                 grows.append((i, 1, j, r))
                 i += ibl
         if grows:
-            grows.sort(key=_key)
+            grows.sort()  # (iteration, kind, order) apart for any two: the request never compared
             room = kv.cap + 1e-9 - kv.used
             for x, g in enumerate(grows if len(grows) * bl > room else ()):  # (room for all: none to cut)
                 if not bl <= room:
@@ -670,7 +675,7 @@ class EnginePath:
         """The stretch's growths after its first iteration's, each at its iteration's start, the
         gauges read at each of those instants (engine.py, _grow_steady)."""
         grows, self.grows = self.grows, None
-        if not grows:
+        if not grows or self.grow_all(grows):
             return
         sim = self.sim
         end = sim.now
@@ -688,6 +693,75 @@ class EnginePath:
             sim.now = t
             self.read_gauges(t, gauges)
         sim.now = end
+
+    def grow_all(self, grows) -> bool:
+        """make_grows at once, where it can be: each growth of a block either fits in what the pool
+        has free or takes a block off its oldest cache entry (_room_for_block's common eviction),
+        whole numbers throughout, and the growth gauges read kv's used or free alone; the pool's
+        time average and theirs given their points at once (TimeAverage.rise). False, having done
+        nothing, where it cannot."""
+        kv = self.kv
+        bl = kv.block
+        used, cached, cap = kv.used, kv.cached, kv.cap
+        t0 = grows[0][0]
+        avg = kv.used_avg
+        if not (used.is_integer() and cached.is_integer() and cap.is_integer()) or avg.v != used \
+                or not t0 > avg.last:
+            return False
+        for sign, g in self.pool_gauges:
+            if sign is None or g.v != (used if sign > 0 else cap - used) or not t0 > g.last:
+                return False
+        free = cap - used - cached
+        fits = int(free // bl)
+        if fits < 0:
+            return False
+        evict = len(grows) - fits
+        ents = kv.entries
+        if evict > 0:
+            if free != fits * bl:  # the first to evict would find the pool over by less than a block
+                return False
+            left = evict
+            for e in ents:  # the oldest entries, alive, of whole blocks, hold them all
+                u = e.units
+                if not e.alive or u < bl or u % bl:
+                    return False
+                left -= int(u // bl)
+                if left <= 0:
+                    break
+            else:
+                return False
+            # the evictions, a block at a time as _room_for_block takes them (whole numbers: exact)
+            own = kv.own
+            while evict:
+                e = ents[0]
+                k = min(evict, int(e.units // bl))
+                e.units -= k * bl
+                kv.cached -= k * bl
+                kv.evicted += k
+                evict -= k
+                if e.units <= 1e-9:
+                    e.alive = False
+                    del ents[0]
+                    if e.owner is not None and own.get(e.owner.cid) is e:
+                        del own[e.owner.cid]
+        # the holds' units and the pool's used, the instants' last values
+        times, vals = [], []
+        u = used
+        for t, r in grows:
+            r.alloc.units += bl
+            u += bl
+            if times and times[-1] == t:
+                vals[-1] = u
+            else:
+                times.append(t)
+                vals.append(u)
+        kv.used = u
+        if u > kv.max_used:
+            kv.max_used = u
+        avg.rise(times, vals)
+        for sign, g in self.pool_gauges:
+            g.rise(times, vals if sign > 0 else [cap - x for x in vals])
+        return True
 
     def read_gauges(self, now, gauges=None):
         """Sim._gauges (or, of the growth gauges, _growth_gauges) at the instant now."""
@@ -869,9 +943,13 @@ class EnginePath:
 
 
 
+def _pool_sign(e, name):
+    """1 where a gauge's expression is used(name), -1 where free(name), else None."""
+    if e.k == "obs" and e.fn in ("used", "free") and e.of.name == name and e.of.index is None:
+        return 1 if e.fn == "used" else -1
+    return None
+
+
 def _cn(r):
     return r.cn
 
-
-def _key(g):
-    return g[:3]

@@ -8,7 +8,7 @@ import weakref
 from array import array
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, chain, compress, islice, repeat
-from operator import ne, sub
+from operator import mul, ne, sub
 
 BATCHES = 20
 # Student's t, 0.975 quantile, 19 degrees of freedom (20 batches)
@@ -307,6 +307,25 @@ class TimeAverage:
         self.cum.fromlist(cum)
         self.acc = cum[-1]
         self.last = times[-1]
+        if len(self.t) >= self.cap:
+            self._flush()
+
+    def rise(self, times: list, vals: list):
+        """set(t, v) for each (t, v) in order, where the times rise strictly from the last change and
+        each v differs from the one before it (a stretch's growth instants, enginepath.py): the
+        same additions, acc + v * (t - last), in the same order (itertools.accumulate)."""
+        prev = [self.v]
+        prev += vals[:-1]
+        lasts = [self.last]
+        lasts += times[:-1]
+        cum = list(accumulate(map(mul, prev, map(sub, times, lasts)), initial=self.acc))
+        del cum[0]
+        self.t.fromlist(times)
+        self.vals.fromlist(vals)
+        self.cum.fromlist(cum)
+        self.acc = cum[-1]
+        self.last = times[-1]
+        self.v = vals[-1]
         if len(self.t) >= self.cap:
             self._flush()
 
