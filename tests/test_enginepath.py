@@ -72,9 +72,41 @@ def test_renewal_arrivals_take_the_engine_path(tmp_path, arrive):
     assert taken and not again
 
 
-def test_a_run_that_preempts_is_made_again_on_the_general_path():
-    # 16 blocks of 16 tokens: the KV pool fills and a growth must preempt, which this path does not
-    # take: the run is made again from its start on the general path, with the same report
+def _preempted(path, inputs, **st_):
+    sim = Sim(api.load(path, inputs), Settings(**st_))
+    sim.run()
+    return sum(m.preempted for m in sim.pools)
+
+
+@pytest.mark.parametrize("path,preempt,inputs,st_", [
+    # 64 blocks of 16 tokens: the KV pool fills, growths preempt the newest (lifo), at every load
+    (SINGLE, None, {"blocks": 64, "rate": 10}, dict(arrivals=300)),
+    (SINGLE, None, {"blocks": 200, "rate": 6}, dict(arrivals=1000, seed=4)),
+    # a cohort of dozens at the preemption: written out, the members served one at a time
+    (BLIS, None, {"blocks": 2000, "rate": 120, "output": 700}, dict(arrivals=800)),
+    (BLIS, None, {"blocks": 300, "rate": 50}, dict(horizon=20, warmup=2)),
+    # victims by keys on positions and tokens left (the cohort's written out to be read), one served
+    # before the grower leaving the batch, and a preempted hold joining the queue's tail
+    (SINGLE, "preempt by (position) requeue tail;", {"blocks": 150, "rate": 8}, dict(arrivals=600)),
+    (BLIS, "preempt by (-remaining);", {"blocks": 1500, "rate": 120, "output": 700}, dict(arrivals=600)),
+])
+def test_a_run_that_preempts_stays_on_the_engine_path(tmp_path, path, preempt, inputs, st_):
+    if preempt is not None:
+        src = open(path).read().replace("preempt lifo;", preempt)
+        path = tmp_path / "preempt.sq"
+        path.write_text(src)
+        path = str(path)
+    taken, again = _same(path, inputs, **st_)
+    assert taken and not again
+    assert _preempted(path, inputs, **st_) > 0
+
+
+def test_a_run_the_engine_path_cannot_finish_is_made_again_on_the_general_path(monkeypatch):
+    # what it does not take (here: made to refuse a preempted session's requeue) stops the run, which
+    # is made again from its start on the general path, with the same report
+    def refuse(self):
+        raise enginepath.Unsupported
+    monkeypatch.setattr(enginepath.EnginePath, "requeue", refuse)
     taken, again = _same(SINGLE, {"blocks": 64, "rate": 10}, arrivals=300)
     assert taken and again
 

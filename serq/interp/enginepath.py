@@ -14,10 +14,15 @@ such iterations runs in the execute expression's loop (engine.py, _steady_cost) 
 that ends a run, the one the next arrival falls in, or the last that ends by the horizon, its
 growths made at their iterations' starts, in order, before anything later reads a pool.
 
+A growth the KV pool has no room for preempts as the general path does (Iterations._engine_grow:
+the pool's victims by its keys, Sim._preempt; the cohort written out first, since the keys read
+positions), and the preempted sessions' holds join the queue again once the iteration is planned,
+as settling would run them (requeue).
+
 The events, the draws, the expressions and the statistics are the general path's, in the same
 order, so the report is the same to the byte (tests/test_enginepath.py runs both). A run that
-reaches what this path does not take (a preemption: a growth with no room) stops, and is made
-again on the general path (Sim.run)."""
+reaches what this path does not take (Unsupported) stops, and is made again on the general path
+(Sim.run)."""
 from __future__ import annotations
 
 import heapq
@@ -28,7 +33,7 @@ from operator import sub
 from serq.interp.engine import Req, _Miss, _room_for_block, batch_sums
 from serq.interp.pools import Pool, round_up
 from serq.interp.rng import state1
-from serq.interp.sessions import SessionEnd
+from serq.interp.sessions import Preempted, SessionEnd
 from serq.lang.lower.constants import fmt
 from serq.link.exprs import const_value
 
@@ -407,23 +412,31 @@ class EnginePath:
         k = len(co)
         try:
             # advance running: each in admission order, the cohort first (its due growths in its order)
+            self.co_now = False
             if k:
-                if budget >= k:
-                    due = self.gcal.pop(self.ep, None)
-                    if due:
+                due = self.gcal.get(self.ep) if budget >= k else None
+                if due:
+                    due = [r for r in due if r.cn >= 0]  # (those that left the cohort since: not)
+                if budget < k or due and not kv.room_for(len(due) * kv.block):
+                    # the budget serves not all, or a growth without room preempts: each member one
+                    # at a time (engine.py's _co_engage serves those before it in the cohort: the same)
+                    self.co_flush()
+                    k = 0
+                else:
+                    if due is not None:
+                        del self.gcal[self.ep]
                         bl = kv.block
                         due.sort(key=_cn)
                         for r in due:
-                            if r.cn < 0:  # left the cohort since
-                                continue
-                            self.grow(r.alloc, bl)
+                            self.grow_one(r.alloc, bl)
                             self.gcal.setdefault(self.ep + int(bl), []).append(r)
                     budget -= k
-                else:
-                    self.co_flush()
-                    k = 0
-            for x in range(k, len(reqs)):
-                r = reqs[x]
+                    self.co_now = True
+            self.pbatch = batch
+            self.refund = 0.0
+            for r in reqs[k:] if k < len(reqs) else ():  # a copy: a preemption drops from eng.reqs
+                if not r.alive:  # preempted earlier in this iteration
+                    continue
                 a = r.alloc
                 left = r.left
                 if r.mode == "decode":
@@ -442,7 +455,15 @@ class EnginePath:
                 if a.pos + n > a.units:
                     need = round_up(a.pos + n, kv.block) - a.units
                     if need > 0:
-                        self.grow(a, need)
+                        ok = self.grow(r, need)
+                        budget += self.refund  # one served before it, preempted
+                        self.refund = 0.0
+                        if k and not self.co:  # the cohort written out, served, to preempt
+                            k = 0
+                        if not ok:
+                            if eng.stop_serving:  # the grower preempted itself: the iteration serves no more
+                                break
+                            continue
                 r.served = n
                 budget -= n
                 batch.append(r)
@@ -475,13 +496,20 @@ class EnginePath:
                 if a.pos + n > a.units:
                     need = round_up(a.pos + n, kv.block) - a.units
                     if need > 0:
-                        self.grow(a, need)
+                        ok = self.grow(r, need)
+                        eng.budget += self.refund
+                        self.refund = 0.0
+                        if k and not self.co:
+                            k = 0
+                        if not ok or not r.alive:
+                            continue
                 r.served = n
                 eng.budget -= n
                 batch.append(r)
                 r.it = it
         finally:
             eng.planning = False
+            self.pbatch = None
         ntok, npre, ndec, kvb, kvp, attn = batch_sums(batch, k, self.co_s + k * self.ep)  # as _iterate
         if ntok <= 0 and v["Preempted"] == 0:
             return False
@@ -495,17 +523,78 @@ class EnginePath:
         self.reps = 1
         self.ends = None
         sim.seq += 1  # Sim.at's
+        if sim.ready:  # the preempted, as settling runs them after the event
+            self.requeue()
         self.t_end = sim.now + cost
         return True
 
-    def grow(self, a, need):
-        """Iterations._engine_grow without a preemption: where the pool has no room the run is made
-        again on the general path."""
+    def grow_one(self, a, need):
+        """A growth the pool has room for (make_room evicts the cache as it must)."""
         kv = self.kv
-        if not kv.room_for(need):
-            raise Unsupported
         kv.make_room(need)
         kv.grow_alloc(a, need)
+
+    def grow(self, r, need) -> bool:
+        """Iterations._engine_grow: r's hold grows by need, each victim preempted (Sim._preempt) while
+        the pool has no room; False where r is not served: no victim is left, or r is its own (the
+        iteration then serves no more: eng.stop_serving). A victim served earlier in the iteration
+        leaves the batch, its tokens added to self.refund for the caller's budget."""
+        kv, sim, eng = self.kv, self.sim, self.eng
+        while not kv.room_for(need):
+            if self.co:  # the keys read positions: the cohort written out, served if it was
+                self.co_served()
+            victim = sim._engine_victim(kv)
+            if victim is None:
+                return False
+            vs = victim.frame.sess
+            vr = vs.wait
+            eng.vars["Preempted"] += 1
+            sim._preempt(victim.frame, kv, victim)
+            if vr.__class__ is Req:
+                eng.reqs.remove(vr)
+                batch = self.pbatch
+                if vr.it == eng.iter_no and vr in batch:
+                    batch.remove(vr)
+                    self.refund += vr.served
+                    vr.served = 0.0
+            if vs is r.sess:
+                eng.stop_serving = True
+                return False
+        kv.make_room(need)
+        kv.grow_alloc(r.alloc, need)
+        return True
+
+    def co_served(self):
+        """The cohort written out (co_flush) where the iteration being planned has served it: each
+        member then served one token on its own, at the batch's head in the cohort's order."""
+        co = self.co
+        it = self.eng.iter_no
+        self.co_flush()
+        if self.co_now and self.pbatch is not None:
+            self.co_now = False
+            for r in co:
+                r.served = 1.0
+                r.it = it
+            self.pbatch[:0] = co
+
+    def requeue(self):
+        """The preempted sessions, in the order preempted: each one's hold executed again (Sim.hold's
+        Preempted: the frame joins the queue again, at its head but where the pool requeues at its
+        tail, its position the computed prefix)."""
+        sim = self.sim
+        ready = sim.ready
+        while ready:
+            sess, _, p = ready.popleft()
+            if not isinstance(p, Preempted):
+                raise Unsupported
+            try:
+                fr = sim.hold_frame(sess, self.hs, p.pos, True)
+            except SessionEnd as e:
+                sim._ended(sess, e.refused)
+                continue
+            sim._join(fr, sim._requeue_head(p.frame))
+            sess.wait = fr
+        self.want = True
 
     def steady(self):
         """Where the iteration that would start now is the one before again, a stretch of them (the
