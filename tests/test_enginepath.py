@@ -20,22 +20,24 @@ SINGLE = os.path.join(ROOT, "examples", "single-turn", "vllm_single_turn.sq")
 BLIS = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "blis_shared.sq"))
 
 
-def _run(path, inputs, on, **st_):
+def _run(path, inputs, on, slo=None, **st_):
     """The report as JSON, the simulator, and whether the engine path ran it (to its end, or until
     it was made again on the general path: engine_path is then off)."""
     sim = Sim(api.load(path, inputs), Settings(**st_))
     sim.engine_path = on
+    if slo:
+        sim.set_slo(slo)
     rep = sim.run()
     rep.pop("_sim", None)
     ev = getattr(vars(sim).get("_events"), "__self__", None)
     return json.dumps(rep, sort_keys=True), sim, isinstance(ev, enginepath.EnginePath) or (on and not sim.engine_path)
 
 
-def _same(path, inputs=None, **st_):
+def _same(path, inputs=None, slo=None, **st_):
     """The report through the engine path and through the general one: the same bytes. Returns
     whether the engine path was taken (and whether its run was made again on the general path)."""
-    a, sim, taken = _run(path, inputs or {}, True, **st_)
-    b, _, _ = _run(path, inputs or {}, False, **st_)
+    a, sim, taken = _run(path, inputs or {}, True, slo, **st_)
+    b, _, _ = _run(path, inputs or {}, False, slo, **st_)
     assert a == b
     return taken, not sim.engine_path
 
@@ -99,6 +101,21 @@ def test_a_run_that_preempts_stays_on_the_engine_path(tmp_path, path, preempt, i
     taken, again = _same(path, inputs, **st_)
     assert taken and not again
     assert _preempted(path, inputs, **st_) > 0
+
+
+@pytest.mark.parametrize("path,inputs,slo", [
+    (SINGLE, {}, {"ttft": 0.3, "response": 2.0}),
+    (SINGLE, {"rate": 20}, {"ttft": 0.3, "tpot": 0.02, "itl": 0.0065}),  # each turn's longest gap
+    (SINGLE, {"blocks": 200, "rate": 6}, {"itl": 0.01}),                   # with preemptions
+    (BLIS, {}, {"itl": 0.0145, "response": 1.5}),                        # dozens running: no cohort
+])
+def test_goodput_takes_the_engine_path(path, inputs, slo):
+    # `serq run --slo`: the goodput, and with an itl objective each turn's longest gap between tokens;
+    # each objective here met by some turns and not by others
+    taken, again = _same(path, inputs, slo, arrivals=1500, seed=3)
+    assert taken and not again
+    t = json.loads(_run(path, inputs, True, slo, arrivals=1500, seed=3)[0])["throughput"]
+    assert 0 < t["goodput_per_s"] < t["requests_per_s"]
 
 
 def test_a_run_the_engine_path_cannot_finish_is_made_again_on_the_general_path(monkeypatch):
@@ -167,3 +184,41 @@ def test_a_time_average_given_rising_points_at_once_holds_what_one_at_a_time_hol
     assert (list(a.t), list(a.vals), list(a.cum), a.acc, a.last, a.v) == \
         (list(b.t), list(b.vals), list(b.cum), b.acc, b.last, b.v)
     assert a.result(4.0) == b.result(4.0)
+
+
+@pytest.mark.parametrize("path,inputs,st_", [
+    (SINGLE, {}, dict(arrivals=1500)),
+    (SINGLE, {"blocks": 200, "rate": 6}, dict(arrivals=800)),     # preemptions: requests.csv counts them
+    (BLIS, {}, dict(horizon=30, warmup=3)),
+])
+def test_a_dump_takes_the_engine_path(monkeypatch, path, inputs, st_):
+    # `serq run --dump`: the queues read at every instant's end (dump.Recorder) and requests.csv's
+    # rows (each turn's longest gap among them), the same through both paths
+    got = {}
+    for on in (True, False):
+        monkeypatch.setattr(Sim, "engine_path", on)
+        rep = api.run(api.load(path, inputs), Settings(**st_), record=True)
+        sim = rep.pop("_sim")
+        taken = isinstance(getattr(vars(sim).get("_events"), "__self__", None), enginepath.EnginePath)
+        assert taken == on
+        got[on] = (json.dumps(rep, sort_keys=True), [(list(ts), [list(c) for c in cols]) for ts, cols in
+                   sim.recorder.series], list(sim.requests.rows()))
+    assert got[True] == got[False]
+    assert len(got[True][2]) > 100 and any(len(ts) > 10 for ts, _ in got[True][1])
+
+
+def test_a_dump_made_again_on_the_general_path_records_that_run_alone(monkeypatch):
+    # a run the engine path stops is made again from its start: --dump's recorder and requests.csv
+    # are made again with it (the first run's rows and the stages it read are not the new run's)
+    def refuse(self):
+        raise enginepath.Unsupported
+    monkeypatch.setattr(enginepath.EnginePath, "requeue", refuse)
+    got = {}
+    for on in (True, False):
+        monkeypatch.setattr(Sim, "engine_path", on)
+        rep = api.run(api.load(SINGLE, {"blocks": 64, "rate": 10}), Settings(arrivals=300), record=True)
+        sim = rep.pop("_sim")
+        assert not sim.engine_path  # made again (on), or the general path's from the start (off)
+        got[on] = (json.dumps(rep, sort_keys=True), [(list(ts), [list(c) for c in cols]) for ts, cols in
+                   sim.recorder.series], list(sim.requests.rows()))
+    assert got[True] == got[False] and len(got[True][2]) > 200

@@ -53,8 +53,8 @@ _GAUGE_OBS = ("used", "free", "holders", "queued")
 def plan(sim):
     """The engine path for this run, or None when the program needs the general one."""
     prog, wl = sim.prog, sim.prog.workload
-    if (not sim.engine_path or sim.workload is not None or sim.trace is not None or sim.recorder is not None
-            or sim.step_log is not None or sim.requests is not None or sim.slo is not None or sim.itl_max
+    if (not sim.engine_path or sim.workload is not None or sim.trace is not None
+            or sim.step_log is not None or sim.requests is not None and sim.recorder is None
             or not sim.fast_forward or wl.arrive.k not in ("poisson", "renewal") or wl.session is not None
             or sim.init_ops
             or prog.claims or sim.spill_specs or sim.flownet is not None):
@@ -156,6 +156,7 @@ class EnginePath:
         self.dc_work, self.dc_at = x.expr(dc.work), dc.at
         self.gate = spec["body"][1][2]
         self.gauges = [(f, avg) for _, f, avg in sim.gauges]
+        self.recorder = sim.recorder  # --dump: the queues read with the gauges at each instant's end
         self.growth_gauges = sim.growth_gauges  # those a growth can change (Sim._growth_gauges)
         # of those, the ones that read kv's used (1) or free (-1) alone: their values at a stretch's
         # growth instants are the pool's, without reading them (make_grows)
@@ -315,7 +316,9 @@ class EnginePath:
         co = self.co
         reqs = self.eng.reqs
         i, n = len(co), len(reqs)
-        if not i and n < CO_MIN:  # a few run: walked one by one costs less than the calendars
+        if not i and n < CO_MIN or self.sim.itl_max:
+            # a few run: walked one by one costs less than the calendars; or each turn keeps its
+            # longest gap (--slo itl), which the cohort's sums do not (engine.py's _co_ok: none)
             return
         ep = self.ep
         while i < n:
@@ -853,12 +856,16 @@ class EnginePath:
         return True
 
     def read_gauges(self, now, gauges=None):
-        """Sim._gauges (or, of the growth gauges, _growth_gauges) at the instant now."""
+        """Sim._gauges (or, of the growth gauges, _growth_gauges) at the instant now. (At a growth's
+        instant the general path reads them all and --dump's recorder where it records: what else
+        they read, the holders and queues, is as the instant before left it, so neither changes.)"""
         c = self.sim.machine
         for f, avg in gauges or self.gauges:
             val = f(c)
             if val != avg.v:
                 avg.set(now, val)
+        if gauges is None and self.recorder is not None:
+            self.recorder(now)
 
     def iteration_end(self):
         """Iterations._iteration_end (one iteration, or a stretch's last), then the sessions whose
@@ -898,6 +905,12 @@ class EnginePath:
             # stretch's start: each one's last token, or the prefill that ends there before a first)
             t0 = ends[0]
             itl.extend([self.t_start] + ends if itl.warm is None else ends, gaps, kc + len(batch))
+            if sim.itl_max:  # each turn's longest gap (--slo itl): every one of the stretch's is each one's
+                x = max(gaps)
+                for r in batch:
+                    rec = r.sess.turn_rec
+                    if x > rec.gap:
+                        rec.gap = x
             for r in batch:
                 r.left -= rep
                 a = r.alloc
@@ -913,6 +926,7 @@ class EnginePath:
                     done.append(r)
         else:
             gv, gk = (g, kc) if kc and g else (None, 0)
+            gmax = sim.itl_max
             for r in batch:
                 n = r.served
                 r.served = 0.0
@@ -934,6 +948,8 @@ class EnginePath:
                             if gk:
                                 itl.add(now, gv, gk)
                             gv, gk = g, 1
+                        if gmax and g > rec.gap:
+                            rec.gap = g
                     else:
                         sim._decode_token(rec, n)
                         rec.last = now
@@ -941,6 +957,8 @@ class EnginePath:
                             if gk:
                                 itl.add(now, gv, gk)
                             gv, gk = now - rec.pf, 1
+                            if gmax and gv > rec.gap:
+                                rec.gap = gv
                 if r.left <= 1e-9:
                     done.append(r)
             if gk:
@@ -998,7 +1016,7 @@ class EnginePath:
         self.gcal = {}        # epoch -> the members that grow a block as the iteration of that epoch starts
         self.hzp = math.nextafter(hz, INF) if hz < INF else INF
         eng = self.eng
-        gauges = bool(self.gauges)
+        gauges = bool(self.gauges) or self.recorder is not None
         last_t = 0.0
         now = sim.now
         while True:

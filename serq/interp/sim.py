@@ -447,6 +447,9 @@ class Sim(Iterations):
         fresh = Sim(self.prog, *self._made)
         for k, v in user.items():
             setattr(fresh, k, v)
+        if self.recorder is not None:  # --dump's, made again: it reads this simulator's stages and pools
+            from serq.interp.dump import Recorder, Requests
+            fresh.recorder, fresh.requests = Recorder(fresh), Requests()
         fresh.engine_path = False
         self.__dict__ = fresh.__dict__
         return self.run(progress)
