@@ -24,6 +24,10 @@ commit run in the same script, and how an iteration's cost grows with the runnin
    of the 2,048 iterations an output of 4,096 has beyond one of 2,048, over them: the sessions'
    arrivals, admissions, ends and report cancel out), and the ratio of the largest to the smallest
    of each. Flat is the goal (within 1.5x); today it grows with the running count.
+3. Runs that preempt (a KV pool too small for the load), in process: the engine path (enginepath.py,
+   which takes preemptions since e12a169; before, such a run was made again from its start on the
+   general path) against the general path (Sim.engine_path off) in interleaved rounds, each run's
+   report checked the same; the median ratio of CPU (REQ_PREEMPT= skips this part).
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ ROUNDS = int(os.environ.get("REQ_ROUNDS", 3))
 SIZES = [int(x) for x in os.environ.get("REQ_SIZES", "10000,100000").split(",") if x.strip()]
 BASELINE = os.environ.get("BASELINE", "1c4cdf6")
 RUNNING = [int(x) for x in os.environ.get("REQ_RUNNING", "16,64,256,1024").split(",") if x.strip()]
+PREEMPT = os.environ.get("REQ_PREEMPT", "1") != ""
 PROGRAMS = [os.path.normpath(os.path.join(ROOT, "..", "shared", "bench", "blis_shared.sq")),
             os.path.join(ROOT, "examples", "single-turn", "vllm_single_turn.sq")]
 ONLY = [x for x in os.environ.get("REQ_PROGRAMS", "").split(",") if x.strip()]  # e.g. blis_shared: those alone
@@ -189,6 +194,48 @@ def per_iteration():
               f"({'flat: within 1.5x' if growth <= 1.5 else 'NOT flat (goal: within 1.5x)'})")
 
 
+# (program, its inputs, --arrivals): pools small enough that growths preempt, the first a few running
+# requests, the second a cohort of dozens
+PREEMPTING = [("vllm_single_turn.sq", {"blocks": 200, "rate": 6}, 4000),
+              ("blis_shared.sq", {"blocks": 2000, "rate": 120, "output": 700}, 1500)]
+
+
+def preempting():
+    if not PREEMPT:
+        return
+    import json
+    from serq import api
+    from serq.interp.sim import Sim
+    from serq.ir import model as I
+    print(f"runs that preempt, in process: the engine path against the general path, {ROUNDS} interleaved "
+          "rounds, medians (min, max):")
+    for name, inputs, n in PREEMPTING:
+        prog_path = next((p for p in PROGRAMS if os.path.basename(p) == name), None)
+        if prog_path is None or not os.path.isfile(prog_path):
+            print(f"  {name}: not here, skipped")
+            continue
+        prog = api.load(prog_path, inputs)
+        secs = {True: [], False: []}
+        reports, preempted = {}, 0
+        for _ in range(ROUNDS):
+            for on in (True, False):
+                sim = Sim(prog, I.Settings(seed=1, arrivals=n))
+                sim.engine_path = on
+                t, rep = cpu(sim.run)
+                secs[on].append(t)
+                rep.pop("_sim", None)
+                reports[on] = json.dumps(rep, sort_keys=True, default=str)
+                if on:
+                    kept = sim.engine_path  # False: made again on the general path
+                    preempted = sum(m.preempted for m in sim.pools)
+        same = "the same report" if reports[True] == reports[False] else "REPORTS DIFFER"
+        ratios = [g / e for e, g in zip(secs[True], secs[False])]
+        print(f"  {name:<24} {inputs}, {n:,} requests, {preempted:,} preemptions: engine path "
+              f"{1e6 * statistics.median(secs[True]) / n:.0f} us a request, general "
+              f"{1e6 * statistics.median(secs[False]) / n:.0f}: {spread(ratios)}; {same}"
+              f"{'' if kept else ' (the engine path made it again on the general path)'}", flush=True)
+
+
 def main():
     base = None
     if BASELINE and BASELINE != "none":
@@ -206,6 +253,7 @@ def main():
             subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", base],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     per_iteration()
+    preempting()
 
 
 if __name__ == "__main__":
