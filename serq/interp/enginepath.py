@@ -437,7 +437,7 @@ class EnginePath:
                     self.co_now = True
             self.pbatch = batch
             self.refund = 0.0
-            for r in reqs[k:] if k < len(reqs) else ():  # a copy: a preemption drops from eng.reqs
+            for r in reqs[k:]:  # a copy: a preemption drops from eng.reqs
                 if not r.alive:  # preempted earlier in this iteration
                     continue
                 a = r.alloc
@@ -563,8 +563,7 @@ class EnginePath:
             if vs is r.sess:
                 eng.stop_serving = True
                 return False
-        kv.make_room(need)
-        kv.grow_alloc(r.alloc, need)
+        self.grow_one(r.alloc, need)
         return True
 
     def co_served(self):
@@ -573,8 +572,7 @@ class EnginePath:
         co = self.co
         it = self.eng.iter_no
         self.co_flush()
-        if self.co_now and self.pbatch is not None:
-            self.co_now = False
+        if self.co_now:
             for r in co:
                 r.served = 1.0
                 r.it = it
