@@ -125,6 +125,46 @@ def test_time_average_spilled_as_in_memory(small, monkeypatch, seed):
 
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_spilled_extremes_of_the_span_are_one_pass_of_each_chunk(monkeypatch, seed):
+    """_result_spilled reads the whole span's least and greatest off its windows' and the changes
+    at an edge within it: as one min() and max() over each chunk's part of the span would, with
+    changes exactly at the windows' edges, NaN (first in a window or not), zeros of both signs and
+    spans so short that edges coincide."""
+    monkeypatch.setattr(S, "SWITCH", 64)  # chunks of a few changes: windows across many
+    monkeypatch.setattr(S, "CHUNK", 16)
+    rng = random.Random(seed)
+    start = rng.choice([0.0, 3.0])
+    span = rng.choice([50.0, 1.0, 1e-320 if start == 0.0 else 1e-9])
+    end = start + span
+    edges = [start + span * i / S.BATCHES for i in range(S.BATCHES + 1)]
+    times = sorted(rng.choice(edges) if rng.random() < 0.2 else rng.uniform(start, end + span / 4)
+                   for _ in range(rng.choice([3000, 9000])))
+    avg = S.TimeAverage(start)
+    for t in times:
+        if t in edges:  # a change at an edge, the span's least or greatest where it is within it
+            avg.set(t, rng.choice([-9.0, 9.0, math.nan, -0.0]))
+        else:
+            avg.set(t, rng.choice([0.0, -0.0, 1.0, 2.0, math.nan, rng.random(), -rng.random()]))
+    assert avg.disk is not None
+    acc, v0 = [None, None], None
+    for ts, vs, _ in avg._columns():
+        p = S.bisect_right(ts, edges[0])
+        if p:
+            v0 = vs[p - 1]
+        part = vs[p:S.bisect_left(ts, edges[-1])]
+        if part:
+            lo, hi = min(part), max(part)
+            if acc[0] is None or lo < acc[0]:
+                acc[0] = lo
+            if acc[1] is None or hi > acc[1]:
+                acc[1] = hi
+    lo = v0 if acc[0] is None or not acc[0] < v0 else acc[0]
+    hi = v0 if acc[1] is None or not acc[1] > v0 else acc[1]
+    got = avg.result(end)
+    assert repr((got["min"], got["max"])) == repr((lo, hi))
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_time_average_split_all_is_split_one_by_one(small, seed):
     """split_all (a fast-forward's iterations' ends on the engine's busy time) gives what split()

@@ -848,9 +848,14 @@ class EnginePath:
         kv.used = u
         if u > kv.max_used:
             kv.max_used = u
+        acc, last = avg.acc, avg.last
         avg.rise(times, vals)
+        k = len(times)
         for sign, g in self.pool_gauges:
-            g.rise(times, vals if sign > 0 else [cap - x for x in vals])
+            if sign > 0 and g.acc == acc and g.last == last and len(avg.t) > k:
+                g.follow(avg, k)  # the pool's own signal, from the same point: its integrals
+            else:
+                g.rise(times, vals if sign > 0 else [cap - x for x in vals])
         return True
 
     def read_gauges(self, now, gauges=None):

@@ -329,6 +329,19 @@ class TimeAverage:
         if len(self.t) >= self.cap:
             self._flush()
 
+    def follow(self, src, k: int):
+        """rise() by src's last k change points, where src held this one's last change, value and
+        integral before them (a pool's time average and a gauge of its used, enginepath.py): the
+        same additions on the same numbers, so the integrals are src's, copied."""
+        self.t.extend(src.t[-k:])
+        self.vals.extend(src.vals[-k:])
+        self.cum.extend(src.cum[-k:])
+        self.acc = src.acc
+        self.last = src.last
+        self.v = src.v
+        if len(self.t) >= self.cap:
+            self._flush()
+
     def _flush(self):
         """All but the last change point onto disk (the last may still change at its instant)."""
         if self.disk is None:
@@ -412,15 +425,35 @@ class TimeAverage:
             for k, p in enumerate(pos):
                 if p:
                     last[k] = (ts[p - 1], vs[p - 1], cs[p - 1])
-            for w, (k0, k1) in enumerate(wins):
-                part = vs[pos[k0]:bisect_left(ts, edges[k1])]
+            lefts = [bisect_left(ts, x) for x in edges]
+            # the whole span's values in the chunk are its windows' and those at an edge within it,
+            # met in time order: each window's least and greatest are candidates (not read again)
+            whole = [None, None]
+            for k in range(BATCHES):
+                if k and edges[0] < edges[k] < edges[BATCHES]:
+                    _fold(whole, vs[lefts[k]:pos[k]])
+                part = vs[pos[k]:lefts[k + 1]]
                 if part:
                     lo, hi = min(part), max(part)
-                    acc = inside[w]
+                    acc = inside[k]
                     if acc[0] is None or lo < acc[0]:
                         acc[0] = lo
                     if acc[1] is None or hi > acc[1]:
                         acc[1] = hi
+                    if lo == lo and hi == hi:
+                        if whole[0] is None or lo < whole[0]:
+                            whole[0] = lo
+                        if whole[1] is None or hi > whole[1]:
+                            whole[1] = hi
+                    else:  # a NaN first: min() of the part stops there, where a pass goes on
+                        _fold(whole, part)
+            lo, hi = whole
+            if lo is not None:  # as min() and max() of the chunk's part of the span
+                acc = inside[BATCHES]
+                if acc[0] is None or lo < acc[0]:
+                    acc[0] = lo
+                if acc[1] is None or hi > acc[1]:
+                    acc[1] = hi
         ints = [c + v * (x - t) for x, (t, v, c) in zip(edges, last)]
 
         def mean(w, width):
@@ -433,6 +466,16 @@ class TimeAverage:
         ci = _half_width([mean(w, width)[0] for w in range(BATCHES)]) if width > 0 else None  # as result()
         m, lo, hi = mean(BATCHES, span)
         return {"mean": m, "ci95": ci, "min": lo, "max": hi}
+
+
+def _fold(acc, xs):
+    """acc's least and greatest (the first met of equals) with xs met in order, as one pass of
+    min() and max() meets them."""
+    for x in xs:
+        if acc[0] is None or x < acc[0]:
+            acc[0] = x
+        if acc[1] is None or x > acc[1]:
+            acc[1] = x
 
 
 # Samples a statistic holds in memory (8 bytes each, array('d')); past this many, its samples go to
