@@ -186,6 +186,22 @@ def test_a_time_average_given_rising_points_at_once_holds_what_one_at_a_time_hol
     assert a.result(4.0) == b.result(4.0)
 
 
+def test_a_time_average_that_follows_another_from_the_same_point_holds_what_rising_holds():
+    # grow_all: a gauge of the KV pool's used given the pool's own integrals, where both held the
+    # same last change, value and integral
+    from serq.interp.stats import TimeAverage
+    pool, gauge, alone = TimeAverage(0.0), TimeAverage(0.0), TimeAverage(0.0)
+    for ta in (pool, gauge, alone):
+        ta.set(0.1, 2.0)
+        ta.set(0.35, 5.0)
+    times, vals = [0.4, 0.45, 1.7], [6.0, 7.0, 9.0]
+    pool.rise(times, vals)
+    gauge.follow(pool, len(times))
+    alone.rise(times, vals)
+    assert (list(gauge.t), list(gauge.vals), list(gauge.cum), gauge.acc, gauge.last, gauge.v) == \
+        (list(alone.t), list(alone.vals), list(alone.cum), alone.acc, alone.last, alone.v)
+
+
 @pytest.mark.parametrize("path,inputs,st_", [
     (SINGLE, {}, dict(arrivals=1500)),
     (SINGLE, {"blocks": 200, "rate": 6}, dict(arrivals=800)),     # preemptions: requests.csv counts them
