@@ -612,7 +612,9 @@ class Iterations:
         adds = "".join(f"        {x} += n\n" for x in ("_bk", "_vk", "_at") if x in named)
         # n is a float (the batch's size), lim a whole number: the loop's operations are on floats
         # and on ints, each with its fast path; each iteration's end is kept (the client's ITL)
-        code = (f"def _run(c, eng, _bk, _vk, _at, n, end, nxt, lim, fold=-INF):\n"
+        # the constants and helpers bound as defaults: read as locals in the loop
+        binds = "".join(f", {k}={k}" for k in env if k.isidentifier() and not k.startswith("__"))
+        code = (f"def _run(c, eng, _bk, _vk, _at, n, end, nxt, lim, fold=-INF{binds}):\n"
                 f"    try:\n"
                 f"{pre}"
                 f"    except KeyError:\n"
@@ -625,7 +627,7 @@ class Iterations:
                 f"        except KeyError:\n"
                 f"            raise _Miss from None\n"
                 f"        _e = end + nc\n"
-                f"        if _e < nxt and 0.0 < nc < INF:\n"
+                f"        if _e < nxt and nc > 0.0:  # (nc infinite or NaN: so is _e, not below nxt)\n"
                 f"            end = _e\n"
                 f"            app(_e)\n"
                 f"            continue\n"
