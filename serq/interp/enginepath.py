@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from itertools import chain, islice
 from operator import sub
 
 from serq.interp.engine import Req, _Miss, _room_for_block, batch_sums
@@ -882,7 +881,9 @@ class EnginePath:
                 self.make_grows()
             # the gaps between its iterations' ends: each turn's ITL, and the busy time's change
             # points but the last (its first from the stretch's start, the busy time's last change)
-            gaps = list(map(sub, ends, chain((self.t_start,), islice(ends, 0, len(ends) - 1))))
+            starts = [self.t_start]  # each iteration's start: the stretch's, then each end but the last
+            starts += ends
+            gaps = list(map(sub, ends, starts))
             eng.busy_avg.split_diffs(ends[:-1], gaps[:-1])
         eng.busy = False
         eng.busy_avg.set(now, 0.0)
@@ -907,7 +908,7 @@ class EnginePath:
             # a stretch: every request's token at each iteration, the same gap for all (from the
             # stretch's start: each one's last token, or the prefill that ends there before a first)
             t0 = ends[0]
-            itl.extend([self.t_start] + ends if itl.warm is None else ends, gaps, kc + len(batch))
+            itl.extend(starts if itl.warm is None else ends, gaps, kc + len(batch))
             if sim.itl_max:  # each turn's longest gap (--slo itl): every one of the stretch's is each one's
                 x = max(gaps)
                 for r in batch:
