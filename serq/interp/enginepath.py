@@ -154,7 +154,7 @@ class EnginePath:
         self.pf_work, self.pf_at = x.expr(pf.work), pf.at
         self.dc_work, self.dc_at = x.expr(dc.work), dc.at
         self.gate = spec["body"][1][2]
-        self.gauges = [(f, avg) for _, f, avg in sim.gauges]
+        self.gauges = [(_holders_of(g.e, slots, kv) or f, avg) for g, (_, f, avg) in zip(sim.prog.gauges, sim.gauges)]
         self.recorder = sim.recorder  # --dump: the queues read with the gauges at each instant's end
         self.growth_gauges = sim.growth_gauges  # those a growth can change (Sim._growth_gauges)
         # of those, the ones that read kv's used (1) or free (-1) alone: their values at a stretch's
@@ -1058,6 +1058,19 @@ def _pool_sign(e, name):
     """1 where a gauge's expression is used(name), -1 where free(name), else None."""
     if e.k == "obs" and e.fn in ("used", "free") and e.of.name == name and e.of.index is None:
         return 1 if e.fn == "used" else -1
+    return None
+
+
+def _holders_of(e, slots, kv):
+    """Where a gauge is holders() of this path's slot or KV pool, its value as a count of the
+    pool's allocations: a session holds one of each at most here (one hold, held once at a time),
+    so the sessions holding the pool are its allocations (Pool.holders counts them again at each
+    change); else None."""
+    if e.k == "obs" and e.fn == "holders" and e.of.index is None:
+        for m in (slots, kv):
+            if e.of.name == m.name:
+                allocs = m.allocs
+                return lambda c: float(len(allocs))
     return None
 
 
