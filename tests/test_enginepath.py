@@ -65,6 +65,56 @@ def test_the_engine_path_reports_what_the_general_path_reports(path, inputs, st_
     assert taken and not again
 
 
+def _variant(tmp_path, old, new):
+    src = open(SINGLE).read()
+    assert old in src
+    path = tmp_path / "variant.sq"
+    path.write_text(src.replace(old, new))
+    return str(path)
+
+
+TAKING = "kv (min(known, reused + budget_left(vllm))) reserve (known)"
+
+
+def test_a_hold_whose_reserve_never_fits_is_refused_as_it_joins_through_both_paths(tmp_path):
+    # EnginePath.frame: a reserve that reads attributes alone is judged as the hold joins (*Pools*)
+    path = _variant(tmp_path, TAKING, "kv (min(known, reused + budget_left(vllm))) reserve (known * 40)")
+    taken, again = _same(path, {"blocks": 600}, arrivals=300, seed=4)
+    assert taken and not again
+    rep = json.loads(_run(path, {"blocks": 600}, True, arrivals=300, seed=4)[0])
+    assert rep["sessions"]["rejected"] > 0 and rep["sessions"]["completed"] > 0
+
+
+def test_a_head_asking_for_more_than_the_kv_cap_waits_through_both_paths(tmp_path):
+    # EnginePath.try_admit: a reserve above the KV pool's cap marks the pool's head (report: `over`)
+    # (a reserve that reads the pool is judged at admission, not as the hold joins)
+    path = _variant(tmp_path, TAKING, "kv (min(known, reused + budget_left(vllm))) reserve (known * 40 + 0 * cachedin(kv))")
+    taken, again = _same(path, {"blocks": 600}, horizon=40, seed=4)
+    assert taken and not again
+    for on in (True, False):
+        rep, sim, _ = _run(path, {"blocks": 600}, on, horizon=40, seed=4)
+        slots, kv = sim.pools[1], sim.pools[0]
+        assert kv.over is slots.queue[0] and "idle: engine vllm" in rep
+
+
+@pytest.mark.parametrize("old,new", [
+    (TAKING, "kv (min(known, reused + budget_left(vllm))) reserve (known - 300 + 0 * cachedin(kv))"),  # a reserve
+    (TAKING, "kv (min(known, reused + budget_left(vllm)) - 300) reserve (known)"),  # negative units
+    ("taking reqs (1),", "taking reqs (known > 400 ? -2 : 1 + 0 * cachedin(kv)),"),  # the slot pool's
+], ids=["kv-reserve", "kv-units", "slot-units"])
+def test_an_amount_refused_at_admission_is_the_same_diagnostic_through_both_paths(tmp_path, old, new):
+    from serq.diagnostics import SerqError
+    path = _variant(tmp_path, old, new)
+    got = []
+    for on in (True, False):
+        sim = Sim(api.load(path, {}), Settings(arrivals=200))
+        sim.engine_path = on
+        with pytest.raises(SerqError) as e:
+            sim.run()
+        got.append((e.value.code, str(e.value.span), e.value.message))
+    assert got[0] == got[1] and got[0][0] == "R007"
+
+
 @pytest.mark.parametrize("arrive", ["renewal(~exp(1 / Lambda) + 0.05)", "renewal(0.3)"])
 def test_renewal_arrivals_take_the_engine_path(tmp_path, arrive):
     src = open(SINGLE).read().replace("arrive poisson(Lambda);", f"arrive {arrive};")

@@ -32,7 +32,7 @@ from operator import sub
 from serq.interp.engine import Req, _Miss, _room_for_block, batch_sums
 from serq.interp.pools import Pool, round_up
 from serq.interp.rng import state1
-from serq.interp.sessions import Preempted, SessionEnd
+from serq.interp.sessions import HoldFrame, Preempted, SessionEnd
 from serq.lang.lower.constants import fmt
 from serq.link.exprs import const_value
 
@@ -203,13 +203,86 @@ class EnginePath:
     def join(self, sess):
         """Sim.hold up to its wait: the frame joins the slot pool's queue."""
         sim = self.sim
-        fr = sim.hold_frame(sess, self.hs)
+        fr = self.frame(sess)
         fr.join_seq = sim.next_seq()
         fr.join_t = sim.now
         fr.head = False
         self.slots.queue.append(fr)
         sess.wait = fr
         self.want = True
+
+    def frame(self, sess, computed=0.0, again=False):
+        """Sim.hold_frame for this path's hold: its members the slot and the KV pool (no index, two
+        pools: plan); SessionEnd(refused) where units or a reserve known as it joins never fit."""
+        sim = self.sim
+        spec = self.hs
+        c = sess.c
+        sim.cur_at = spec.at
+        sess.a["computed"] = computed
+        fr = HoldFrame(sess, spec)
+        fr.again = again
+        fr.members = ms = [self.slots, self.kv]
+        for (_, uf, rf, (su, sr)), m in zip(spec.pools, ms):
+            if su and round_up(sim.amount(uf(c), spec.at, "a hold's units"), m.block) > m.cap or \
+                    sr and sim.amount(rf(c), spec.at, "a hold's reserve") > m.cap:
+                m.rejected += 1
+                raise SessionEnd(refused=True)
+        return fr
+
+    def try_admit(self, fr) -> bool:
+        """Sim._try_admit(fr, sync=True) for this path's hold: the slot pool then the KV pool, each
+        its own member (no index: plan), no content, no lease."""
+        sim = self.sim
+        spec = self.hs
+        sess = fr.sess
+        c = sess.c
+        at = spec.at
+        amount = sim.amount
+        (_, uf0, rf0, _), (_, uf1, rf1, _) = spec.pools
+        m0, m1 = self.slots, self.kv
+        sim.cur_at = at
+        u0 = round_up(amount(uf0(c), at, "a hold's units"), m0.block)
+        r0 = amount(rf0(c), at, "a hold's reserve") if rf0 is not None else 0.0
+        need = max(u0, r0)
+        if need > m0.cap:
+            m0.over = fr
+            return False
+        if not m0.room_for(need):
+            return False
+        sim.cur_at = at
+        u1 = round_up(amount(uf1(c), at, "a hold's units"), m1.block)
+        r1 = amount(rf1(c), at, "a hold's reserve") if rf1 is not None else 0.0
+        need = max(u1, r1)
+        if need > m1.cap:
+            m1.over = fr
+            return False
+        if not m1.room_for(need):
+            return False
+        if spec.has_cache:
+            rho = amount(spec.reuse(c), at, "a hold's reuse") if spec.reuse is not None else INF
+            g0 = m0.consume(sess, rho, u0)
+            g1 = m1.consume(sess, rho, u1)
+            got = g0 if g0 >= g1 else g1  # max([g0, g1]): the first of equals
+        else:
+            if spec.reuse is not None:
+                amount(spec.reuse(c), at, "a hold's reuse")
+            g0 = g1 = got = 0.0
+        sess.a["cached"] = got
+        rec = sess.turn_rec
+        if rec is not None and not fr.again:
+            rec.cached += got
+        m0.make_room(u0)
+        a = m0.allocate(fr, u0, r0)
+        a.pos = a.consumed = g0
+        fr.allocs.append(a)
+        m1.make_room(u1)
+        a = m1.allocate(fr, u1, r1)
+        a.pos = a.consumed = g1
+        fr.allocs.append(a)
+        m0.queue.remove(fr)
+        fr.admitted = True
+        sess.wait = None
+        return True
 
     def admitted(self, fr):
         """The hold admitted (Iterations._admit_head): the session runs its body to its prefill (or
@@ -480,7 +553,7 @@ class EnginePath:
                 if gate is not None and gate(c) == 0:
                     break
                 fr = q[0]
-                if not sim._try_admit(fr, sync=True):
+                if not self.try_admit(fr):
                     eng.no_admit = True
                     break
                 r = self.admitted(fr)
@@ -588,7 +661,7 @@ class EnginePath:
             if not isinstance(p, Preempted):
                 raise Unsupported
             try:
-                fr = sim.hold_frame(sess, self.hs, p.pos, True)
+                fr = self.frame(sess, p.pos, True)
             except SessionEnd as e:
                 sim._ended(sess, e.refused)
                 continue
