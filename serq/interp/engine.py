@@ -627,7 +627,7 @@ class Iterations:
                 f"        except KeyError:\n"
                 f"            raise _Miss from None\n"
                 f"        _e = end + nc\n"
-                f"        if _e < nxt and nc > 0.0:  # (nc infinite or NaN: so is _e, not below nxt)\n"
+                f"        if _e < nxt and nc > 0.0:  # (a cost of inf or NaN: _e is too, never below nxt)\n"
                 f"            end = _e\n"
                 f"            app(_e)\n"
                 f"            continue\n"
