@@ -101,8 +101,9 @@ def test_a_head_asking_for_more_than_the_kv_cap_waits_through_both_paths(tmp_pat
     (TAKING, "kv (min(known, reused + budget_left(vllm))) reserve (known - 300 + 0 * cachedin(kv))"),  # a reserve
     (TAKING, "kv (min(known, reused + budget_left(vllm)) - 300) reserve (known)"),  # negative units
     ("taking reqs (1),", "taking reqs (known > 400 ? -2 : 1 + 0 * cachedin(kv)),"),  # the slot pool's
-], ids=["kv-reserve", "kv-units", "slot-units"])
-def test_an_amount_refused_at_admission_is_the_same_diagnostic_through_both_paths(tmp_path, old, new):
+    ("cache (caching * (prompt + output));", "cache (prompt - 300);"),  # at the hold's end (release)
+], ids=["kv-reserve", "kv-units", "slot-units", "cache"])
+def test_an_amount_refused_at_admission_or_release_is_the_same_diagnostic_through_both_paths(tmp_path, old, new):
     from serq.diagnostics import SerqError
     path = _variant(tmp_path, old, new)
     got = []
@@ -216,7 +217,7 @@ def test_a_stretchs_growths_made_at_once_or_one_by_one_report_alike(tmp_path, mo
     path.write_text(src)
     made = []
     at_once = enginepath.EnginePath.grow_all
-    monkeypatch.setattr(enginepath.EnginePath, "grow_all", lambda self, g: made.append(at_once(self, g)) or made[-1])
+    monkeypatch.setattr(enginepath.EnginePath, "grow_all", lambda self, *g: made.append(at_once(self, *g)) or made[-1])
     taken, again = _same(str(path), {"blocks": blocks, "rate": 6}, arrivals=600, seed=2)
     assert taken and not again
     assert set(made) == ways

@@ -346,10 +346,28 @@ class EnginePath:
         (Flat's turn_end_last)."""
         sim = self.sim
         sess.frames.remove(fr)
-        sim.release_frame(fr)
+        self.release(fr)
         sess.a["computed"] = 0.0
         sim.turn_end(sess)
         sim._finish(sess, False)
+
+    def release(self, fr):
+        """Sim.release_frame(fr) at the hold's end, for this path's hold (no lease, no content): each
+        allocation freed, the engine told, then what the cache clause keeps of it put in its pool's
+        cache (Sim._give_back, its computed prefix Sim._computed's)."""
+        sim, eng = self.sim, self.eng
+        sess = fr.sess
+        spec = self.hs
+        for a in fr.allocs:
+            if not a.held:
+                continue
+            m = a.pool
+            m.free(a)
+            sim.engine_wants(eng)  # (the slot pool's engine, the KV pool's engine it is the memory of)
+            if spec.has_cache:
+                ell = sim.amount(spec.cache(sess.c), spec.at, "a hold's cache")
+                m.put_cache(sess, min(ell, a.pos if a.advanced else a.units))
+        fr.done = True
 
     # ---------------------------------------------------------------- the cohort
     # The plain decoders at the head of the running list (a prefix of it, in admission order: each
@@ -814,7 +832,7 @@ class EnginePath:
         later = None
         for x, g in enumerate(grows):
             if g[0] > 1:
-                later = [(ends[g[0] - 2], g[3]) for g in grows[x:]]
+                later = (grows, x, ends)  # grows[x:], each at ends[its iteration - 2]
                 break
             self.grow_block(g[3].alloc, now)
         self.grows = later
@@ -836,15 +854,17 @@ class EnginePath:
     def make_grows(self):
         """The stretch's growths after its first iteration's, each at its iteration's start, the
         gauges read at each of those instants (engine.py, _grow_steady)."""
-        grows, self.grows = self.grows, None
-        if not grows or self.grow_all(grows):
+        later, self.grows = self.grows, None
+        if not later or self.grow_all(*later):
             return
+        grows, x, ends = later
         sim = self.sim
         end = sim.now
         gauges = self.growth_gauges
         grow = self.grow_block
         t = None
-        for t1, r in grows:
+        for g in grows[x:]:
+            t1, r = ends[g[0] - 2], g[3]
             if t1 != t:
                 if gauges and t is not None:
                     sim.now = t
@@ -856,7 +876,7 @@ class EnginePath:
             self.read_gauges(t, gauges)
         sim.now = end
 
-    def grow_all(self, grows) -> bool:
+    def grow_all(self, grows, x, ends) -> bool:
         """make_grows at once, where it can be: each growth of a block either fits in what the pool
         has free or takes a block off its oldest cache entry (_room_for_block's common eviction),
         whole numbers throughout, and the growth gauges read kv's used or free alone; the pool's
@@ -865,7 +885,7 @@ class EnginePath:
         kv = self.kv
         bl = kv.block
         used, cached, cap = kv.used, kv.cached, kv.cap
-        t0 = grows[0][0]
+        t0 = ends[grows[x][0] - 2]
         avg = kv.used_avg
         if not (used.is_integer() and cached.is_integer() and cap.is_integer()) or avg.v != used \
                 or not t0 > avg.last:
@@ -877,7 +897,7 @@ class EnginePath:
         fits = int(free // bl)
         if fits < 0:
             return False
-        evict = len(grows) - fits
+        evict = len(grows) - x - fits
         ents = kv.entries
         if evict > 0:
             if free != fits * bl:  # the first to evict would find the pool over by less than a block
@@ -909,9 +929,10 @@ class EnginePath:
         # the holds' units and the pool's used, the instants' last values
         times, vals = [], []
         u = used
-        for t, r in grows:
-            r.alloc.units += bl
+        for g in grows[x:]:
+            g[3].alloc.units += bl
             u += bl
+            t = ends[g[0] - 2]
             if times and times[-1] == t:
                 vals[-1] = u
             else:
