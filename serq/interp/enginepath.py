@@ -238,26 +238,20 @@ class EnginePath:
         c = sess.c
         at = spec.at
         amount = sim.amount
-        (_, uf0, rf0, _), (_, uf1, rf1, _) = spec.pools
-        m0, m1 = self.slots, self.kv
-        sim.cur_at = at
-        u0 = round_up(amount(uf0(c), at, "a hold's units"), m0.block)
-        r0 = amount(rf0(c), at, "a hold's reserve") if rf0 is not None else 0.0
-        need = max(u0, r0)
-        if need > m0.cap:
-            m0.over = fr
-            return False
-        if not m0.room_for(need):
-            return False
-        sim.cur_at = at
-        u1 = round_up(amount(uf1(c), at, "a hold's units"), m1.block)
-        r1 = amount(rf1(c), at, "a hold's reserve") if rf1 is not None else 0.0
-        need = max(u1, r1)
-        if need > m1.cap:
-            m1.over = fr
-            return False
-        if not m1.room_for(need):
-            return False
+        m0, m1 = ms = self.slots, self.kv
+        ur = []  # each pool's (units, reserve)
+        for (_, uf, rf, _), m in zip(spec.pools, ms):
+            sim.cur_at = at
+            u = round_up(amount(uf(c), at, "a hold's units"), m.block)
+            r = amount(rf(c), at, "a hold's reserve") if rf is not None else 0.0
+            need = max(u, r)
+            if need > m.cap:
+                m.over = fr
+                return False
+            if not m.room_for(need):
+                return False
+            ur.append((u, r))
+        (u0, r0), (u1, r1) = ur
         if spec.has_cache:
             rho = amount(spec.reuse(c), at, "a hold's reuse") if spec.reuse is not None else INF
             g0 = m0.consume(sess, rho, u0)
