@@ -95,6 +95,8 @@ def test_a_head_asking_for_more_than_the_kv_cap_waits_through_both_paths(tmp_pat
         rep, sim, _ = _run(path, {"blocks": 600}, on, horizon=40, seed=4)
         slots, kv = sim.pools[1], sim.pools[0]
         assert kv.over is slots.queue[0] and "idle: engine vllm" in rep
+        rep = json.loads(rep)
+        assert rep["pools"]["kv"]["over_cap"] == 1 and any(n.startswith("over: pool kv") for n in rep["notes"])
 
 
 @pytest.mark.parametrize("old,new", [

@@ -537,6 +537,21 @@ def test_a_head_asking_more_than_the_cap_at_the_end_is_named():
     assert any(n.startswith("over:") for n in rep["notes"])
 
 
+def test_a_head_asking_more_than_the_cap_of_its_holds_second_pool_is_named():
+    text = """fn main() {
+      pool slots { cap 4; }
+      pool kv { cap 10; }
+      stage s : delay;
+      workload { arrive renewal(1); }
+      server { hold slots (cost(slots, 1)), kv (cost(kv, 5 + used(kv) * 2)) { run s (cost(s, 100)); } }
+    }"""
+    # the hold waits in the queue of slots, its first pool; its head asks kv for 15 > 10 (reference
+    # report.md, `over_cap`: the queue's head asks for more than the cap): kv's, not slots'
+    rep, _ = run(text, horizon=50)
+    assert rep["pools"]["kv"]["over_cap"] == 1 and rep["pools"]["slots"]["over_cap"] == 0
+    assert any(n.startswith("over: pool kv") for n in rep["notes"])
+
+
 def test_evict_by_keys_and_drop():
     text = """fn main() {
       pool kv { cap 12; evict by (-size); }

@@ -24,9 +24,10 @@ def build(sim) -> dict:
     stalled = []
     for m in sim.pools:
         over = 0
-        if m.queue:
-            fr = m.queue[0]
-            if m.over is fr:
+        fr = m.over
+        if fr is not None and fr.members:
+            q = fr.members[0].queue  # a hold waits in its first pool's queue, for each of its pools
+            if q and q[0] is fr:
                 over = 1
                 notes.append(f"over: pool {m.label}'s head asks for more than its cap {m.cap:g}")
         growing_at_end += len(m.growers)
