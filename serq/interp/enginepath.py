@@ -221,12 +221,8 @@ class EnginePath:
         sess.a["computed"] = computed
         fr = HoldFrame(sess, spec)
         fr.again = again
-        fr.members = ms = [self.slots, self.kv]
-        for (_, uf, rf, (su, sr)), m in zip(spec.pools, ms):
-            if su and round_up(sim.amount(uf(c), spec.at, "a hold's units"), m.block) > m.cap or \
-                    sr and sim.amount(rf(c), spec.at, "a hold's reserve") > m.cap:
-                m.rejected += 1
-                raise SessionEnd(refused=True)
+        fr.members = [self.slots, self.kv]
+        sim.refuse_never_fitting(fr, c)
         return fr
 
     def try_admit(self, fr) -> bool:
@@ -251,7 +247,7 @@ class EnginePath:
             if not m.room_for(need):
                 return False
             ur.append((u, r))
-        (u0, r0), (u1, r1) = ur
+        (u0, _), (u1, _) = ur
         if spec.has_cache:
             rho = amount(spec.reuse(c), at, "a hold's reuse") if spec.reuse is not None else INF
             g0 = m0.consume(sess, rho, u0)
@@ -265,14 +261,11 @@ class EnginePath:
         rec = sess.turn_rec
         if rec is not None and not fr.again:
             rec.cached += got
-        m0.make_room(u0)
-        a = m0.allocate(fr, u0, r0)
-        a.pos = a.consumed = g0
-        fr.allocs.append(a)
-        m1.make_room(u1)
-        a = m1.allocate(fr, u1, r1)
-        a.pos = a.consumed = g1
-        fr.allocs.append(a)
+        for m, (u, r), g in zip(ms, ur, (g0, g1)):
+            m.make_room(u)
+            a = m.allocate(fr, u, r)
+            a.pos = a.consumed = g
+            fr.allocs.append(a)
         m0.queue.remove(fr)
         fr.admitted = True
         sess.wait = None
@@ -360,7 +353,7 @@ class EnginePath:
             sim.engine_wants(eng)  # (the slot pool's engine, the KV pool's engine it is the memory of)
             if spec.has_cache:
                 ell = sim.amount(spec.cache(sess.c), spec.at, "a hold's cache")
-                m.put_cache(sess, min(ell, a.pos if a.advanced else a.units))
+                m.put_cache(sess, min(ell, sim._computed(a, False)))
         fr.done = True
 
     # ---------------------------------------------------------------- the cohort

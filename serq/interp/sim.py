@@ -982,15 +982,19 @@ class Sim(Iterations):
         fr.members = [t(c) for t, _, _, _ in spec.pools]
         if len({id(m) for m in fr.members}) != len(fr.members):
             raise self.run_error("R041", "two indices of one hold name one member", spec.at)
-        for i, (t, uf, rf, (su, sr)) in enumerate(spec.pools):
-            # each of the units and the reserve that reads only attributes and numbers is judged
-            # as the hold joins: above the cap, the request can never fit and is rejected (*Pools*)
-            m = fr.members[i]
+        self.refuse_never_fitting(fr, c)
+        return fr
+
+    def refuse_never_fitting(self, fr, c):
+        """Each of a joining hold's units and reserve that reads only attributes and numbers is
+        judged as the hold joins: above the cap, the request can never fit and is rejected
+        (*Pools*): SessionEnd(refused)."""
+        spec = fr.spec
+        for (_, uf, rf, (su, sr)), m in zip(spec.pools, fr.members):
             if su and round_up(self.amount(uf(c), spec.at, "a hold's units"), m.block) > m.cap or \
                     sr and self.amount(rf(c), spec.at, "a hold's reserve") > m.cap:
                 m.rejected += 1
                 raise SessionEnd(refused=True)
-        return fr
 
     # ------------------------------------------------------------ content streams
     def _stream(self, sess, spec):
