@@ -65,3 +65,50 @@ def test_an_expression_is_one_generated_function():
     f = Compiler(sim).expr(e)
     assert f.__code__.co_filename == "<serq expression>"
     assert f(Ctx(a={"a": 3.0, "b": 1.0})) == 9.0
+
+
+def draws(kids):
+    """Draws whose arguments are trees of their own: a constant mean (drawn in place), read ones."""
+    return st.one_of(
+        st.sampled_from([0.5, 500.0, 0.0, -1.0, math.inf]).map(lambda m: I.Draw(dist="exp", args=[I.Num(v=m)])),
+        st.builds(lambda m: I.Draw(dist="exp", args=[m]), kids),
+        st.builds(lambda a, b: I.Draw(dist="uniform", args=[a, b]), kids, kids),
+        st.builds(lambda p: I.Draw(dist="bernoulli", args=[p]), kids))
+
+
+def with_draws(kids):
+    return st.one_of(extend(kids), draws(kids))
+
+
+DRAWN = st.recursive(leaves(), with_draws, max_leaves=16)
+
+
+@settings(max_examples=400, deadline=None)
+@given(DRAWN, st.sampled_from(VALUES), st.sampled_from(VALUES), st.sampled_from(VALUES))
+def test_generated_source_draws_what_the_closures_draw(e, a, b, cv):
+    """An expression that draws: generated where it reads nothing that can be missing (it has no
+    fallback, which would draw again), else closures; the same value or diagnostic, and its stream
+    left where the closures leave it (each draw drawn once, in the same order)."""
+    from serq.interp.rng import Stream
+    sim = SimpleNamespace(prog=SimpleNamespace(files=["t.sq"]), now=4.0, workload=None)
+    comp = Compiler(sim)
+    got = []
+    for f in (comp.expr(e), comp._closure(e)):
+        c = Ctx(a={"a": a, "b": b, "c": cv}, rng=Stream(12345), x={"present": 2.0})
+        got.append((outcome(f, c), c.rng.s))
+    assert got[0] == got[1]
+
+
+def test_a_draw_of_constants_is_generated_and_one_that_reads_attributes_is_not():
+    sim = SimpleNamespace(prog=SimpleNamespace(files=["t.sq"]), now=0.0, workload=None)
+    comp = Compiler(sim)
+    # 50 + floor(~exp(500)): a turn's size, as the examples draw it
+    e = I.Bin(op="+", l=I.Num(v=50.0), r=I.Fn(name="floor", args=[I.Draw(dist="exp", args=[I.Num(v=500.0)])]))
+    f = comp.expr(e)
+    assert f.__code__.co_filename == "<serq expression>"
+    from serq.interp.rng import Stream
+    c1, c2 = Ctx(rng=Stream(7)), Ctx(rng=Stream(7))
+    assert f(c1) == comp._closure(e)(c2) and c1.rng.s == c2.rng.s
+    # ~exp(500) + a, a unset: the generated one would draw, miss a, and draw again on the fallback
+    e2 = I.Bin(op="+", l=I.Draw(dist="exp", args=[I.Num(v=500.0)]), r=I.Attr(name="a"))
+    assert comp.expr(e2).__code__.co_filename != "<serq expression>"

@@ -70,7 +70,14 @@ class Compiler:
             return slow
         env = gen.env
         env["_slow"] = slow
-        code = f"def _f(c):\n    try:\n        return {body}\n    except KeyError:\n        return _slow(c)\n"
+        if gen.drew:
+            # a draw is drawn once: no fallback that would draw again, so none of its own reads may
+            # miss (a draw's arguments are functions of their own, which raise their diagnostics)
+            if gen.keyed:
+                return slow
+            code = f"def _f(c):\n    return {body}\n"
+        else:
+            code = f"def _f(c):\n    try:\n        return {body}\n    except KeyError:\n        return _slow(c)\n"
         try:
             exec(compile(code, "<serq expression>", "exec"), env)
         except (SyntaxError, RecursionError, MemoryError, ValueError):
@@ -208,6 +215,15 @@ class Compiler:
                 raise err("R003", f"the workload gives session {s.serial} no value for this draw", e.at)
             return float(s.replay.pop(0))
         return replayed
+
+    def draw_src(self, e, name) -> str:
+        """A draw as _Source writes it (`name` binds a value in the generated function): an
+        exponential of a constant mean drawn in place, as its closure draws it; else its closure."""
+        if e.dist == "exp" and self.sim.workload is None:
+            mc = const_value(e.args[0])
+            if mc is not None and 0 < mc < INF:
+                return f"c.rng.expovariate({name(1.0 / float(mc))})"
+        return f"{name(self._closure(e))}(c)"
 
     def _drawn(self, e):
         args = [self.expr(a) for a in e.args]
@@ -348,6 +364,8 @@ class _Source:
     def __init__(self, comp: Compiler):
         self.comp = comp
         self.env = {"_mul": _mul, "_div": _div, "_mod": _mod, "sim": comp.sim}
+        self.drew = False   # a draw is read (Compiler.expr: then no fallback)
+        self.keyed = False  # a read that can miss (KeyError) is written out
 
     def name(self, v) -> str:
         n = f"k{len(self.env)}"
@@ -372,9 +390,16 @@ class _Source:
         if k == "inf":
             return self.name(INF)
         if k == "attr":
+            self.keyed = True
             return f"c.a[{e.name!r}]"
         if k == "ctx":
-            return "sim.now" if e.name == "now" else f"c.x[{e.name!r}]"
+            if e.name == "now":
+                return "sim.now"
+            self.keyed = True
+            return f"c.x[{e.name!r}]"
+        if k == "draw":
+            self.drew = True
+            return self.comp.draw_src(e, self.name)
         if k == "cost":
             return self.src(e.e, d)
         if k == "un":
@@ -399,7 +424,8 @@ class _Source:
                 return args[0]
             return f"{self.name(FUNCS[e.name])}({', '.join(args)})"
         if k == "step":
+            self.keyed = True
             return self.comp.sim.step_src(e, self.name(self.comp._step(e)))
         if k in ("reg", "obs", "agg"):
             return f"{self.name(getattr(self.comp, '_' + k)(e))}(c)"
-        raise _NoSource()  # a draw (drawn once, never again on a fallback), or a kind of its own
+        raise _NoSource()  # a kind of its own

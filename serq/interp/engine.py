@@ -1962,7 +1962,7 @@ class _SteadySource(_Source):
                 self.mark(x, every and k in ("un", "fn", "cost"), depth + 1)
 
     def src(self, e, depth: int) -> str:
-        if depth > _DEPTH:
+        if depth > _DEPTH or e.k == "draw":  # (a draw: each iteration's own, never read once or again)
             raise _NoSource()
         if id(e) in self.hoist:
             self.hoist.discard(id(e))  # its own source below is written in full
