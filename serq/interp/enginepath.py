@@ -146,10 +146,14 @@ class EnginePath:
         x = sim.compiler
         from serq.interp.sessions import Ops
         ops = Ops(sim, "server")
-        self.pre_ops = [op for _, op, _ in ops.block(sim.prog.server[:-1])]
+        # a block of sets and observes: one generated function (Ops.straight), else its ops
+        pre, body = sim.prog.server[:-1], hold.body[:-2]
+        blk = ops.straight(pre)
+        self.pre_ops = [blk] if blk is not None else [op for _, op, _ in ops.block(pre)]
         hs = ops.hold_spec(hold)
         self.hs = hs
-        self.body_ops = [(op, s.at) for (_, op, _), s in zip(ops.block(hold.body[:-2]), hold.body[:-2])]
+        blk = ops.straight(body)
+        self.body_ops = [blk] if blk is not None else [op for _, op, _ in ops.block(body)]
         pf, dc = hold.body[-2:]
         self.pf_work, self.pf_at = x.expr(pf.work), pf.at
         self.dc_work, self.dc_at = x.expr(dc.work), dc.at
@@ -286,7 +290,7 @@ class EnginePath:
             frames.append(fr)
         else:
             sess.frames = [fr]
-        for op, _ in self.body_ops:
+        for op in self.body_ops:
             op(sess)
         sess.fr = fr
         sim.cur_engine = eng

@@ -212,6 +212,39 @@ class Ops:
     def stmt(self, s):
         return getattr(self, "_" + s.k)(s)
 
+    def straight(self, stmts):
+        """A block of sets and observes as one generated function of the session, each statement
+        its op's operations in its order (the expression written out as Compiler.expr writes it,
+        with the same fallback to the closures on a read that misses), or None for any other
+        block. Its caller counts the statements' steps as it counts the ops'."""
+        if not stmts or any(s.k not in ("set", "observe") for s in stmts):
+            return None
+        from serq.interp.compile import _NoSource, _Source
+        x = self.x
+        gen = _Source(x)
+        lines = ["def _blk(sess):", "    a = sess.a", "    c = sess.c"]
+        for s in stmts:
+            lines.append(f"    sim.cur_at = {gen.name(s.at)}")
+            gen.drew = gen.keyed = False
+            try:
+                src = gen.src(s.e, 0)
+            except _NoSource:
+                src = None
+            if src is None or gen.drew and gen.keyed:
+                lines.append(f"    v = {gen.name(x.expr(s.e))}(c)")
+            elif not gen.keyed:  # (a draw among them: drawn once, no fallback; Compiler.expr)
+                lines.append(f"    v = {src}")
+            else:
+                lines += ["    try:", f"        v = {src}", "    except KeyError:",
+                          f"        v = {gen.name(x._closure(s.e))}(c)"]
+            lines.append(f"    a[{s.name!r}] = v" if s.k == "set" else f"    sim.observe({s.name!r}, v, sess)")
+        env = gen.env
+        try:
+            exec(compile("\n".join(lines) + "\n", "<serq statements>", "exec"), env)
+        except (SyntaxError, RecursionError, MemoryError, ValueError):
+            return None
+        return env["_blk"]
+
     def _err(self, code, msg, at):
         return self.x.error(code, msg, at)
 
@@ -545,7 +578,9 @@ class Flat:
         sim = self.sim
         trace = sim.trace is not None
         ops = sim.turn_ops
-        one = ops[0][1] if len(ops) == 1 else None
+        # one op, or the block as one generated function (Ops.straight): its steps as run_sync counts them
+        one = ops[0][1] if len(ops) == 1 else Ops(sim).straight(sim.prog.workload.turn) if ops else None
+        steps = len(ops)
         draws, b_turn = sim.turn_draws, sim.b_turn
 
         def turn_set(sess):
@@ -556,7 +591,7 @@ class Flat:
             if ops:
                 sess.rng = stream1(b_turn, (sess.serial << 32) | t) if draws else None
                 if one is not None:
-                    sess.steps += 1  # as run_sync counts it
+                    sess.steps += steps
                     one(sess)
                 else:
                     run_sync(sess, ops)
