@@ -112,3 +112,20 @@ def test_a_draw_of_constants_is_generated_and_one_that_reads_attributes_is_not()
     # ~exp(500) + a, a unset: the generated one would draw, miss a, and draw again on the fallback
     e2 = I.Bin(op="+", l=I.Draw(dist="exp", args=[I.Num(v=500.0)]), r=I.Attr(name="a"))
     assert comp.expr(e2).__code__.co_filename != "<serq expression>"
+
+
+def test_written_out_functions_on_every_pair_of_values():
+    """min and max of two and floor, ceil and round, written out in the source (no call), on every
+    value and pair of values read from attributes: the closures' results (NaN, the zeros' signs)."""
+    sim = SimpleNamespace(prog=SimpleNamespace(files=["t.sq"]), now=0.0, workload=None)
+    comp = Compiler(sim)
+    a, b = I.Attr(name="a"), I.Attr(name="b")
+    exprs = [I.Fn(name=f, args=[a, b]) for f in ("min", "max")]
+    exprs += [I.Fn(name=f, args=[a]) for f in ("floor", "ceil", "round")]
+    for e in exprs:
+        fast, slow = comp.expr(e), comp._closure(e)
+        assert fast.__code__.co_filename == "<serq expression>"
+        for x in VALUES:
+            for y in VALUES:
+                c = Ctx(a={"a": x, "b": y})
+                assert outcome(fast, c) == outcome(slow, c), (e.name, x, y)

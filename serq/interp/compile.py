@@ -354,6 +354,7 @@ _BIN = {"+": "({} + {})", "-": "({} - {})", "*": "_mul({}, {})", "/": "_div({}, 
         "<": "(1.0 if {} < {} else 0.0)", "<=": "(1.0 if {} <= {} else 0.0)",
         ">": "(1.0 if {} > {} else 0.0)", ">=": "(1.0 if {} >= {} else 0.0)",
         "&&": "(1.0 if ({} != 0 and {} != 0) else 0.0)", "||": "(1.0 if ({} != 0 or {} != 0) else 0.0)"}
+_KEEP = {"floor": math.floor, "ceil": math.ceil}  # constants._keep's, written out (_Source)
 _DEPTH = 40  # deeper trees keep their closures (Python's parser nests only so far)
 
 
@@ -366,6 +367,12 @@ class _Source:
         self.env = {"_mul": _mul, "_div": _div, "_mod": _mod, "sim": comp.sim}
         self.drew = False   # a draw is read (Compiler.expr: then no fallback)
         self.keyed = False  # a read that can miss (KeyError) is written out
+        self.tmp = 0
+
+    def temp(self) -> str:
+        """A local of its own (a value read twice, evaluated once)."""
+        self.tmp += 1
+        return f"_t{self.tmp - 1}"
 
     def name(self, v) -> str:
         n = f"k{len(self.env)}"
@@ -422,6 +429,16 @@ class _Source:
             args = [self.src(a, d) for a in e.args]
             if len(args) == 1 and e.name in ("min", "max", "sum"):
                 return args[0]
+            if len(args) == 2 and e.name in ("min", "max"):
+                # the comparisons constants._min and _max make, without the call
+                t, u = self.temp(), self.temp()
+                ge, gt = (">=", ">") if e.name == "max" else ("<=", "<")
+                return (f"({t} if ({t} := {args[0]}) {ge} ({u} := {args[1]}) else "
+                        f"({u} if {u} {gt} {t} else {self.name(math.nan)}))")
+            if e.name in _KEEP:  # constants._keep's: a finite value's floor (ceil, round) as a float
+                t = self.temp()
+                return (f"({self.name(float)}({self.name(_KEEP[e.name])}({t})) "
+                        f"if {self.name(math.isfinite)}({t} := {args[0]}) else {t})")
             return f"{self.name(FUNCS[e.name])}({', '.join(args)})"
         if k == "step":
             self.keyed = True

@@ -1939,7 +1939,6 @@ class _SteadySource(_Source):
         super().__init__(comp)
         self.hoist: set = set()     # the ids of the parts read once
         self.hoisted: list = []     # (local, source), in the order the loop's reads would meet them
-        self.tmp = 0
 
     def mark(self, e, every: bool, depth: int):
         if depth > _DEPTH:
@@ -1970,15 +1969,6 @@ class _SteadySource(_Source):
             n = f"_h{len(self.hoisted)}"
             self.hoisted.append((n, s))
             return n
-        if e.k == "fn" and e.name in ("min", "max") and len(e.args) == 2:
-            v = const_value(e)
-            if not (v is not None and v == v):
-                a = self.src(e.args[0], depth + 1)
-                b = self.src(e.args[1], depth + 1)
-                t, u = f"_t{self.tmp}", f"_t{self.tmp + 1}"
-                self.tmp += 2
-                ge, gt = (">=", ">") if e.name == "max" else ("<=", "<")
-                return f"({t} if ({t} := {a}) {ge} ({u} := {b}) else ({u} if {u} {gt} {t} else NAN))"
         return super().src(e, depth)
 
 
