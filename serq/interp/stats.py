@@ -694,7 +694,7 @@ class Weighted:
             return
         v = vs[0]
         vb = self.vb
-        if v != 0.0 and vs.count(v) == len(vs):  # one value all along (a constant execute): one run
+        if v != 0.0 and vs[-1] == v and vs.count(v) == len(vs):  # one value all along (a constant execute): one run
             if vb and vb[-1] == v:
                 self.kb[-1] += k * len(vs)
             else:
