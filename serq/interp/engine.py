@@ -57,6 +57,14 @@ class Req:
 
 class Engine:
     """One member of a step stage."""
+    # slots (and a dict for any other): past 30 attributes an instance's dict is no longer
+    # shared-key, and every read of one takes the slower lookup (EnginePath's too)
+    __slots__ = ("sim", "decl", "name", "index", "label", "at", "reqs", "rc", "registers", "vars", "batch",
+                 "batch_reqs", "budget", "admit_cap", "chunk", "granule", "planning", "at_start", "no_admit",
+                 "stop_serving", "pending", "busy", "busy_avg", "iter_no", "iterations", "served_total",
+                 "completed", "completed_after_warmup", "admitted", "adm_seq", "memory", "ends", "grows",
+                 "first_end", "tail_start", "repeat", "co", "co_ep", "co_fin", "co_gq", "co_grow", "co_it",
+                 "co_last", "co_n", "co_on", "co_pre", "co_s", "__dict__")
 
     def __init__(self, sim, decl, index):
         self.sim = sim

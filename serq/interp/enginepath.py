@@ -136,6 +136,15 @@ def _reads_only(e, kinds, obs) -> bool:
 
 
 class EnginePath:
+    # slots: past 30 attributes an instance's dict is no longer shared-key, and every read of one
+    # (the hot path reads them all the time) takes the slower lookup
+    __slots__ = ("sim", "eng", "spec", "slots", "kv", "budget_c", "pre_ops", "hs", "body_ops", "pf_work",
+                 "pf_at", "dc_work", "dc_at", "gate", "gauges", "recorder", "growth_gauges", "pool_gauges",
+                 "budget", "run_cost", "stored_cost", "ibl",
+                 # the run's state (events)
+                 "t_arr", "t_end", "want", "batch", "grows", "co", "ep", "co_last", "co_s", "co_n", "co_k",
+                 "fin", "fin_heap", "gcal", "hzp", "reps", "ends", "t_start", "co_now", "pbatch", "refund")
+
     def __init__(self, sim, eng, spec, slots, kv, hold, budget_c):
         self.budget_c = budget_c  # the tokens cap, a constant (plan)
         self.sim = sim
