@@ -37,6 +37,23 @@ _USER = ("slo", "itl_max", "percentiles", "requests", "recorder", "step_log", "f
 
 
 class Sim(Iterations):
+    # slots for what the run reads and writes (a dict for the rest, Iterations': methods replaced by
+    # tests, the engine path's events): 90-odd attributes are past the 30 of a shared-key dict,
+    # where every read takes the slower lookup
+    __slots__ = ("Session", "_evict_keys", "_made", "_members", "_preempt_keys", "_queue_keys",
+                 "_steady_kind", "arrival_rng", "arrivals_n", "b_init", "b_session", "b_turn", "c_itl",
+                 "c_response", "claim_state", "claims_end", "claims_given", "claims_iter", "client",
+                 "closed", "compiler", "cur_at", "cur_engine", "end", "engine_of_req", "engine_specs",
+                 "engines", "event_seq", "fast_forward", "flownet", "folded", "gauges", "good",
+                 "growth_gauges", "heap", "horizon", "init_draws", "init_ops", "init_sync", "itl_max",
+                 "joining", "live", "machine", "main_code", "max_arrivals", "next_id", "notes", "now", "obs",
+                 "percentiles", "poisson", "pools", "prog", "queued", "queueing", "rate", "ready",
+                 "recorder", "rel_seq", "requests", "running", "seed", "seq", "server_gen", "server_ops",
+                 "sess_stream", "session_draws", "session_ops", "sessions_arrived", "sessions_completed",
+                 "sessions_rejected", "slo", "spill_specs", "stages", "step_log", "streams", "stuck",
+                 "tokens_cached", "tokens_in", "tokens_out", "trace", "trace_next", "trace_ordered",
+                 "trace_rng", "turn_draws", "turn_ops", "turn_set", "want", "warmup", "workload")
+
     def __init__(self, prog: I.Program, settings: I.Settings | None = None, workload: dict | None = None):
         self.prog = prog
         # `serq run --workload`: each session's arrival time and draws (docs/reference/cli.md)
@@ -442,16 +459,18 @@ class Sim(Iterations):
             gc.unfreeze()
             gc.set_threshold(*old)
         # the engine path reached what it does not take (a preemption): the run made again, from the
-        # start, on the general path. The new simulator's closures read its attributes: this one takes
-        # the same dictionary, so that it is that simulator
-        fresh = Sim(self.prog, *self._made)
+        # start, on the general path, by this simulator made again in place (its closures read it).
+        # What __init__ does not set is set again by the run before it is read.
+        recorder = self.recorder is not None
+        prog, made = self.prog, self._made
+        self.__dict__.clear()
+        Sim.__init__(self, prog, *made)
         for k, v in user.items():
-            setattr(fresh, k, v)
-        if self.recorder is not None:  # --dump's, made again: it reads this simulator's stages and pools
+            setattr(self, k, v)
+        if recorder:  # --dump's, made again: it reads this simulator's stages and pools
             from serq.interp.dump import Recorder, Requests
-            fresh.recorder, fresh.requests = Recorder(fresh), Requests()
-        fresh.engine_path = False
-        self.__dict__ = fresh.__dict__
+            self.recorder, self.requests = Recorder(self), Requests()
+        self.engine_path = False
         return self.run(progress)
 
     def _run(self, progress=None):
