@@ -61,7 +61,7 @@ class Session(Stream):
     # on the class too: each Sim makes its own subclass (Sim.Session). A session that draws is its
     # own stream (Stream's state `s`), one object fewer.
     __slots__ = ("id", "serial", "a", "rng", "pc", "epoch", "wait", "alive", "steps", "ready_at",
-                 "ready_n", "turn_idx", "turn_rec", "__dict__")
+                 "ready_n", "turn_idx", "turn_rec", "cid", "__dict__")
     sim = None
     parent = None
     trace = None
@@ -90,19 +90,18 @@ class Session(Stream):
         self.ready_n = 0
         self.turn_idx = 0
         self.turn_rec = None
+        # the session whose cached prefix it uses (a pool's cache is keyed by it): a leg shares the
+        # request's; fixed as it is made (its id and its parent's never change)
         if parent is not None:
             self.parent = parent
+            self.cid = parent.cid
+        else:
+            self.cid = sid
 
     def stream(self):
         """The stream its statements draw from (between an init or turn block's): itself, when the
         program's session statements draw (Sim.Session.draws), or a leg's own."""
         return self if self.draws or self.parent is not None else None
-
-    @property
-    def cid(self):
-        """The session whose cached prefix it uses: a leg shares the request's."""
-        p = self.parent
-        return self.id if p is None else p.cid
 
     @property
     def c(self):
