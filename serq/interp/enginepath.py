@@ -229,7 +229,7 @@ class EnginePath:
         pools: plan); SessionEnd(refused) where units or a reserve known as it joins never fit."""
         sim = self.sim
         spec = self.hs
-        c = sess.c
+        c = sess
         sim.cur_at = spec.at
         sess.a["computed"] = computed
         fr = HoldFrame(sess, spec)
@@ -244,7 +244,7 @@ class EnginePath:
         sim = self.sim
         spec = self.hs
         sess = fr.sess
-        c = sess.c
+        c = sess
         at = spec.at
         amount = sim.amount
         m0, m1 = ms = self.slots, self.kv
@@ -365,7 +365,7 @@ class EnginePath:
             m.free(a)
             sim.engine_wants(eng)  # (the slot pool's engine, the KV pool's engine it is the memory of)
             if spec.has_cache:
-                ell = sim.amount(spec.cache(sess.c), spec.at, "a hold's cache")
+                ell = sim.amount(spec.cache(sess), spec.at, "a hold's cache")
                 m.put_cache(sess, min(ell, sim._computed(a, False)))
         fr.done = True
 

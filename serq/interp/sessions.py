@@ -105,6 +105,7 @@ class Session(Stream):
 
     @property
     def c(self):
+        """Its evaluation context: itself (the interpreter passes the session, not this property)."""
         return self
 
     @property
@@ -221,7 +222,7 @@ class Ops:
         from serq.interp.compile import _NoSource, _Source
         x = self.x
         gen = _Source(x)
-        lines = ["def _blk(sess):", "    a = sess.a", "    c = sess.c"]
+        lines = ["def _blk(sess):", "    a = sess.a", "    c = sess"]
         for s in stmts:
             lines.append(f"    sim.cur_at = {gen.name(s.at)}")
             gen.drew = gen.keyed = False
@@ -255,7 +256,7 @@ class Ops:
 
         def op(sess):
             sim.cur_at = s.at
-            sess.a[name] = f(sess.c)
+            sess.a[name] = f(sess)
         return (False, op)
 
     def _observe(self, s):
@@ -265,7 +266,7 @@ class Ops:
 
         def op(sess):
             sim.cur_at = s.at
-            sim.observe(name, f(sess.c), sess)
+            sim.observe(name, f(sess), sess)
         return (False, op)
 
     def _choose(self, s):
@@ -275,13 +276,13 @@ class Ops:
         err = self._err
 
         def op(sess):
-            n = n_f(sess.c)
+            n = n_f(sess)
             if not whole(n, 1):
                 raise err("R005", f"choose picks among a whole number >= 1 of indices, not {fmt(n)}", s.at)
             best = None
             for j in range(int(n)):
                 sess.a[name] = float(j)
-                k = tuple(kf(sess.c) for kf in keys) + (j,)  # the keys, in order, then the smallest index
+                k = tuple(kf(sess) for kf in keys) + (j,)  # the keys, in order, then the smallest index
                 if best is None or k < best:
                     best = k
             sess.a[name] = float(best[-1])
@@ -298,7 +299,7 @@ class Ops:
         tgt = self.x.target(s.pool, s.at)
 
         def op(sess):
-            tgt(sess.c).drop(sess)
+            tgt(sess).drop(sess)
         return (False, op)
 
     def _release(self, s):
@@ -306,7 +307,7 @@ class Ops:
         sim = self.sim
 
         def op(sess):
-            sim.release_stmt(sess, tgt(sess.c), s.at)
+            sim.release_stmt(sess, tgt(sess), s.at)
         return (False, op)
 
     def _load(self, s):
@@ -315,8 +316,8 @@ class Ops:
         sim = self.sim
 
         def op(sess):
-            n = sim.amount(f(sess.c), s.at, "a load")
-            sim.load(sess, tgt(sess.c), n, s.at)
+            n = sim.amount(f(sess), s.at, "a load")
+            sim.load(sess, tgt(sess), n, s.at)
         return (False, op)
 
     def _grow(self, s):
@@ -325,8 +326,8 @@ class Ops:
         sim = self.sim
 
         def op(sess):
-            d = sim.amount(f(sess.c), s.at, "a grow")
-            pool = tgt(sess.c)
+            d = sim.amount(f(sess), s.at, "a grow")
+            pool = tgt(sess)
             a = sim.innermost(sess, pool, s.at, "grow")
             yield from sim.grow(sess, a, round_up(a.units + d, pool.block) - a.units, s.at)
         return (True, op)
@@ -351,7 +352,7 @@ class Ops:
         then, else_ = self.block(s.then), self.block(s.else_)
 
         def op(sess):
-            return run_block(sess, then if g(sess.c) else else_)
+            return run_block(sess, then if g(sess) else else_)
         return (True, op)
 
     def _while(self, s):
@@ -367,7 +368,7 @@ class Ops:
         n = len(body)
 
         def op(sess):
-            while g(sess.c):
+            while g(sess):
                 i = 0  # by index: no list iterator kept while a statement blocks
                 while i < n:
                     is_gen, f, at = body[i]
@@ -421,7 +422,7 @@ class Ops:
             at = s.at
 
             def plain(sess):  # the common run: one stage, nothing grows
-                c = sess.c
+                c = sess
                 work = f(c)
                 if not work >= 0:
                     sim.amount(work, at, "a run's work")
@@ -437,11 +438,11 @@ class Ops:
 
         def op(sess):
             sim.cur_at = s.at
-            work = sim.amount(f(sess.c), s.at, "a run's work")
-            stages = [t(sess.c) for t in tgts]
+            work = sim.amount(f(sess), s.at, "a run's work")
+            stages = [t(sess) for t in tgts]
             a = None
             if grow_t is not None:  # the hold grows with the run: to the position it will reach
-                pool = grow_t(sess.c)
+                pool = grow_t(sess)
                 a = sim.innermost(sess, pool, s.at, "growing")
                 target = a.pos + work
                 if target > a.units:
@@ -549,7 +550,7 @@ class Flat:
         else_at = j
 
         def br(sess):
-            return None if g(sess.c) else else_at
+            return None if g(sess) else else_at
         code[i] = (br, s.at)
 
     def _repeat(self, code, s, side):
@@ -566,10 +567,10 @@ class Flat:
             def enter(sess):
                 return None
         else:
-            code.append((lambda sess: first if g(sess.c) else end, None))  # the guard again, not a statement
+            code.append((lambda sess: first if g(sess) else end, None))  # the guard again, not a statement
 
             def enter(sess):
-                return None if g(sess.c) else end
+                return None if g(sess) else end
         code[i] = (enter, s.at)
 
     def _turn_set(self):

@@ -762,7 +762,7 @@ class Sim(Iterations):
             st = self.claim_state[c.name]
             if st["status"] == "out_of_scope":
                 continue
-            if g(sess.c) == 0:  # out of scope: an earlier failure or witness no longer names an iteration
+            if g(sess) == 0:  # out of scope: an earlier failure or witness no longer names an iteration
                 st.update(status="out_of_scope", session=sess.serial, at=None)
 
     def turn(self, sess, at):
@@ -993,7 +993,7 @@ class Sim(Iterations):
     def hold_frame(self, sess, spec, computed=0.0, again=False):
         """The frame of a hold as it joins, its members named; SessionEnd(refused) where one of its
         units or reserves can never fit."""
-        c = sess.c
+        c = sess
         self.cur_at = spec.at
         sess.a["computed"] = computed
         fr = HoldFrame(sess, spec)
@@ -1018,7 +1018,7 @@ class Sim(Iterations):
     # ------------------------------------------------------------ content streams
     def _stream(self, sess, spec):
         """A hold's content, read as it joins: its stream, defined by its parent and where it leaves it."""
-        c = sess.c
+        c = sess
         sf, pf, af = spec.content
         stream = sf(c)
         d = None
@@ -1086,7 +1086,7 @@ class Sim(Iterations):
         for fr in q:
             if fr.head:
                 return fr
-            c = fr.sess.c
+            c = fr.sess
             c.xdict()["waited"] = self.now - fr.join_t
             k = tuple(f(c) for f in keys) + (fr.join_seq,)
             if bk is None or k < bk:
@@ -1096,7 +1096,7 @@ class Sim(Iterations):
     def _try_admit(self, fr, sync=False) -> bool:
         spec = fr.spec
         sess = fr.sess
-        c = sess.c
+        c = sess
         units, reserves = [], []
         content = spec.content is not None
         if content:  # a content pool's hit is known before its room: what others hold takes none
@@ -1165,7 +1165,7 @@ class Sim(Iterations):
             if a.leased or not a.held:
                 continue
             if spec.lease is not None and spec.lease[0] == i and not preempted:
-                dur = self.amount(spec.lease[1](sess.c), spec.at, "a lease's duration")
+                dur = self.amount(spec.lease[1](sess), spec.at, "a lease's duration")
                 a.leased = True
                 if a.pool.engine is not None:  # a lease is no resident (Engine.rc)
                     a.pool.engine.res_out(sess.id)
@@ -1185,7 +1185,7 @@ class Sim(Iterations):
     def _give_back(self, a, sess, preempted=False):
         spec = a.frame.spec
         if a.blks is not None:  # a content pool: what stays cached is decided block by block as it frees
-            ell = self.amount(spec.cache(sess.c), spec.at, "a hold's cache")
+            ell = self.amount(spec.cache(sess), spec.at, "a hold's cache")
             a.pool.publish(a, min(ell, self._computed(a, preempted)))
             a.pool.free(a, ell)
             for e in (a.pool.engine, a.pool.memory_of):
@@ -1197,7 +1197,7 @@ class Sim(Iterations):
             if e is not None:  # room freed: the engine may admit at its next step
                 self.engine_wants(e)
         if spec.has_cache:
-            ell = self.amount(spec.cache(sess.c), spec.at, "a hold's cache")
+            ell = self.amount(spec.cache(sess), spec.at, "a hold's cache")
             a.pool.put_cache(sess, min(ell, self._computed(a, preempted)))
 
     def _lease_expired(self, arg):
@@ -1295,7 +1295,7 @@ class Sim(Iterations):
         keys = self._preempt_keys[m.name]
         best, bk = None, None
         for rank, x in enumerate(cands):
-            c = x.frame.sess.c
+            c = x.frame.sess
             xd = c.xdict()
             xd["admission"] = float(rank)
             xd["position"] = x.pos
