@@ -263,6 +263,9 @@ class ContentPool(Pool):
     vLLM's free queue order (block_pool.py: a freed request's blocks appended tail first, a hit
     taking its block out, eviction from the front)."""
     content = True
+    # its own three in slots: with Pool's 29 in its dict, 32 would pass the 30 of a shared-key dict,
+    # where every read takes the slower lookup (a Pool attribute more wants Pool slots of its own)
+    __slots__ = ("table", "free_q", "keys")
 
     def __init__(self, sim, decl, index, cap, block):
         super().__init__(sim, decl, index, cap, block)
