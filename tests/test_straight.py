@@ -108,7 +108,8 @@ def _report(path, inputs, engine_path, straight, monkeypatch, **st_):
 @pytest.mark.parametrize("engine_path", [True, False])
 @pytest.mark.parametrize("path,inputs,st_", [
     (os.path.join(ROOT, "examples", "single-turn", "vllm_single_turn.sq"), {}, dict(arrivals=400)),
-    (os.path.join(ROOT, "examples", "multi-turn", "vllm.sq"), {}, dict(horizon=20)),
+    (os.path.join(ROOT, "examples", "multi-turn", "vllm.sq"), {}, dict(horizon=120)),
+    (os.path.join(ROOT, "examples", "multi-turn", "vllm_chat_shared.sq"), {}, dict(horizon=60)),
 ])
 def test_programs_report_the_same_with_generated_blocks(monkeypatch, engine_path, path, inputs, st_):
     assert _report(path, inputs, engine_path, True, monkeypatch, **st_) == \
