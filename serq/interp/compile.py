@@ -435,7 +435,7 @@ class _Source:
                 ge, gt = (">=", ">") if e.name == "max" else ("<=", "<")
                 return (f"({t} if ({t} := {args[0]}) {ge} ({u} := {args[1]}) else "
                         f"({u} if {u} {gt} {t} else {self.name(math.nan)}))")
-            if e.name in _KEEP:  # constants._keep's: a finite value's floor (ceil, round) as a float
+            if e.name in _KEEP:  # constants._keep's: a finite value's floor (or ceil) as a float
                 t = self.temp()
                 return (f"({self.name(float)}({self.name(_KEEP[e.name])}({t})) "
                         f"if {self.name(math.isfinite)}({t} := {args[0]}) else {t})")
