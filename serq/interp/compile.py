@@ -57,32 +57,45 @@ class Compiler:
 
     def expr(self, e):
         """The expression as a function of the context: one Python function generated from its
-        tree where it draws nothing (an operator is then an operation, not a call), else closures.
-        Both compute the same floats in the same order; a read of an unset attribute or context
-        value in the generated one is re-read by the closures, which raise its diagnostic."""
+        tree where it can be (source(): an operator is then an operation, not a call), else
+        closures. Both compute the same floats in the same order; a read of an unset attribute or
+        context value in the generated one is re-read by the closures, which raise its diagnostic."""
         slow = self._closure(e)
         if e.k in ("num", "inf", "attr", "ctx", "step", "reg", "obs", "agg"):
             return slow  # a leaf: no call to save
         gen = _Source(self)
-        try:
-            body = gen.src(e, 0)
-        except _NoSource:
+        got = self.source(e, gen, slow)
+        if got is None:
             return slow
+        body, fall = got
         env = gen.env
-        env["_slow"] = slow
-        if gen.drew:
-            # a draw is drawn once: no fallback that would draw again, so none of its own reads may
-            # miss (a draw's arguments are functions of their own, which raise their diagnostics)
-            if gen.keyed:
-                return slow
+        if fall is None:
             code = f"def _f(c):\n    return {body}\n"
         else:
+            env["_slow"] = fall
             code = f"def _f(c):\n    try:\n        return {body}\n    except KeyError:\n        return _slow(c)\n"
         try:
             exec(compile(code, "<serq expression>", "exec"), env)
         except (SyntaxError, RecursionError, MemoryError, ValueError):
             return slow
         return env["_f"]
+
+    def source(self, e, gen, slow=None):
+        """e as Python source in gen's generated function: (source, fallback), the fallback the
+        closures (slow, else made here) to call where one of its reads misses (a KeyError), None
+        where none can; or None where e keeps its closures (a kind _Source does not write, or a draw
+        beside a read that can miss: a draw is drawn once, and a fallback would draw it again; a
+        draw's arguments are functions of their own, which raise their own diagnostics)."""
+        gen.drew = gen.keyed = False
+        try:
+            body = gen.src(e, 0)
+        except _NoSource:
+            return None
+        if not gen.keyed:
+            return body, None
+        if gen.drew:
+            return None
+        return body, slow if slow is not None else self._closure(e)
 
     def _closure(self, e):
         k = e.k
@@ -219,10 +232,9 @@ class Compiler:
     def draw_src(self, e, name) -> str:
         """A draw as _Source writes it (`name` binds a value in the generated function): an
         exponential of a constant mean drawn in place, as its closure draws it; else its closure."""
-        if e.dist == "exp" and self.sim.workload is None:
-            mc = const_value(e.args[0])
-            if mc is not None and 0 < mc < INF:
-                return f"c.rng.expovariate({name(1.0 / float(mc))})"
+        rate = _exp_rate(e)
+        if rate is not None and self.sim.workload is None:
+            return f"c.rng.expovariate({name(rate)})"
         return f"{name(self._closure(e))}(c)"
 
     def _drawn(self, e):
@@ -237,9 +249,8 @@ class Compiler:
 
         if dist == "exp":
             (m,) = args
-            mc = const_value(e.args[0])
-            if mc is not None and 0 < mc < INF:  # a constant mean: its rate computed once
-                rate = 1.0 / float(mc)
+            rate = _exp_rate(e)
+            if rate is not None:  # a constant mean: its rate computed once
                 return lambda c: c.rng.expovariate(rate)
 
             def f(c):
@@ -347,6 +358,14 @@ class Compiler:
 
 class _NoSource(Exception):
     pass
+
+
+def _exp_rate(e) -> float | None:
+    """An exponential draw's rate where its mean is a constant in (0, inf), else None."""
+    if e.dist != "exp":
+        return None
+    mc = const_value(e.args[0])
+    return 1.0 / float(mc) if mc is not None and 0 < mc < INF else None
 
 
 _BIN = {"+": "({} + {})", "-": "({} - {})", "*": "_mul({}, {})", "/": "_div({}, {})", "%": "_mod({}, {})",

@@ -219,24 +219,20 @@ class Ops:
         block. Its caller counts the statements' steps as it counts the ops'."""
         if not stmts or any(s.k not in ("set", "observe") for s in stmts):
             return None
-        from serq.interp.compile import _NoSource, _Source
+        from serq.interp.compile import _Source
         x = self.x
         gen = _Source(x)
         lines = ["def _blk(sess):", "    a = sess.a", "    c = sess"]
         for s in stmts:
             lines.append(f"    sim.cur_at = {gen.name(s.at)}")
-            gen.drew = gen.keyed = False
-            try:
-                src = gen.src(s.e, 0)
-            except _NoSource:
-                src = None
-            if src is None or gen.drew and gen.keyed:
+            got = x.source(s.e, gen)
+            if got is None:
                 lines.append(f"    v = {gen.name(x.expr(s.e))}(c)")
-            elif not gen.keyed:  # (a draw among them: drawn once, no fallback; Compiler.expr)
-                lines.append(f"    v = {src}")
+            elif got[1] is None:
+                lines.append(f"    v = {got[0]}")
             else:
-                lines += ["    try:", f"        v = {src}", "    except KeyError:",
-                          f"        v = {gen.name(x._closure(s.e))}(c)"]
+                lines += ["    try:", f"        v = {got[0]}", "    except KeyError:",
+                          f"        v = {gen.name(got[1])}(c)"]
             lines.append(f"    a[{s.name!r}] = v" if s.k == "set" else f"    sim.observe({s.name!r}, v, sess)")
         env = gen.env
         try:
