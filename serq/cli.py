@@ -870,14 +870,18 @@ class _Watch:
         import threading
         self.sim = sim
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._watch, name="serq-watch", daemon=True)
-        self.thread.start()
+        t = self.thread = threading.Thread(target=self._watch, name="serq-watch", daemon=True)
+        t.start()
         return self.bar
 
     def close(self):
         if self.thread is not None:
             self.stop.set()
-            self.thread.join()
+            # a signal in the main thread (it waits on api._deep's run thread) can close the watch
+            # while the run thread is still starting it: a thread not yet started has nothing to
+            # join, and sees `stop` once it starts
+            if self.thread.is_alive():
+                self.thread.join()
             self.thread = None
         if self.bar is not None:
             self.bar.close()

@@ -101,3 +101,21 @@ def test_the_watch_costs_the_loop_nothing_without_a_bar():
     finally:
         watch.close()
     assert seen == [None] and watch.noted is None
+
+
+def test_a_signal_before_the_watch_thread_starts(monkeypatch):
+    """SIGTERM is raised in the main thread, which waits on the run's thread (api._deep): the watch
+    can be closed while the run thread has made the watch thread but not yet started it. close()
+    then ends cleanly, joining nothing (a CI run's SIGTERM test once ended with 'cannot join thread
+    before it is started'); here start() is stopped at the same point."""
+    watch = cli._Watch(None, {})
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+    with monkeypatch.context() as m:
+        m.setattr(threading.Thread, "start", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            watch.start(object())
+    assert watch.thread is not None and not watch.thread.is_alive()
+    watch.close()
+    assert watch.thread is None
