@@ -624,6 +624,9 @@ class EnginePath:
     def grow_one(self, a, need):
         """A growth the pool has room for (make_room evicts the cache as it must)."""
         kv = self.kv
+        if need == kv.block:  # a block (a cohort's due growth): _room_for_block's common eviction in line
+            self.grow_block(a, self.sim.now)
+            return
         kv.make_room(need)
         kv.grow_alloc(a, need)
 
