@@ -624,7 +624,7 @@ class EnginePath:
     def grow_one(self, a, need):
         """A growth the pool has room for (make_room evicts the cache as it must)."""
         kv = self.kv
-        if need == kv.block:  # a block (a cohort's due growth): _room_for_block's common eviction in line
+        if need == kv.block:  # one block (a cohort's due growth, a decode's next): _room_for_block's eviction in line
             self.grow_block(a, self.sim.now)
             return
         kv.make_room(need)
