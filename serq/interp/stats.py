@@ -749,13 +749,12 @@ def _parts(xs) -> list:
     if not math.isfinite(s):
         return [s]
     out = [s]
-    rest = array("d", xs)
-    rest.append(-s)
-    r = math.fsum(rest)
+    less = [-s]  # the parts taken so far, negated: xs with them sum to what is left (xs not copied)
+    r = math.fsum(chain(xs, less))
     while r != 0.0:
         out.append(r)
-        rest.append(-r)
-        r = math.fsum(rest)
+        less.append(-r)
+        r = math.fsum(chain(xs, less))
     return out
 
 
@@ -965,12 +964,13 @@ class _WAcc(_Acc):
     """_Acc of runs: the exact sum of each value times its count, the least and greatest value."""
     __slots__ = ()
 
-    def feed_runs(self, vs, ks):
+    def feed_runs(self, vs, ks, vl=None):
+        """vl, where given, is vs as a list (its extremes read without a float made for each)."""
         if not len(vs):
             return
         if self.exact is None:
             try:
-                terms = _times(vs, ks)
+                terms = _times(vs if vl is None else vl, ks)
                 if terms is not None:
                     parts = self.parts + _parts(terms)
                     if len(parts) > 64:
@@ -983,7 +983,9 @@ class _WAcc(_Acc):
                 self.exact.add_times(vs, ks)
         else:
             self.exact.add_times(vs, ks)
-        lo, hi = min(vs), max(vs)
+        if vl is None:
+            vl = vs
+        lo, hi = min(vl), max(vl)
         if lo < self.lo:
             self.lo = lo
         if hi > self.hi:
@@ -1048,11 +1050,12 @@ def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
             return _constant(v, sum(ks), pcts)  # one value all along (a constant execute's gaps)
         n = sum(ks)
         h = {}
-        if all(_count_into(h, vs[a:a + CHUNK], ks[a:a + CHUNK]) for a in range(0, len(vs), CHUNK)) \
+        vl = vs.tolist()
+        if all(_count_into(h, vl[a:a + CHUNK], ks[a:a + CHUNK]) for a in range(0, len(vs), CHUNK)) \
                 and _countable(h):
             size = n // BATCHES
             accs = [_WAcc() for _ in range(BATCHES + 1)]
-            _pieces(accs, vs, ks, 0, size, n - size * BATCHES)
+            _pieces(accs, vs, ks, 0, size, n - size * BATCHES, vl)
             return _from_counts(h, n, size, accs, pcts)
         if n <= 4 * len(ks) and n <= SWITCH:  # short runs of many values, written out: summary() of the samples
             return summary(list(chain.from_iterable(map(repeat, vs.tolist(), ks.tolist()))), pcts)
@@ -1070,8 +1073,9 @@ def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
     h = {}
     g = 0
     for vs, ks in runs.chunks():
-        g = _pieces(accs, vs, ks, g, size, start)
-        if not _count_into(h, vs, ks):
+        vl = vs.tolist()  # read once, by the sums' extremes and the counts
+        g = _pieces(accs, vs, ks, g, size, start, vl)
+        if not _count_into(h, vl, ks):
             break
     else:
         if _countable(h):
@@ -1110,10 +1114,11 @@ def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
 DISTINCT = 1 << 17
 
 
-def _count_into(h: dict, vs, ks) -> bool:
-    """Each run's count added to its value's in h; False once h holds more than DISTINCT values."""
+def _count_into(h: dict, vl: list, ks) -> bool:
+    """Each run's count added to its value's in h (vl the values as a list); False once h holds more
+    than DISTINCT values."""
     get = h.get
-    for v, k in zip(vs.tolist(), ks.tolist()):
+    for v, k in zip(vl, ks.tolist()):
         h[v] = get(v, 0) + k
     return len(h) <= DISTINCT
 
@@ -1170,14 +1175,21 @@ def _figures(n, size, accs, at, lo, hi, pcts, pieces) -> dict:
                        lambda q: _pct_at(at, n, q), lo, hi)
 
 
-def _pieces(accs, vs, ks, g, size, start) -> int:
+def _pieces(accs, vs, ks, g, size, start, vl=None) -> int:
     """Each piece of the samples fed the part of these runs in it, a run cut where a piece ends:
     accs[0] the first `start`, which the batches leave out, accs[1 + b] batch b, of `size`; g is
-    the index of these runs' first sample. Returns the index after them."""
-    ends = list(accumulate(ks))  # the samples through each run
-    total = ends[-1]
-    m = len(vs)
+    the index of these runs' first sample; vl, where given, vs as a list. Returns the index after
+    them."""
+    total = sum(ks)
     bounds = [0, start] + [start + (b + 1) * size for b in range(BATCHES)]
+    # the piece of the first sample: where the last sample is in it too, the runs whole (no cut, no
+    # cumulative counts: a batch spans several chunks of a long statistic)
+    p = bisect_right(bounds, g) - 1
+    if 0 <= p < BATCHES + 1 and g + total <= bounds[p + 1]:
+        accs[p].feed_runs(vs, ks, vl)
+        return g + total
+    ends = list(accumulate(ks))  # the samples through each run
+    m = len(vs)
     for p in range(BATCHES + 1):
         x0 = max(bounds[p] - g, 0)
         x1 = min(bounds[p + 1] - g, total)
@@ -1191,7 +1203,7 @@ def _pieces(accs, vs, ks, g, size, start) -> int:
         part = array("q", ks[i0:i1 + 1])
         part[0] = ends[i0] - x0
         part[-1] = x1 - ends[i1 - 1]
-        accs[p].feed_runs(vs[i0:i1 + 1], part)
+        accs[p].feed_runs(vs[i0:i1 + 1], part, None if vl is None else vl[i0:i1 + 1])
     return g + total
 
 
