@@ -1050,12 +1050,15 @@ def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
             return _constant(v, sum(ks), pcts)  # one value all along (a constant execute's gaps)
         n = sum(ks)
         h = {}
-        vl = vs.tolist()
-        if all(_count_into(h, vl[a:a + CHUNK], ks[a:a + CHUNK]) for a in range(0, len(vs), CHUNK)) \
+        # CHUNK at a time, as on disk: a chunk's list of values at most alive at once
+        if all(_count_into(h, vs[a:a + CHUNK].tolist(), ks[a:a + CHUNK]) for a in range(0, len(vs), CHUNK)) \
                 and _countable(h):
             size = n // BATCHES
             accs = [_WAcc() for _ in range(BATCHES + 1)]
-            _pieces(accs, vs, ks, 0, size, n - size * BATCHES, vl)
+            g = 0
+            for a in range(0, len(vs), CHUNK):
+                part = vs[a:a + CHUNK]
+                g = _pieces(accs, part, ks[a:a + CHUNK], g, size, n - size * BATCHES, part.tolist())
             return _from_counts(h, n, size, accs, pcts)
         if n <= 4 * len(ks) and n <= SWITCH:  # short runs of many values, written out: summary() of the samples
             return summary(list(chain.from_iterable(map(repeat, vs.tolist(), ks.tolist()))), pcts)
