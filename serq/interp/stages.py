@@ -80,7 +80,7 @@ class Stage:
         return 0.0
 
     def utilisation(self, end):
-        return self.busy_avg.result(end)["mean"]
+        return self.busy_avg.mean_to(end)  # (0 and 1: no NaN)
 
 
 class Fifo(Stage):
