@@ -432,6 +432,10 @@ class FlowStage(Stage):
         self.net = net
         self.flow_rate = 0.0
 
+    def utilisation(self, end):
+        # its busy time is the flows' share of its capacity (FlowNet), not 0 and 1: read whole
+        return self.busy_avg.result(end)["mean"]
+
     def submit(self, job):
         self.net.add(job)
 
