@@ -244,6 +244,112 @@ def test_a_busy_time_mean_is_the_result_s_mean(monkeypatch, seed):
         assert clamped  # the clamp was reached
 
 
+@pytest.mark.parametrize("seed", range(16))
+def test_a_busy_time_keeps_the_mean_of_the_whole_one(monkeypatch, seed):
+    """A BusyAverage (an engine's or a stage's busy time) given the changes a TimeAverage is given,
+    one at a time, split, or a fast-forward's ends at once, has its mean to the last bit, whatever
+    it has folded: idle spells or none (the mean clamped by rounding), a warm-up the changes cross
+    (spilled before it ends, or not), changes at one instant, iterations a few ulps long (kept near
+    the last), and ends at the last change (as a run's end: none after it), an ulp after it, or later.
+    Its mean alone is kept."""
+    rng = random.Random(seed)
+    if seed % 2:
+        monkeypatch.setattr(S, "SWITCH", 64)
+        monkeypatch.setattr(S, "CHUNK", 16)
+    start = rng.choice([0.0, 0.0, 7.0, 40.0])
+    whole, busy = S.TimeAverage(start), S.BusyAverage(start)
+    idle = seed % 4 != 0  # never idle after the first start: every value held is 1
+    t = rng.choice([0.0, 0.3])
+    for a in (whole, busy):
+        a.set(t, 1.0)
+    for _ in range(rng.choice([5, 200, 800])):
+        r = rng.random()
+        if r < 0.5:  # a fast-forward's iterations: their ends, each a gap after the one before
+            step = rng.choice([0.004, 0.0007, 5e-324, 1e-15, 0.0])
+            ends = []
+            for _ in range(rng.choice([1, 2, 3, 27, 60])):
+                t += rng.choice([step, step, rng.expovariate(200.0)])
+                ends.append(t)
+            whole.split_all(list(ends))
+            diffs = [e - b for e, b in zip(ends, [busy.last] + ends[:-1])]
+            busy.split_diffs(list(ends), diffs)
+        elif r < 0.8:  # an iteration's end: idle, and at once busy again (or not)
+            t += rng.choice([0.004, rng.expovariate(100.0), 5e-324])
+            again = not idle or rng.random() < 0.7
+            for a in (whole, busy):
+                a.set(t, 0.0)
+                if again:
+                    a.set(t, 1.0)
+        else:
+            t += rng.choice([0.01, 1e-300])
+            for a in (whole, busy):
+                a.split(t)
+        if idle and rng.random() < 0.05:
+            t += rng.expovariate(1.0)
+            for a in (whole, busy):
+                a.set(t, 0.0)
+            t += rng.expovariate(1.0)
+            for a in (whole, busy):
+                a.set(t, 1.0)
+    t += rng.choice([0.0, 0.004])
+    for a in (whole, busy):
+        a.set(t, 0.0)
+    assert busy.v == whole.v and busy.last == whole.last and busy.acc == whole.acc
+    for end in (t, math.nextafter(t, math.inf), t + 1.0, t * 3.7, max(t, start), 1e300, 1.7e308, math.inf):
+        # (the run's end: no change after it; a span whose twentieth times 20 overflows, an infinite one)
+        assert repr(busy.mean_to(end)) == repr(whole.result(end)["mean"]), end
+    if t > start:  # folded: its changes are not kept
+        assert busy.t is None and busy.tail is not None and len(busy.tail) <= 4
+        with pytest.raises(TypeError):
+            busy.result(t)
+
+
+@pytest.mark.parametrize("at_once", [True, False])
+def test_a_busy_time_reads_the_values_it_folded_and_not_those_at_its_end(at_once):
+    """The two cases where a busy time's mean reads the least and greatest value held: busy in
+    between (folded, not kept) but idle before the start and until the last change, which makes it
+    busy at the run's end (the mean not clamped to 0); and busy all along but for the last change, to
+    idle at the run's end, where the mean's last edge falls an ulp before the end (that change not
+    held: the mean, a few ulps off 1 by rounding, clamped to it)."""
+    whole, busy = S.TimeAverage(0.0), S.BusyAverage(0.0)
+    t = 1.0
+    for a in (whole, busy):
+        a.set(t, 1.0)
+    for _ in range(50):
+        ends = [t + 0.0031 * i for i in range(1, 30)]
+        whole.split_all(list(ends))
+        if at_once:  # a fast-forward's iterations
+            busy.split_diffs(list(ends), [e - b for e, b in zip(ends, [busy.last] + ends[:-1])])
+        else:  # one iteration at a time
+            for e in ends:
+                busy.split(e)
+        t = ends[-1]
+    for a in (whole, busy):
+        a.set(t, 0.0)
+        a.set(t + 5.0, 1.0)
+    assert repr(busy.mean_to(t + 5.0)) == repr(whole.result(t + 5.0)["mean"])
+    assert 0.0 < busy.mean_to(t + 5.0) < 1.0
+    # an end whose last edge, start + span * 20 / 20, is below it, and a run busy until then
+    start = 0.7
+    end = next(e for e in (0.7 + 0.0013 * i for i in range(1000, 10000))
+               if start + (e - start) * S.BATCHES / S.BATCHES < e)
+    whole, busy = S.TimeAverage(start), S.BusyAverage(start)
+    for a in (whole, busy):
+        a.set(0.5, 1.0)
+    t, clamped = 0.5, False
+    while t < end:
+        ends = [e for e in (t + 0.00071 * i for i in range(1, 30)) if e < end] + [end]
+        whole.split_all(list(ends))
+        busy.split_diffs(list(ends), [e - b for e, b in zip(ends, [busy.last] + ends[:-1])])
+        t = ends[-1]
+    for a in (whole, busy):
+        a.set(end, 0.0)
+    want = whole.result(end)["mean"]
+    assert repr(busy.mean_to(end)) == repr(want) and want == 1.0
+    span = end - start
+    assert (whole.integral(start + span * S.BATCHES / S.BATCHES) - whole.integral(start)) / span != 1.0
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_time_average_whole_span_extremes_are_the_windows(seed):
     """TimeAverage.result takes the whole span's least and greatest from its 20 windows' (their

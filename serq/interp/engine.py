@@ -11,7 +11,7 @@ from operator import sub
 
 from serq.interp.compile import _DEPTH, _NoSource, _Source
 from serq.interp.pools import Pool, round_up
-from serq.interp.stats import TimeAverage
+from serq.interp.stats import BusyAverage
 from serq.lang.lower.constants import FUNCS
 from serq.link.exprs import const_value
 
@@ -88,7 +88,7 @@ class Engine:
         self.completed = 0
         self.completed_after_warmup = 0
         self.iterations = 0
-        self.busy_avg = TimeAverage(sim.warmup)
+        self.busy_avg = BusyAverage(sim.warmup)
         self.registers: dict = {}
         self.vars = {"Nres": 0.0, "Ndec": 0.0, "Kvb": 0.0, "Kvp": 0.0, "Preempted": 0.0, "Admitted": 0.0,
                      "Ntok": 0.0, "Npre": 0.0, "Attn": 0.0, "Queued": 0.0}

@@ -6,7 +6,7 @@ import heapq
 import math
 from collections import deque
 
-from serq.interp.stats import TimeAverage
+from serq.interp.stats import BusyAverage, TimeAverage
 from serq.lang.lower.constants import fmt
 
 INF = math.inf
@@ -55,7 +55,7 @@ class Stage:
         self.index = index
         self.label = name if index is None else f"{name}[{index}]"
         self.completed = 0
-        self.busy_avg = TimeAverage(sim.warmup)
+        self.busy_avg = BusyAverage(sim.warmup)
         self.n = 0
         self.completed_after_warmup = 0
         self.alone = (self,)  # a one-stage job's stages, shared by every such job
@@ -428,6 +428,7 @@ class FlowStage(Stage):
 
     def __init__(self, sim, name, index, cap: float, net: FlowNet):
         super().__init__(sim, name, index)
+        self.busy_avg = TimeAverage(sim.warmup)  # the flows' share of its capacity: not 0 and 1
         self.cap = cap
         self.net = net
         self.flow_rate = 0.0

@@ -6,6 +6,7 @@ import math
 import tempfile
 import weakref
 from array import array
+from collections import deque
 from bisect import bisect_left, bisect_right
 from itertools import accumulate, chain, compress, islice, repeat
 from operator import mul, ne, sub
@@ -506,6 +507,152 @@ class TimeAverage:
         ci = _half_width([mean(w, width)[0] for w in range(BATCHES)]) if width > 0 else None  # as result()
         m, lo, hi = mean(BATCHES, span)
         return {"mean": m, "ci95": ci, "min": lo, "max": hi}
+
+
+# the changes a BusyAverage keeps near its last: those within NEAR ulps of it, and one before. The
+# mean's last edge, start + span * 20 / 20, is within a few ulps of the end, and every change is at
+# or before the end (an instant the run has reached), so the change that edge reads is among them
+NEAR = 64
+
+
+class BusyAverage(TimeAverage):
+    """The time average of a busy time (a stage's or an engine's: 0 and 1, never NaN), whose mean
+    alone is read (its utilisation, mean_to). Once a change comes after the start, it keeps the
+    last change at or before the start, the few near the last, and the least and greatest value of
+    those between, not the changes: no memory, disk or end pass that grows with the run, and a
+    fast-forward's run of iterations summed at once (split_diffs). mean_to(end) is TimeAverage's
+    result(end)["mean"], to the last bit: the same additions, in the same order."""
+
+    __slots__ = ("anchor", "lo", "hi", "tail")
+
+    def __init__(self, start: float, v0: float = 0.0):
+        super().__init__(start, v0)
+        self.anchor = None    # (time, value, integral) of the last change at or before the start
+        self.lo = self.hi = None  # of the changes between it and the tail (each held)
+        self.tail = None      # [time, value, integral] of the changes near the last, and one before
+
+    def _settle(self, t: float, v: float):
+        """The first change after the start: the last before it is the anchor; the arrays go."""
+        self.anchor = (self.last, self.v, self.acc)
+        self.acc = acc = self.acc + self.v * (t - self.last)
+        self.last = t
+        self.v = v
+        self.tail = [[t, v, acc]]
+        self.t = self.vals = self.cum = self.disk = None
+
+    def _fold(self, v):
+        if self.lo is None or v < self.lo:
+            self.lo = v
+        if self.hi is None or v > self.hi:
+            self.hi = v
+
+    def _trim(self):
+        tail = self.tail
+        tl = tail[-1][0]
+        cut = tl - NEAR * math.ulp(tl)
+        while len(tail) > 1 and tail[1][0] < cut:  # the first is neither near nor the one before
+            self._fold(tail.pop(0)[1])
+
+    def set(self, t: float, v: float):
+        if self.tail is None:
+            if t > self.start and t != self.last:
+                if v != self.v:
+                    self._settle(t, v)
+                return
+            return super().set(t, v)
+        if v == self.v:
+            return
+        if t == self.last:  # a second change at one instant: the instant's last state is what is held
+            self.tail[-1][1] = v
+        else:
+            self.acc = acc = self.acc + self.v * (t - self.last)
+            self.last = t
+            self.tail.append([t, v, acc])
+            self._trim()
+        self.v = v
+
+    def split(self, t: float):
+        if self.v != 1.0:
+            self.set(t, 0.0)
+            self.set(t, 1.0)
+            return
+        if t == self.last:
+            return
+        if self.tail is None:
+            if t > self.start:
+                self._settle(t, 1.0)
+                return
+            return super().split(t)
+        self.acc = acc = self.acc + (t - self.last)  # 1.0 * (t - last)
+        self.last = t
+        self.tail.append([t, 1.0, acc])
+        self._trim()
+
+    def split_diffs(self, times, diffs):
+        k = len(times)
+        if not k:
+            return
+        tail = self.tail
+        if tail is None or k < 2 or self.v != 1.0 or not min(diffs) > 0.0:
+            for t in times:
+                self.split(t)
+            return
+        tl = times[-1]
+        if not times[-2] < tl - NEAR * math.ulp(tl):  # more than the last near it: one at a time
+            for t in times:
+                self.split(t)
+            return
+        # the tail's changes, and the new ones but the last two, are now held between; the tail's
+        # last is at 1 (the signal's value), as those new ones are
+        for p in tail:
+            self._fold(p[1])
+        two = deque(accumulate(diffs, initial=self.acc), maxlen=2)  # the same additions as split's
+        self.tail = [[times[-2], 1.0, two[0]], [tl, 1.0, two[1]]]
+        self.acc = two[1]
+        self.last = tl
+
+    def rise(self, times, vals):
+        raise TypeError("a busy time's average is set and split")
+
+    follow = rise
+
+    def result(self, end: float) -> dict:
+        if self.tail is None:
+            return super().result(end)
+        raise TypeError("a busy time's average keeps its mean alone (mean_to)")
+
+    def mean_to(self, end: float):
+        if self.tail is None:
+            return super().mean_to(end)
+        start = self.start
+        span = end - start
+        if span <= 0:
+            return None
+        if span * BATCHES < math.inf:  # result()'s first and last edge
+            e0, e1 = start + span * 0 / BATCHES, start + span * BATCHES / BATCHES
+        elif span < math.inf:
+            e0, e1 = start + span / BATCHES * 0, end
+        else:  # an infinite span: result()'s first edge is NaN, and so its mean
+            return math.nan
+        ta, va, ca = self.anchor
+        at = None
+        for p in reversed(self.tail):
+            if p[0] <= e1:
+                at = p
+                break
+        if at is None:  # the last edge before the tail: the anchor, where nothing was folded
+            if self.lo is not None:
+                raise RuntimeError(f"BusyAverage: the mean to {end!r} reads a change it folded")
+            at = self.anchor
+        x = ((at[2] + at[1] * (e1 - at[0])) - (ca + va * (e0 - ta))) / span
+        # the values held: the anchor's, those folded, then the tail's before the last edge
+        lo = hi = va
+        for y in ([] if self.lo is None else [self.lo, self.hi]) + [p[1] for p in self.tail if p[0] < e1]:
+            if y < lo:
+                lo = y
+            if y > hi:
+                hi = y
+        return _within(x, lo, hi)
 
 
 def _fold(acc, xs):
