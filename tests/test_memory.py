@@ -203,47 +203,6 @@ def test_time_average_split_all_of_a_long_run():
     assert repr(run.result(20.0)) == repr(one.result(20.0))
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_a_busy_time_mean_is_the_result_s_mean(monkeypatch, seed):
-    """TimeAverage.mean_to (a stage's utilisation) is result()'s mean to the last bit, in memory and
-    spilled: a busy time's 0 and 1, or other values that are not NaN; an engine busy all along from
-    before the start (every value held 1, the mean a few ulps off it, clamped), or busy most of the
-    time (the clamp found or not among the first SAMPLE values held); starts within the run or at 0,
-    ends at the last change (the last edge a few ulps from it) or past it, and spans that end
-    within the first change."""
-    rng = random.Random(seed)
-    if seed % 2:
-        monkeypatch.setattr(S, "SWITCH", 64)
-        monkeypatch.setattr(S, "CHUNK", 16)
-    monkeypatch.setattr(S, "SAMPLE", rng.choice([1, 5, 4096]))
-    mode = ["always", "mostly", "values"][seed % 3]
-    values = [0.0, 1.0] if mode != "values" else [0.0, -0.0, 1.0, 2.5, rng.random()]
-    avg = S.TimeAverage(rng.choice([0.0, 5.0]) if mode != "always" else 0.7)
-    t = 0.0
-    if mode == "always":
-        avg.set(0.5, 1.0)
-        t = 0.5
-    clamped = 0
-    for _ in range(rng.choice([3, 300, 3000])):
-        t += rng.choice([rng.expovariate(1.0), 0.1, 1e-9, 5e-324, 0.0031])
-        if mode != "values" and (mode == "always" or rng.random() < 0.98):
-            avg.split_all([t + 0.0007 * i for i in range(1, rng.randint(2, 30))])
-            t += 0.03
-        else:
-            avg.set(t, rng.choice(values))
-    for end in (t, math.nextafter(t, math.inf), t + 1.0, t + 0.123456, t + 7.77, t * 3.1, avg.start + 1e-9,
-                avg.start, 1e300):
-        want = avg.result(end)["mean"]
-        assert repr(avg.mean_to(end)) == repr(want), end
-        if mode == "always" and want is not None:
-            span = end - avg.start
-            x = (avg.integral(avg.start + span * S.BATCHES / S.BATCHES) - avg.integral(avg.start)) / span \
-                if avg.disk is None else None
-            clamped += x is not None and x != want
-    if mode == "always" and avg.disk is None:
-        assert clamped  # the clamp was reached
-
-
 @pytest.mark.parametrize("seed", range(16))
 def test_a_busy_time_keeps_the_mean_of_the_whole_one(monkeypatch, seed):
     """A BusyAverage (an engine's or a stage's busy time) given the changes a TimeAverage is given,

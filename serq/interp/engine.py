@@ -151,7 +151,7 @@ class Engine:
         return self.sim.eval_budget(self)
 
     def utilisation(self, end):
-        return self.busy_avg.mean_to(end)  # (0 and 1: no NaN)
+        return self.busy_avg.mean_to(end)
 
     # -- the runs
     def add(self, req: Req):

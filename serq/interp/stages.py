@@ -80,7 +80,7 @@ class Stage:
         return 0.0
 
     def utilisation(self, end):
-        return self.busy_avg.mean_to(end)  # (0 and 1: no NaN)
+        return self.busy_avg.mean_to(end)
 
 
 class Fifo(Stage):
@@ -428,14 +428,12 @@ class FlowStage(Stage):
 
     def __init__(self, sim, name, index, cap: float, net: FlowNet):
         super().__init__(sim, name, index)
-        self.busy_avg = TimeAverage(sim.warmup)  # the flows' share of its capacity: not 0 and 1
+        # its busy time is the flows' share of its capacity (FlowNet): a fraction, NaN where both
+        # are infinite, so the whole average (BusyAverage is for 0 and 1)
+        self.busy_avg = TimeAverage(sim.warmup)
         self.cap = cap
         self.net = net
         self.flow_rate = 0.0
-
-    def utilisation(self, end):
-        # its busy time is the flows' share of its capacity (FlowNet), not 0 and 1: read whole
-        return self.busy_avg.result(end)["mean"]
 
     def submit(self, job):
         self.net.add(job)

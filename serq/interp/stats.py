@@ -6,8 +6,8 @@ import math
 import tempfile
 import weakref
 from array import array
-from collections import deque
 from bisect import bisect_left, bisect_right
+from collections import deque
 from itertools import accumulate, chain, compress, islice, repeat
 from operator import mul, ne, sub
 
@@ -219,8 +219,6 @@ def summary(values, pcts=PERCENTILES) -> dict:
 
 
 _ONES = array("d", [1.0]) * 4096  # split_all's values, a slice of it
-# the values held TimeAverage.mean_to reads before it reads them all (result())
-SAMPLE = 4096
 
 
 class TimeAverage:
@@ -373,41 +371,7 @@ class TimeAverage:
         return self.cum[i] + self.vals[i] * (x - self.t[i])
 
     def mean_to(self, end: float):
-        """result(end)["mean"] of a signal whose values are never NaN (a busy time's 0 and 1: a
-        stage's utilisation), without result()'s pass over every value held: the integrals at its
-        first and last edge, then the clamp into the least and greatest value held (_within), which
-        cannot move the mean where a value held at or below it and one at or above it are found
-        among the first SAMPLE held; else result() itself."""
-        start = self.start
-        span = end - start
-        if span <= 0 or not span * BATCHES < math.inf:
-            return self.result(end)["mean"]
-        e0, e1 = start + span * 0 / BATCHES, start + span * BATCHES / BATCHES  # as result()'s
-        at = [None, None]  # (time, value, integral) of the last change at or before each
-        for ts, vs, cs in self._columns():
-            for k, e in enumerate((e0, e1)):
-                p = bisect_right(ts, e)
-                if p:
-                    at[k] = (ts[p - 1], vs[p - 1], cs[p - 1])
-        if at[0] is None or at[1] is None:  # (a start before the first change: as result() reads it)
-            return self.result(end)["mean"]
-        (t0, v0, c0), (t1, v1, c1) = at
-        x = ((c1 + v1 * (e1 - t1)) - (c0 + v0 * (e0 - t0))) / span
-        # the values held: the one from e0 (v0), then those changed to in (e0, e1)
-        le, ge = v0 <= x, v0 >= x
-        left = SAMPLE
-        for ts, vs, _ in self._columns():
-            if le and ge or left <= 0:
-                break
-            i0 = bisect_right(ts, e0)
-            i1 = min(bisect_left(ts, e1), i0 + left)
-            if i0 < i1:
-                part = vs[i0:i1]
-                left -= i1 - i0
-                le = le or any(map(x.__ge__, part))
-                ge = ge or any(map(x.__le__, part))
-        if le and ge:
-            return x
+        """result(end)'s mean alone (a stage's utilisation; BusyAverage keeps no more)."""
         return self.result(end)["mean"]
 
     def result(self, end: float) -> dict:
