@@ -515,6 +515,8 @@ class BusyAverage(TimeAverage):
 
     def _trim(self):
         tail = self.tail
+        if len(tail) < 3:  # the last and the one before it: nothing to fold
+            return
         tl = tail[-1][0]
         cut = tl - NEAR * math.ulp(tl)
         while len(tail) > 1 and tail[1][0] < cut:  # the first is neither near nor the one before
@@ -571,8 +573,14 @@ class BusyAverage(TimeAverage):
             return
         # the tail's changes, and the new ones but the last two, are now held between; the tail's
         # last is at 1 (the signal's value), as those new ones are
+        lo, hi = self.lo, self.hi
         for p in tail:
-            self._fold(p[1])
+            y = p[1]
+            if lo is None or y < lo:
+                lo = y
+            if hi is None or y > hi:
+                hi = y
+        self.lo, self.hi = lo, hi
         two = deque(accumulate(diffs, initial=self.acc), maxlen=2)  # the same additions as split's
         self.tail = [[times[-2], 1.0, two[0]], [tl, 1.0, two[1]]]
         self.acc = two[1]
