@@ -205,12 +205,12 @@ def test_time_average_split_all_of_a_long_run():
 
 @pytest.mark.parametrize("seed", range(16))
 def test_a_busy_time_keeps_the_mean_of_the_whole_one(monkeypatch, seed):
-    """A BusyAverage (an engine's or a stage's busy time) given the changes a TimeAverage is given,
-    one at a time, split, or a fast-forward's ends at once, has its mean to the last bit, whatever
-    it has folded: idle spells or none (the mean clamped by rounding), a warm-up the changes cross
-    (spilled before it ends, or not), changes at one instant, iterations a few ulps long (kept near
-    the last), and ends at the last change (as a run's end: none after it), an ulp after it, or later.
-    Its mean alone is kept."""
+    """A BusyAverage (an engine's or a stage's busy time: 0 and 1, or a fifo(c)'s fractions) given
+    the changes a TimeAverage is given, one at a time, split, or a fast-forward's ends at once, has
+    its mean to the last bit, whatever it has folded: idle spells or none (the mean clamped by
+    rounding), a warm-up the changes cross (spilled before it ends, or not), changes at one instant,
+    iterations a few ulps long (kept near the last), and ends at the last change (as a run's end:
+    none after it), an ulp after it, or later. Its mean alone is kept."""
     rng = random.Random(seed)
     if seed % 2:
         monkeypatch.setattr(S, "SWITCH", 64)
@@ -218,6 +218,7 @@ def test_a_busy_time_keeps_the_mean_of_the_whole_one(monkeypatch, seed):
     start = rng.choice([0.0, 0.0, 7.0, 40.0])
     whole, busy = S.TimeAverage(start), S.BusyAverage(start)
     idle = seed % 4 != 0  # never idle after the first start: every value held is 1
+    level = rng.choice([0.0, 0.25, 0.5, 0.75]) if seed % 4 == 3 else 0.0  # a fifo(c)'s share of its servers
     t = rng.choice([0.0, 0.3])
     for a in (whole, busy):
         a.set(t, 1.0)
@@ -235,8 +236,9 @@ def test_a_busy_time_keeps_the_mean_of_the_whole_one(monkeypatch, seed):
         elif r < 0.8:  # an iteration's end: idle, and at once busy again (or not)
             t += rng.choice([0.004, rng.expovariate(100.0), 5e-324])
             again = not idle or rng.random() < 0.7
+            low = level if level and rng.random() < 0.5 else 0.0
             for a in (whole, busy):
-                a.set(t, 0.0)
+                a.set(t, low)
                 if again:
                     a.set(t, 1.0)
         else:

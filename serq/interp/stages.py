@@ -429,7 +429,7 @@ class FlowStage(Stage):
     def __init__(self, sim, name, index, cap: float, net: FlowNet):
         super().__init__(sim, name, index)
         # its busy time is the flows' share of its capacity (FlowNet): a fraction, NaN where both
-        # are infinite, so the whole average (BusyAverage is for 0 and 1)
+        # are infinite, so the whole average (BusyAverage's folds are for values never NaN)
         self.busy_avg = TimeAverage(sim.warmup)
         self.cap = cap
         self.net = net

@@ -483,8 +483,8 @@ NEAR = 64
 
 
 class BusyAverage(TimeAverage):
-    """The time average of a busy time (a stage's or an engine's: 0 and 1, never NaN), whose mean
-    alone is read (its utilisation, mean_to). Once a change comes after the start, it keeps the
+    """The time average of a busy time (an engine's 0 and 1, a fifo(c) stage's share of its servers:
+    never NaN), whose mean alone is read (its utilisation, mean_to). Once a change comes after the start, it keeps the
     last change at or before the start, the few near the last, and the least and greatest value of
     those between, not the changes: no memory, disk or end pass that grows with the run, and a
     fast-forward's run of iterations summed at once (split_diffs). mean_to(end) is TimeAverage's
