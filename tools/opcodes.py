@@ -4,13 +4,14 @@ request's time goes, counted the same at every run; docs/speed.md, "fifth sessio
     .venv/bin/python tools/opcodes.py PROGRAM [N] [TOP]     # N requests (default 3,000), TOP rows (30)
 
 Two runs of the program in this process, `serq run PROGRAM --arrivals N` and with N // 3 (api.run,
-the report built), after one of a request that pays the imports. Each Python frame of the run's thread is traced with `f_trace_opcodes`
-(sys.settrace), and each opcode it executes is counted against its function (name, file, first
-line). Each function's count in the smaller run is taken from its count in the larger, over the
-difference in requests: the start-up and the report's fixed part cancel, as in
-bench/instructions.py. The table prints the TOP largest, with their share. Opcodes are not time:
-a dict's probe or a new float costs more than a local's load, and a step that removes opcodes must
-still show in CPU time (bench/requests.py). The trace makes a run ~30 times slower.
+the report built), after one of a request that pays the imports. Each Python frame of the run's
+thread is traced with `f_trace_opcodes` (sys.settrace), and each opcode it executes is counted
+against its function (name, file, first line). Each function's count in the smaller run is taken
+from its count in the larger, over the difference in requests: the start-up and the report's
+fixed part cancel, as in bench/instructions.py. The table prints the TOP largest, with their
+share. Opcodes are not time: a dict's probe or a new float costs more than a local's load, and a
+step that removes opcodes must still show in CPU time (bench/requests.py). The trace makes a run
+~30 times slower.
 """
 from __future__ import annotations
 

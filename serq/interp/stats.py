@@ -484,18 +484,18 @@ NEAR = 64
 
 class BusyAverage(TimeAverage):
     """The time average of a busy time (an engine's 0 and 1, a fifo(c) stage's share of its servers:
-    never NaN), whose mean alone is read (its utilisation, mean_to). Once a change comes after the start, it keeps the
-    last change at or before the start, the few near the last, and the least and greatest value of
-    those between, not the changes: no memory, disk or end pass that grows with the run, and a
+    never NaN), whose mean alone is read (its utilisation, mean_to). Once a change comes after the
+    start, it keeps the last change at or before the start, the few near the last, and the least
+    and greatest value of those between, not the changes: no memory, disk or end pass that grows with the run, and a
     fast-forward's run of iterations summed at once (split_diffs). mean_to(end) is TimeAverage's
     result(end)["mean"], to the last bit: the same additions, in the same order."""
 
-    __slots__ = ("anchor", "lo", "hi", "tail")
+    __slots__ = ("anchor", "ext", "tail")
 
     def __init__(self, start: float, v0: float = 0.0):
         super().__init__(start, v0)
         self.anchor = None    # (time, value, integral) of the last change at or before the start
-        self.lo = self.hi = None  # of the changes between it and the tail (each held)
+        self.ext = [None, None]  # least, greatest of the changes between it and the tail (_fold)
         self.tail = None      # [time, value, integral] of the changes near the last, and one before
 
     def _settle(self, t: float, v: float):
@@ -507,12 +507,6 @@ class BusyAverage(TimeAverage):
         self.tail = [[t, v, acc]]
         self.t = self.vals = self.cum = self.disk = None
 
-    def _fold(self, v):
-        if self.lo is None or v < self.lo:
-            self.lo = v
-        if self.hi is None or v > self.hi:
-            self.hi = v
-
     def _trim(self):
         tail = self.tail
         if len(tail) < 3:  # the last and the one before it: nothing to fold
@@ -520,7 +514,7 @@ class BusyAverage(TimeAverage):
         tl = tail[-1][0]
         cut = tl - NEAR * math.ulp(tl)
         while len(tail) > 1 and tail[1][0] < cut:  # the first is neither near nor the one before
-            self._fold(tail.pop(0)[1])
+            _fold(self.ext, (tail.pop(0)[1],))
 
     def set(self, t: float, v: float):
         if self.tail is None:
@@ -558,33 +552,21 @@ class BusyAverage(TimeAverage):
         self._trim()
 
     def split_diffs(self, times, diffs):
-        k = len(times)
-        if not k:
-            return
         tail = self.tail
-        if tail is None or k < 2 or self.v != 1.0 or not min(diffs) > 0.0:
-            for t in times:
-                self.split(t)
-            return
-        tl = times[-1]
-        if not times[-2] < tl - NEAR * math.ulp(tl):  # more than the last near it: one at a time
-            for t in times:
-                self.split(t)
-            return
-        # the tail's changes, and the new ones but the last two, are now held between; the tail's
-        # last is at 1 (the signal's value), as those new ones are
-        lo, hi = self.lo, self.hi
-        for p in tail:
-            y = p[1]
-            if lo is None or y < lo:
-                lo = y
-            if hi is None or y > hi:
-                hi = y
-        self.lo, self.hi = lo, hi
-        two = deque(accumulate(diffs, initial=self.acc), maxlen=2)  # the same additions as split's
-        self.tail = [[times[-2], 1.0, two[0]], [tl, 1.0, two[1]]]
-        self.acc = two[1]
-        self.last = tl
+        # at once where it has settled, at 1, the ends rising and none but the last near the last
+        if tail is not None and len(times) > 1 and self.v == 1.0 and min(diffs) > 0.0:
+            tl = times[-1]
+            if times[-2] < tl - NEAR * math.ulp(tl):
+                # the tail's changes, and the new ones but the last two, are now held between; the
+                # tail's last is at 1 (the signal's value), as those new ones are
+                _fold(self.ext, [p[1] for p in tail])
+                two = deque(accumulate(diffs, initial=self.acc), maxlen=2)  # the same additions as split's
+                self.tail = [[times[-2], 1.0, two[0]], [tl, 1.0, two[1]]]
+                self.acc = two[1]
+                self.last = tl
+                return
+        for t in times:
+            self.split(t)
 
     def rise(self, times, vals):
         raise TypeError("a busy time's average is set and split")
@@ -616,18 +598,14 @@ class BusyAverage(TimeAverage):
                 at = p
                 break
         if at is None:  # the last edge before the tail: the anchor, where nothing was folded
-            if self.lo is not None:
+            if self.ext[0] is not None:
                 raise RuntimeError(f"BusyAverage: the mean to {end!r} reads a change it folded")
             at = self.anchor
         x = ((at[2] + at[1] * (e1 - at[0])) - (ca + va * (e0 - ta))) / span
         # the values held: the anchor's, those folded, then the tail's before the last edge
-        lo = hi = va
-        for y in ([] if self.lo is None else [self.lo, self.hi]) + [p[1] for p in self.tail if p[0] < e1]:
-            if y < lo:
-                lo = y
-            if y > hi:
-                hi = y
-        return _within(x, lo, hi)
+        held = [None, None]
+        _fold(held, [va] + [y for y in self.ext if y is not None] + [p[1] for p in self.tail if p[0] < e1])
+        return _within(x, *held)
 
 
 def _fold(acc, xs):
