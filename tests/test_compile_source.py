@@ -129,3 +129,23 @@ def test_written_out_functions_on_every_pair_of_values():
             for y in VALUES:
                 c = Ctx(a={"a": x, "b": y})
                 assert outcome(fast, c) == outcome(slow, c), (e.name, x, y)
+
+
+def test_min_and_max_of_a_name_read_it_again():
+    """min and max of two whose argument is a name in the source (a constant, or a part the steady
+    loop reads once into a local) read it where they compare, without a temporary: the closures'
+    results on every value and constant, either way round (NaN, the zeros' signs)."""
+    sim = SimpleNamespace(prog=SimpleNamespace(files=["t.sq"]), now=0.0, workload=None)
+    comp = Compiler(sim)
+    a = I.Attr(name="a")
+    for f in ("min", "max"):
+        for k in VALUES:
+            for args in ([a, I.Num(v=k)], [I.Num(v=k), a]):
+                e = I.Fn(name=f, args=args)
+                fast, slow = comp.expr(e), comp._closure(e)
+                assert fast.__code__.co_filename == "<serq expression>"
+                # the attribute's read into a temporary, the constant's name read again
+                assert [n for n in fast.__code__.co_varnames if n.startswith("_t")] == ["_t0"], (f, k)
+                for x in VALUES:
+                    c = Ctx(a={"a": x})
+                    assert outcome(fast, c) == outcome(slow, c), (f, k, x)

@@ -393,6 +393,13 @@ class _Source:
         self.tmp += 1
         return f"_t{self.tmp - 1}"
 
+    def _once(self, src: str) -> tuple:
+        """(how to read it again, how to read it first): a name as it is, else a temporary."""
+        if src.isidentifier():
+            return src, src
+        t = self.temp()
+        return t, f"({t} := {src})"
+
     def name(self, v) -> str:
         n = f"k{len(self.env)}"
         self.env[n] = v
@@ -449,10 +456,11 @@ class _Source:
             if len(args) == 1 and e.name in ("min", "max", "sum"):
                 return args[0]
             if len(args) == 2 and e.name in ("min", "max"):
-                # the comparisons constants._min and _max make, without the call
-                t, u = self.temp(), self.temp()
+                # the comparisons constants._min and _max make, without the call; each argument read
+                # once into a temporary, but a name (a local or constant: read again, the same value)
+                (t, a), (u, b) = (self._once(x) for x in args)
                 ge, gt = (">=", ">") if e.name == "max" else ("<=", "<")
-                return (f"({t} if ({t} := {args[0]}) {ge} ({u} := {args[1]}) else "
+                return (f"({t} if {a} {ge} {b} else "
                         f"({u} if {u} {gt} {t} else {self.name(math.nan)}))")
             if e.name in _KEEP:  # constants._keep's: a finite value's floor (or ceil) as a float
                 t = self.temp()
