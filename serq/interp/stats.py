@@ -513,8 +513,13 @@ class BusyAverage(TimeAverage):
             return
         tl = tail[-1][0]
         cut = tl - NEAR * math.ulp(tl)
+        ext = self.ext
         while len(tail) > 1 and tail[1][0] < cut:  # the first is neither near nor the one before
-            _fold(self.ext, (tail.pop(0)[1],))
+            x = tail.pop(0)[1]  # folded (_fold's, in line: a change or two a call)
+            if ext[0] is None or x < ext[0]:
+                ext[0] = x
+            if ext[1] is None or x > ext[1]:
+                ext[1] = x
 
     def set(self, t: float, v: float):
         if self.tail is None:
