@@ -143,7 +143,7 @@ class EnginePath:
                  "budget", "run_cost", "stored_cost", "ibl",
                  # the run's state (events)
                  "t_arr", "t_end", "want", "batch", "grows", "co", "ep", "co_last", "co_s", "co_n", "co_k",
-                 "fin", "fin_heap", "gcal", "hzp", "reps", "ends", "t_start", "co_now", "pbatch", "refund")
+                 "fin", "fin_heap", "gcal", "hzp", "reps", "ends", "t_start", "co_now", "pbatch", "refund", "idle")
 
     def __init__(self, sim, eng, spec, slots, kv, hold, budget_c):
         self.budget_c = budget_c  # the tokens cap, a constant (plan)
@@ -610,7 +610,7 @@ class EnginePath:
         eng.served_total += ntok
         eng.iterations += 1
         eng.busy = True
-        eng.busy_avg.set(sim.now, 1.0)
+        self.busy_from(sim.now)
         self.batch = batch
         self.co_k = k  # the cohort served (its head)
         self.reps = 1
@@ -811,7 +811,7 @@ class EnginePath:
         eng.iterations += cnt
         eng.served_total += cnt * fn
         eng.busy = True
-        eng.busy_avg.set(now, 1.0)
+        self.busy_from(now)
         if kc or n >= CO_MIN:  # served this iteration: co_join reads it
             it = eng.iter_no
             for x in range(kc, n):
@@ -842,6 +842,22 @@ class EnginePath:
         sim.seq += 1  # Sim.at's
         self.t_end = end
         return True
+
+    def busy_from(self, now):
+        """The busy time rises at now, an iteration's start; where the last iteration ended at now,
+        its fall and this rise are one split (TimeAverage.split: set(now, 0.0) then set(now, 1.0),
+        the same state), else the fall is set where it was (nothing else sets this average)."""
+        avg = self.eng.busy_avg
+        idle = self.idle
+        if idle is None:
+            avg.set(now, 1.0)
+            return
+        self.idle = None
+        if idle == now:
+            avg.split(now)
+        else:
+            avg.set(idle, 0.0)
+            avg.set(now, 1.0)
 
     def grow_block(self, a, t):
         """A block more for a, at t (_room_for_block, and grow_alloc's sums, as _grow_steady)."""
@@ -983,7 +999,7 @@ class EnginePath:
             gaps = list(map(sub, ends, starts))
             eng.busy_avg.split_diffs(ends[:-1], gaps[:-1])
         eng.busy = False
-        eng.busy_avg.set(now, 0.0)
+        self.idle = now  # the busy time's fall, set as the next iteration starts (busy_from)
         self.t_end = INF
         itl = sim.c_itl
         batch, self.batch = self.batch, None
@@ -1116,6 +1132,7 @@ class EnginePath:
         self.fin_heap = []    # those epochs
         self.gcal = {}        # epoch -> the members that grow a block as the iteration of that epoch starts
         self.hzp = math.nextafter(hz, INF) if hz < INF else INF
+        self.idle = None      # the end of the last iteration, where the busy time's fall is not yet set
         eng = self.eng
         gauges = bool(self.gauges) or self.recorder is not None
         last_t = 0.0
@@ -1147,6 +1164,9 @@ class EnginePath:
                 progress(sim)
                 last_t = now
         self.co_flush()  # the runs left as they stand
+        if self.idle is not None:
+            eng.busy_avg.set(self.idle, 0.0)
+            self.idle = None
         eng.reqs = [r for r in eng.reqs if r.alive]
 
 
