@@ -237,6 +237,9 @@ def test_a_time_average_given_rising_points_at_once_holds_what_one_at_a_time_hol
     assert (list(a.t), list(a.vals), list(a.cum), a.acc, a.last, a.v) == \
         (list(b.t), list(b.vals), list(b.cum), b.acc, b.last, b.v)
     assert a.result(4.0) == b.result(4.0)
+    b.rise([], [])  # no points: nothing changes
+    assert (list(a.t), list(a.vals), list(a.cum), a.acc, a.last, a.v) == \
+        (list(b.t), list(b.vals), list(b.cum), b.acc, b.last, b.v)
 
 
 def test_a_time_average_that_follows_another_from_the_same_point_holds_what_rising_holds():

@@ -721,7 +721,7 @@ class EnginePath:
             s = 0
         kv = self.kv
         bl = kv.block
-        firsts = []  # (the iteration whose start grows it a block, batch order, request)
+        firsts = []  # (the iteration whose start grows it a block, batch order, its hold's allocation)
         for j in range(kc, n):
             r = reqs[j]
             a = r.alloc
@@ -738,7 +738,7 @@ class EnginePath:
                 k = left
             pos = int(pos)
             s += pos
-            firsts.append((int(units) - pos + 1, j, r))
+            firsts.append((int(units) - pos + 1, j, a))
         k = int(k)
         if k < 1:
             return None
@@ -784,15 +784,16 @@ class EnginePath:
                         if r.cn < 0:
                             continue
                         i = e - ep + 1
+                        cn, a = r.cn, r.alloc
                         while i <= cnt:
-                            grows.append((i, 0, r.cn, r))
+                            grows.append((i, 0, cn, a))
                             i += ibl
-        for i, j, r in firsts:
+        for i, j, a in firsts:
             while i <= cnt:
-                grows.append((i, 1, j, r))
+                grows.append((i, 1, j, a))
                 i += ibl
         if grows:
-            grows.sort()  # (iteration, kind, order) apart for any two: the request never compared
+            grows.sort()  # (iteration, kind, order) apart for any two: the allocation never compared
             room = kv.cap + 1e-9 - kv.used
             for x, g in enumerate(grows if len(grows) * bl > room else ()):  # (room for all: none to cut)
                 if not bl <= room:
@@ -837,7 +838,7 @@ class EnginePath:
             if g[0] > 1:
                 later = (grows, x, ends)  # grows[x:], each at ends[its iteration - 2]
                 break
-            self.grow_block(g[3].alloc, now)
+            self.grow_block(g[3], now)
         self.grows = later
         sim.seq += 1  # Sim.at's
         self.t_end = end
@@ -883,13 +884,13 @@ class EnginePath:
         grow = self.grow_block
         t = None
         for g in grows[x:]:
-            t1, r = ends[g[0] - 2], g[3]
+            t1 = ends[g[0] - 2]
             if t1 != t:
                 if gauges and t is not None:
                     sim.now = t
                     self.read_gauges(t, gauges)
                 t = t1
-            grow(r.alloc, t1)
+            grow(g[3], t1)
         if gauges and t is not None:
             sim.now = t
             self.read_gauges(t, gauges)
@@ -945,26 +946,32 @@ class EnginePath:
                     del ents[0]
                     if e.owner is not None and own.get(e.owner.cid) is e:
                         del own[e.owner.cid]
-        # the holds' units and the pool's used, the instants' last values
-        times, vals = [], []
+        # the holds' units and the pool's used, each instant's last value, and the pool's integral
+        # at each (TimeAverage.rise's additions, in its order, summed here in the one loop)
+        acc0, last0 = acc, last = avg.acc, avg.last
+        v = avg.v
+        times, vals, cum = [], [], []
         u = used
         for g in grows[x:]:
-            g[3].alloc.units += bl
+            g[3].units += bl
             u += bl
             t = ends[g[0] - 2]
-            if times and times[-1] == t:
+            if t == last:  # another growth at this instant (the first's is after avg.last)
                 vals[-1] = u
             else:
+                acc = acc + v * (t - last)
                 times.append(t)
                 vals.append(u)
+                cum.append(acc)
+                last = t
+            v = u
         kv.used = u
         if u > kv.max_used:
             kv.max_used = u
-        acc, last = avg.acc, avg.last
-        avg.rise(times, vals)
+        avg.add_points(times, vals, cum)
         k = len(times)
         for sign, g in self.pool_gauges:
-            if sign > 0 and g.acc == acc and g.last == last and len(avg.t) > k:
+            if sign > 0 and g.acc == acc0 and g.last == last0 and len(avg.t) > k:
                 g.follow(avg, k)  # the pool's own signal, from the same point: its integrals
             else:
                 g.rise(times, vals if sign > 0 else [cap - x for x in vals])

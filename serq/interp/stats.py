@@ -324,12 +324,19 @@ class TimeAverage:
             app(acc)
             last = t
             v = x
+        self.add_points(times, vals, cum)
+
+    def add_points(self, times: list, vals: list, cum: list):
+        """rise(times, vals) whose integrals, cum, the caller summed as rise does (enginepath.py's
+        growths, in the loop that makes their points)."""
+        if not times:
+            return
         self.t.fromlist(times)
         self.vals.fromlist(vals)
         self.cum.fromlist(cum)
-        self.acc = acc
-        self.last = last
-        self.v = v
+        self.acc = cum[-1]
+        self.last = times[-1]
+        self.v = vals[-1]
         if len(self.t) >= self.cap:
             self._flush()
 
@@ -576,7 +583,7 @@ class BusyAverage(TimeAverage):
     def rise(self, times, vals):
         raise TypeError("a busy time's average is set and split")
 
-    follow = rise
+    follow = add_points = rise
 
     def result(self, end: float) -> dict:
         if self.tail is None:
