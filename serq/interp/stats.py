@@ -7,9 +7,9 @@ import tempfile
 import weakref
 from array import array
 from bisect import bisect_left, bisect_right
-from collections import deque
+from functools import reduce
 from itertools import accumulate, chain, compress, islice, repeat
-from operator import ne, sub
+from operator import add, ne, sub
 
 BATCHES = 20
 # Student's t, 0.975 quantile, 19 degrees of freedom (20 batches)
@@ -571,10 +571,19 @@ class BusyAverage(TimeAverage):
             if times[-2] < tl - NEAR * math.ulp(tl):
                 # the tail's changes, and the new ones but the last two, are now held between; the
                 # tail's last is at 1 (the signal's value), as those new ones are
-                _fold(self.ext, [p[1] for p in tail])
-                two = deque(accumulate(diffs, initial=self.acc), maxlen=2)  # the same additions as split's
-                self.tail = [[times[-2], 1.0, two[0]], [tl, 1.0, two[1]]]
-                self.acc = two[1]
+                ext = self.ext
+                for p in tail:  # (_fold's comparisons, in line: two or three)
+                    x = p[1]
+                    if ext[0] is None or x < ext[0]:
+                        ext[0] = x
+                    if ext[1] is None or x > ext[1]:
+                        ext[1] = x
+                # the integral at the last two: split's additions, in its order (reduce: plain float
+                # additions in C, not sum(), which compensates from Python 3.12 on)
+                a = reduce(add, diffs[:-1], self.acc)
+                b = a + diffs[-1]
+                self.tail = [[times[-2], 1.0, a], [tl, 1.0, b]]
+                self.acc = b
                 self.last = tl
                 return
         for t in times:
