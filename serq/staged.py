@@ -17,8 +17,10 @@ import errno
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import threading
+import _thread
 from contextlib import contextmanager
 from typing import Callable
 
@@ -78,7 +80,37 @@ def _on_signal(signum, frame):
     if _deferring[0]:
         _pending.append(signum)
         return
+    f = frame
+    while f is not None:
+        if f.f_code is _dropped.__code__:  # raised here it would be dropped too: sent again
+            _send_again(signum)
+            return
+        f = f.f_back
     _raise(signum)
+
+
+def _send_again(signum: int) -> None:
+    # from a thread of its own (a bare one: threading's locks may be held where Python dropped the
+    # exception), so that the main thread handles it at its next step, out of the code that dropped it
+    _thread.start_new_thread(os.kill, (os.getpid(), signum))
+
+
+_hook: list = []  # the sys.unraisablehook in place before the handlers were put in
+
+
+def _dropped(unraisable) -> None:
+    """sys.unraisablehook while the handlers are in. Python runs a signal's handler at the main
+    thread's next step, which may be inside a weakref callback or a `__del__`, where an exception is
+    dropped ("Exception ignored in"): a SIGTERM during an import's module-lock callback left a sweep
+    running on (CI, the reliability campaign's sweep-5). Such a signal is sent again, with no
+    traceback; any other exception goes to the hook that was there."""
+    exc = unraisable.exc_value
+    if isinstance(exc, KeyboardInterrupt) and os.getpid() == _owner[0]:
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+        if handler_installed(signum):
+            _send_again(signum)
+            return
+    (_hook[0] if _hook else sys.__unraisablehook__)(unraisable)
 
 
 def handler_installed(signum: int) -> bool:
@@ -110,10 +142,15 @@ class RaisingSignals:
             self.saved[sig] = old
         if self.saved:  # the outermost: no signal raised yet
             _last.clear()
+            if sys.unraisablehook is not _dropped:
+                _hook[:] = [sys.unraisablehook]
+                sys.unraisablehook = _dropped
         return self
 
     def stop(self):
         saved, self.saved = self.saved, {}
+        if saved and sys.unraisablehook is _dropped:
+            sys.unraisablehook = _hook.pop() if _hook else sys.__unraisablehook__
         for sig, old in saved.items():
             try:
                 signal.signal(sig, old)

@@ -340,6 +340,48 @@ def test_signals_raise_only_while_installed():
     assert {s: signal.getsignal(s) for s in before} == before
 
 
+
+DROPPED = r"""
+import os, signal, sys, time, weakref
+from serq.staged import RaisingSignals, Terminated
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (pytest-xdist's workers ignore it)
+seen = []
+def hook(u):  # the hook in place before: told of any other exception, and a signal comes in it
+    seen.append(type(u.exc_value).__name__)
+    if %(in_hook)s:
+        os.kill(os.getpid(), signal.%(sig)s)
+        len(())  # a C call: the handler runs here, inside the hook
+sys.unraisablehook = hook
+class O: pass
+def cb(_):
+    if %(in_hook)s:
+        raise ValueError("not a signal's")
+    os.kill(os.getpid(), signal.%(sig)s)
+    len(())  # the handler runs here, inside the weakref callback, which Python drops exceptions of
+try:
+    with RaisingSignals():
+        o = O(); r = weakref.ref(o, cb); del o
+        for _ in range(500):
+            time.sleep(0.01)
+    print("ran on")
+except KeyboardInterrupt as e:
+    print(type(e).__name__, seen, sys.unraisablehook is hook)
+"""
+
+
+@pytest.mark.parametrize("in_hook", [False, True])
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_handled_where_python_drops_exceptions_is_not_lost(sig, in_hook):
+    """The handler runs at the main thread's next step, which may be a weakref callback (CI's
+    sweep-5: importlib's module-lock callback) or the unraisable hook itself, where Python drops an
+    exception: the signal is sent again and raised in the main thread, with no traceback; the hook
+    in place before is told of other exceptions and is back at the end."""
+    r = subprocess.run([sys.executable, "-c", DROPPED % {"sig": sig, "in_hook": in_hook}],
+                       capture_output=True, text=True, timeout=60, env=ENV, cwd=ROOT)
+    want = "Terminated" if sig == "SIGTERM" else "KeyboardInterrupt"
+    assert r.stdout.split() == [want, "['ValueError']" if in_hook else "[]", "True"], (r.stdout, r.stderr)
+    assert r.stderr == "", r.stderr
+
 # ------------------------------------------------------------------ item 1: files put in the destination meanwhile
 
 @pytest.mark.parametrize("existed", [True, False])
