@@ -62,6 +62,13 @@ try:
     from serq.lang.lower.constants import fmt, whole
     from serq.lang.lower.inputs import UsageError
     from serq.staged import forget_signals, signalled
+except KeyboardInterrupt:
+    # Ctrl-C while the command starts (its imports are most of a short run's start-up): said and
+    # ended as _guarded does once it runs, with no traceback; a program importing this module gets it
+    if __name__ == "__main__" or os.path.basename(sys.argv[0] or "") == "serq":
+        sys.stderr.write("serq: interrupted\n")
+        raise SystemExit(130) from None
+    raise
 finally:
     gc.freeze()
     if _collecting:

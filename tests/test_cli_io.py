@@ -232,6 +232,37 @@ def test_an_unexpected_exception_is_one_line_exit_3(capsys, progk, monkeypatch):
     assert rc == 130 and err == "serq: interrupted\n"
 
 
+EARLY = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (pytest-xdist's workers ignore it)
+class Hook:  # Ctrl-C as serq.api is imported: amid the command's start-up imports
+    def find_spec(self, name, path, target=None):
+        if name == "serq.api":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, Hook())
+sys.argv = [%r, "check", "x.sq"]
+try:
+    import serq.cli
+except KeyboardInterrupt:
+    print("KeyboardInterrupt")
+"""
+
+
+@pytest.mark.parametrize("argv0", ["serq", "a-program"])
+def test_ctrl_c_while_the_command_starts(argv0):
+    """SIGINT during serq.cli's imports (most of a short command's start-up, before _guarded runs):
+    the command says so and exits 130 with no traceback; a program importing the module gets the
+    KeyboardInterrupt (the reliability stress caught a traceback at 0.08 s)."""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-c", EARLY % argv0], capture_output=True, text=True, timeout=60)
+    if argv0 == "serq":
+        assert (r.returncode, r.stdout, r.stderr) == (130, "", "serq: interrupted\n")
+    else:
+        assert (r.returncode, r.stdout) == (0, "KeyboardInterrupt\n"), r.stderr
+
+
 FORKED = r"""
 import os, signal, sys, time
 from serq.staged import RaisingSignals, deferred_signals
