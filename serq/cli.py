@@ -1,14 +1,28 @@
 """The command line: argument parsing only; everything else is the API (architecture)."""
 from __future__ import annotations
 
-import argparse
-import gc
-import importlib
-import json
-import math
-import os
-import re
+import signal
 import sys
+
+# Ctrl-C while the command starts (its imports are most of a short command's start-up) is held until
+# they end, then acted on (_held_interrupt): raised inside an import it would leave a traceback, or
+# come out as another error (pydantic_core's import of datetime turns it into a panic). Only where it
+# would raise (Python's own handler, in the main thread); ignored or handled elsewise, it is left be
+_held: list = []
+_holding = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+if _holding:
+    try:
+        signal.signal(signal.SIGINT, lambda signum, frame: _held.append(signum))
+    except ValueError:  # not the main thread
+        _holding = False
+
+import argparse  # noqa: E402
+import gc  # noqa: E402
+import importlib  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
 
 # The IR's models are serQ's own: pydantic plugins installed beside it are not loaded (finding them
 # scans every installed package's entry points at the first validation, ~10 ms a command) unless
@@ -62,17 +76,30 @@ try:
     from serq.lang.lower.constants import fmt, whole
     from serq.lang.lower.inputs import UsageError
     from serq.staged import forget_signals, signalled
-except KeyboardInterrupt:
-    # Ctrl-C while the command starts (its imports are most of a short run's start-up): said and
-    # ended as _guarded does once it runs, with no traceback; a program importing this module gets it
-    if __name__ == "__main__" or os.path.basename(sys.argv[0] or "") == "serq":
-        sys.stderr.write("serq: interrupted\n")
-        raise SystemExit(130) from None
-    raise
 finally:
     gc.freeze()
     if _collecting:
         gc.enable()
+
+
+def _held_interrupt():
+    """The start-up's Ctrl-C, held while the imports ran: as the command, said and the process ended
+    (130, as _guarded ends it once it runs); imported by a program, its KeyboardInterrupt, now."""
+    if not _holding:
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if not _held:
+        return
+    if __name__ == "__main__" or os.path.basename(sys.argv[0] or "") == "serq":
+        try:
+            sys.stderr.write("serq: interrupted\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(130)
+    raise KeyboardInterrupt
+
+
+_held_interrupt()
 
 
 def version() -> str:
