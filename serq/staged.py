@@ -20,6 +20,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import _thread
 from contextlib import contextmanager
 from typing import Callable
@@ -82,17 +83,38 @@ def _on_signal(signum, frame):
         return
     f = frame
     while f is not None:
-        if f.f_code is _dropped.__code__:  # raised here it would be dropped too: sent again
+        code = f.f_code
+        if code is _dropped.__code__:  # raised here it would be dropped too: sent again
             _send_again(signum)
             return
+        if code.co_filename.startswith("<frozen importlib"):
+            # amid an import (a command's lazy numpy, scipy, ray): a module's C code may clear an
+            # exception raised there (a sweep's scipy.stats lost a SIGINT), or turn it into another
+            # error. Sent again until the import is over, or has held it IMPORT_HOLD seconds
+            since = _held_since.setdefault(signum, time.monotonic())
+            if time.monotonic() - since < IMPORT_HOLD:
+                _send_again(signum, 0.01)
+                return
+            break
         f = f.f_back
+    _held_since.pop(signum, None)
     _raise(signum)
 
 
-def _send_again(signum: int) -> None:
+IMPORT_HOLD = 5.0
+_held_since: dict = {}  # signal -> when an import first held it
+
+
+def _send_later(pid: int, signum: int, delay: float) -> None:
+    if delay:
+        time.sleep(delay)
+    os.kill(pid, signum)
+
+
+def _send_again(signum: int, delay: float = 0.0) -> None:
     # from a thread of its own (a bare one: threading's locks may be held where Python dropped the
-    # exception), so that the main thread handles it at its next step, out of the code that dropped it
-    _thread.start_new_thread(os.kill, (os.getpid(), signum))
+    # exception), so that the main thread handles it at a later step, out of the code that dropped it
+    _thread.start_new_thread(_send_later, (os.getpid(), signum, delay))
 
 
 _hook: list = []  # the sys.unraisablehook in place before the handlers were put in
@@ -142,6 +164,7 @@ class RaisingSignals:
             self.saved[sig] = old
         if self.saved:  # the outermost: no signal raised yet
             _last.clear()
+            _held_since.clear()
             if sys.unraisablehook is not _dropped:
                 _hook[:] = [sys.unraisablehook]
                 sys.unraisablehook = _dropped

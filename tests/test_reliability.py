@@ -382,6 +382,55 @@ def test_a_signal_handled_where_python_drops_exceptions_is_not_lost(sig, in_hook
     assert r.stdout.split() == [want, "['ValueError']" if in_hook else "[]", "True"], (r.stdout, r.stderr)
     assert r.stderr == "", r.stderr
 
+
+IMPORTED = r"""
+import os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from serq import staged
+from serq.staged import RaisingSignals, Terminated
+staged.IMPORT_HOLD = float(sys.argv[2])
+signal.signal(signal.SIGINT, signal.default_int_handler)  # (pytest-xdist's workers ignore it)
+t0 = time.monotonic()
+try:
+    with RaisingSignals():
+        import swallows  # the signal comes amid its import, whose code drops what is raised there
+        print("imported", swallows.WHOLE)
+        for _ in range(500):
+            time.sleep(0.01)
+    print("ran on")
+except KeyboardInterrupt as e:
+    print(type(e).__name__, "swallows" in sys.modules, round(time.monotonic() - t0, 1) < 4)
+"""
+
+SWALLOWS = """
+import os, signal, time
+for _ in range(%d):
+    try:
+        os.kill(os.getpid(), signal.%s)
+        time.sleep(0.05)  # the handler runs here
+    except BaseException:
+        pass  # as a C module that clears the error of an optional import it could not make
+WHOLE = True
+"""
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_amid_an_import_is_raised_after_it(tmp_path, sig):
+    """A signal whose handler runs amid an import (a sweep's scipy.stats, which dropped a SIGINT: the
+    sweep ran on) is sent again until the import is over, then raised: the module whole, the command
+    ended; an import that holds it past IMPORT_HOLD gets it raised inside."""
+    (tmp_path / "swallows.py").write_text(SWALLOWS % (4, sig))
+    r = subprocess.run([sys.executable, "-c", IMPORTED, str(tmp_path), "5"], capture_output=True, text=True,
+                       timeout=60, env=ENV, cwd=ROOT)
+    want = "Terminated" if sig == "SIGTERM" else "KeyboardInterrupt"
+    assert r.stdout.split() == ["imported", "True", want, "True", "True"], (r.stdout, r.stderr)
+    assert r.stderr == "", r.stderr
+    # held past IMPORT_HOLD (0.1 s, the import raising its own twice as long): raised inside it
+    (tmp_path / "swallows.py").write_text(SWALLOWS.replace("    except BaseException:\n        pass", "    finally:\n        pass") % (4, sig))
+    r = subprocess.run([sys.executable, "-c", IMPORTED, str(tmp_path), "0.1"], capture_output=True, text=True,
+                       timeout=60, env=ENV, cwd=ROOT)
+    assert r.stdout.split() == [want, "False", "True"], (r.stdout, r.stderr)
+
 # ------------------------------------------------------------------ item 1: files put in the destination meanwhile
 
 @pytest.mark.parametrize("existed", [True, False])
