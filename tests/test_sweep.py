@@ -118,6 +118,16 @@ def test_the_summary_is_the_mean_and_t_interval_across_seeds(jobs1):
     assert checked > 20  # ttft and tpot have no sample in mg1.sq: their rows are empty
 
 
+def test_the_t_quantile_is_scipy_stats_own():
+    """The intervals' t quantile, read without importing scipy.stats, is its t.ppf to the bit."""
+    from scipy.stats import t
+
+    from serq.exp.sweep import _t_quantile
+    ppf = _t_quantile()
+    for df in (*range(1, 200), 1000, 10 ** 6):
+        assert ppf(df) == float(t.ppf(0.975, df))
+
+
 def test_the_interval_covers_the_mm1_response_time(jobs1):
     """E[response] = 1/(mu - lambda). A 95% interval misses one time in twenty, so one miss out of
     three points is allowed (two, at 5% each, would be a 0.7% event); each mean is also within 15%
