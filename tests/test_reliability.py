@@ -293,6 +293,19 @@ def test_sigterm_at_a_random_point(tmp_path, what, seed):
                   ("sweep.json", "runs.csv") if what == "sweep" else ("dump.json",))
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("what", ["sweep", "dump"])
+def test_sigint_at_a_random_point(tmp_path, what, seed):
+    """Ctrl-C from the command's imports on (before them, 0.02-0.04 s in, it is the interpreter's):
+    exit 130, no traceback, nothing left. A stress of these found a KeyboardInterrupt lost in a
+    sweep's import of scipy.stats, and tracebacks in serq.cli's own imports."""
+    delay = random.Random(f"int{what}{seed}").uniform(0.5, 2.5)
+    cmd = [*SERQ, *(LONG_SWEEP if what == "sweep" else LONG_DUMP)]
+    rc, out, err, left = _signalled(cmd, delay, signal.SIGINT, tmp_path)
+    _assert_clean(tmp_path, rc, err, left, signal.SIGINT,
+                  ("sweep.json", "runs.csv") if what == "sweep" else ("dump.json",))
+
+
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGINT])
 def test_sighup_and_sigint_of_a_sweep(tmp_path, sig):
     rc, out, err, left = _signalled([*SERQ, *LONG_SWEEP], 1.8, sig, tmp_path)
