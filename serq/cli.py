@@ -9,10 +9,16 @@ import sys
 # come out as another error (pydantic_core's import of datetime turns it into a panic). Only where it
 # would raise (Python's own handler, in the main thread); ignored or handled elsewise, it is left be
 _held: list = []
+
+
+def _hold(signum, frame):
+    _held.append(signum)
+
+
 _holding = signal.getsignal(signal.SIGINT) is signal.default_int_handler
 if _holding:
     try:
-        signal.signal(signal.SIGINT, lambda signum, frame: _held.append(signum))
+        signal.signal(signal.SIGINT, _hold)
     except ValueError:  # not the main thread
         _holding = False
 
@@ -87,7 +93,8 @@ def _held_interrupt():
     (130, as _guarded ends it once it runs); imported by a program, its KeyboardInterrupt, now."""
     if not _holding:
         return
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGINT) is _hold:  # (not where an import put in a handler of its own)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if not _held:
         return
     if __name__ == "__main__" or os.path.basename(sys.argv[0] or "") == "serq":
