@@ -332,7 +332,7 @@ def test_on_a_terminal_the_progress_is_a_bar_redrawn_in_place(tmp_path):
     assert text.endswith("\r")  # the bar is cleared: the shell's prompt starts on a clean line
 
 
-@pytest.mark.parametrize("module, extra", [("scipy.special", []), ("ray", ["--cluster", "local"])])
+@pytest.mark.parametrize("module, extra", [("scipy.stats", []), ("scipy.special", []), ("ray", ["--cluster", "local"])])
 def test_a_missing_experiments_extra_is_a_usage_error(module, extra, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, module, None)  # `import` of it now fails as if not installed
     code = cli.main(["sweep", MG1, "--arrivals", "100", "--seeds", "1", "--out", str(tmp_path / "o"), *extra])

@@ -232,9 +232,12 @@ def _link(api, path, inputs, base):
 def _t_quantile():
     """Student's t's 0.975 quantile of df degrees of freedom: scipy.stats.t.ppf's own computation
     (its _ppf is stdtrit), without importing scipy.stats (~0.5 s of a sweep's start-up)."""
+    import importlib.util
     try:
+        if importlib.util.find_spec("scipy.stats") is None:  # found, not imported: scipy as the intervals need it
+            raise ImportError("scipy.stats")
         from scipy.special import stdtrit
-    except ImportError:
+    except (ImportError, ValueError):
         raise UsageError(f"serq sweep needs scipy for its intervals: {_EXTRA}") from None
     cache: dict[int, float] = {}
 
