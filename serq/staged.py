@@ -98,6 +98,7 @@ def _on_signal(signum, frame):
             break
         f = f.f_back
     _held_since.pop(signum, None)
+    _resend.pop(signum, None)  # raised now: a re-send still asleep would raise it twice
     _raise(signum)
 
 
@@ -105,16 +106,28 @@ IMPORT_HOLD = 5.0
 _held_since: dict = {}  # signal -> when an import first held it
 
 
-def _send_later(pid: int, signum: int, delay: float) -> None:
+_resend: dict = {}  # signal -> the token of the thread that will send it again (None: sent)
+
+
+def _send_later(pid: int, signum: int, delay: float, token: object) -> None:
     if delay:
         time.sleep(delay)
-    os.kill(pid, signum)
+    if _resend.get(signum) is token:  # not raised meanwhile
+        _resend[signum] = None
+        os.kill(pid, signum)
 
 
 def _send_again(signum: int, delay: float = 0.0) -> None:
     # from a thread of its own (a bare one: threading's locks may be held where Python dropped the
-    # exception), so that the main thread handles it at a later step, out of the code that dropped it
-    _thread.start_new_thread(_send_later, (os.getpid(), signum, delay))
+    # exception), so that the main thread handles it at a later step, out of the code that dropped it.
+    # One at a time: signals that came while one is to be sent again are that one signal, as the
+    # kernel keeps one pending (four SIGINTs amid an import, each sent again on its own, raised one
+    # KeyboardInterrupt after it and three more in its handler: CI, make check)
+    if _resend.get(signum) is not None:
+        return
+    token = object()
+    _resend[signum] = token
+    _thread.start_new_thread(_send_later, (os.getpid(), signum, delay, token))
 
 
 _hook: list = []  # the sys.unraisablehook in place before the handlers were put in
@@ -165,6 +178,7 @@ class RaisingSignals:
         if self.saved:  # the outermost: no signal raised yet
             _last.clear()
             _held_since.clear()
+            _resend.clear()
             if sys.unraisablehook is not _dropped:
                 _hook[:] = [sys.unraisablehook]
                 sys.unraisablehook = _dropped

@@ -354,6 +354,33 @@ def test_signals_raise_only_while_installed():
 
 
 
+def test_a_signal_sent_again_is_raised_once(monkeypatch):
+    """A signal sent again (amid an import, where Python dropped it) while one is still to be sent
+    again is the same signal (CI: four SIGINTs amid an import raised one KeyboardInterrupt after it
+    and another in its handler); one raised meanwhile is not raised again by a re-send."""
+    raised = []
+    monkeypatch.setattr(staged, "_raise", raised.append)
+    def wait(seconds):
+        t = time.monotonic()
+        while time.monotonic() - t < seconds:
+            time.sleep(0.01)
+    with staged.RaisingSignals():
+        staged._send_again(signal.SIGTERM, 0.05)
+        staged._send_again(signal.SIGTERM, 0.1)  # the first still asleep
+        staged._send_again(signal.SIGHUP, 0.1)   # another signal: its own
+        wait(0.5)
+        assert sorted(raised) == sorted([signal.SIGTERM, signal.SIGHUP])
+        staged._send_again(signal.SIGTERM, 0.05)  # sent, then again once it is
+        wait(0.3)
+        staged._send_again(signal.SIGTERM, 0.05)
+        wait(0.3)
+        assert raised.count(signal.SIGTERM) == 3
+        staged._send_again(signal.SIGTERM, 0.2)
+        os.kill(os.getpid(), signal.SIGTERM)  # raised before the re-send wakes: it sends nothing
+        wait(0.5)
+        assert raised.count(signal.SIGTERM) == 4
+
+
 DROPPED = r"""
 import os, signal, sys, time, weakref
 from serq.staged import RaisingSignals, Terminated
