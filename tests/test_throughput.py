@@ -9,6 +9,7 @@ import json
 import math
 import os
 import random
+import sys
 
 import pytest
 
@@ -448,10 +449,82 @@ def test_a_statistic_of_runs_counted_by_value_is_that_of_its_samples(request, mo
     assert repr(S.summary(w.after())) == repr(S.summary(after))
 
 
-def test_a_run_too_long_to_split_is_summed_exactly():
+@pytest.mark.parametrize("numpy", [True, False])
+@pytest.mark.parametrize("spill", [False, True])
+@pytest.mark.parametrize("distinct", [3, 1 << 17])
+@pytest.mark.parametrize("kind", ["levels", "exp", "ties", "zeros", "wide", "huge", "inf"])
+@pytest.mark.parametrize("counts", ["short", "long"])
+def test_a_statistic_of_runs_counted_with_numpy_is_that_of_its_samples(request, monkeypatch, numpy, spill, distinct,
+                                                                       kind, counts):
+    """Many runs (a long run's ITL) are counted by value with numpy (_summary_counted), in blocks cut
+    anywhere across the batches: the samples' statistic to the last bit. Runs it does not count (a
+    zero, an infinity, values past [2**-900, 2**900] in magnitude, more than DISTINCT values), and
+    any runs without numpy, go the loops' way: the same figures."""
+    if spill:
+        request.getfixturevalue("small")
+    if numpy:
+        pytest.importorskip("numpy")
+    else:
+        monkeypatch.setitem(sys.modules, "numpy", None)  # not installed: imported, it raises ImportError
+    monkeypatch.setattr(S, "NP_RUNS", 1)
+    monkeypatch.setattr(S, "BLOCK", 97)
+    monkeypatch.setattr(S, "DISTINCT", distinct)
+    counted = numpy and kind in ("levels", "exp", "wide") and distinct > 4
+    if counted:
+        def no(*a, **k):
+            raise AssertionError("the runs counted by the loops where numpy counts them")
+        for f in ("_count_into", "_pieces", "_summary_runs", "_select_runs"):
+            monkeypatch.setattr(S, f, no)
+    rng = random.Random(hash((kind, distinct, spill, counts, "np")) & 0xFFFF)
+    runs = _runs(rng, kind, 1500, counts)
+    w = S.Weighted(warmup=float(rng.randrange(0, 500)))
+    after = _recorded(w, runs)
+    assert (w.vcol.file is not None) == spill
+    assert repr(S.summary(w.after())) == repr(S.summary(after))
+    assert repr(S.summary(w.v)) == repr(S.summary([x for v, k in runs for x in [v] * k]))
+
+
+def test_values_past_distinct_are_sorted_not_counted_with_numpy(monkeypatch):
+    """numpy's counts, like the loops', hold at most DISTINCT values (their memory bounded whatever
+    the runs): past it, though no block alone has more, they are left to the loops."""
+    pytest.importorskip("numpy")
+    monkeypatch.setattr(S, "NP_RUNS", 1)
+    monkeypatch.setattr(S, "DISTINCT", 3)
+    got = []
+    real = S._summary_counted
+    monkeypatch.setattr(S, "_summary_counted", lambda *a: got.append(real(*a)) or got[-1])
+    w = S.Weighted(0.0)
+    runs = [(0.5, 3), (0.25, 1), (0.5, 2), (0.75, 1), (1.5, 1), (0.25, 4)]
+    for t, (v, k) in enumerate(runs):
+        w.add(float(t), v, k)
+    assert repr(S.summary(w.after())) == repr(S.summary([x for v, k in runs for x in [v] * k]))
+    assert got == [None]  # left to the loops
+
+
+def test_a_long_runs_statistic_is_the_same_with_numpy_or_without(monkeypatch):
+    """A run whose ITL holds more than NP_RUNS runs (vllm_single_turn.sq, 1,500 requests): its
+    report with the runs counted by numpy is the report counted by the loops, to the last bit."""
+    pytest.importorskip("numpy")
+    prog = api.load(os.path.join(ROOT, "examples", "single-turn", "vllm_single_turn.sq"), {})
+    calls = []
+    real = S._summary_counted
+    monkeypatch.setattr(S, "_summary_counted", lambda *a: calls.append(1) or real(*a))
+    with_np = api.run(prog, Settings(arrivals=1500))
+    assert calls  # it counted them
+    monkeypatch.setattr(S, "NP_RUNS", 1 << 62)
+    without = api.run(prog, Settings(arrivals=1500))
+    with_np.pop("_sim"), without.pop("_sim")
+    assert json.dumps(with_np, sort_keys=True) == json.dumps(without, sort_keys=True)
+
+
+@pytest.mark.parametrize("np_runs", [None, 1])
+def test_a_run_too_long_to_split_is_summed_exactly(monkeypatch, np_runs):
     """A count of 2**26 or more is past the two-halves product (_times): the sum goes on in whole
-    numbers, the mean the correctly rounded sum over the count as for the samples written out."""
+    numbers, the mean the correctly rounded sum over the count as for the samples written out
+    (counted with numpy or not: numpy leaves such a count to the loops)."""
     from fractions import Fraction
+    if np_runs:
+        monkeypatch.setattr(S, "NP_RUNS", np_runs)
     w = S.Weighted(0.0)
     runs = [(0.1, 1 << 27), (0.3, 1), (0.7, 5), (0.1, 3)]
     for t, (v, k) in enumerate(runs):
@@ -465,6 +538,18 @@ def test_a_run_too_long_to_split_is_summed_exactly():
     size = n // 20
     last = float(Fraction(0.1) * (size - 9) + Fraction(0.3) + Fraction(0.7) * 5 + Fraction(0.1) * 3) / size
     assert got["ci95"] == S._half_width([0.1] * 19 + [last]) > 0
+    # a value 2**26 times or more in one batch (2**31 samples): numpy leaves it to the loops
+    seen = []
+    real = S._summary_counted
+    monkeypatch.setattr(S, "_summary_counted", lambda *a: seen.append(real(*a)) or seen[-1])
+    w = S.Weighted(0.0)
+    runs = [(0.1, (1 << 31) + 12345), (0.7, 5), (0.3, 1 << 30)]
+    for t, (v, k) in enumerate(runs):
+        w.add(float(t), v, k)
+    n = sum(k for _, k in runs)
+    got = S.summary(w.after())
+    assert got["mean"] == float(sum(Fraction(v) * k for v, k in runs)) / n
+    assert seen == ([None] if np_runs else [])
 
 
 def test_a_statistic_of_runs_extended_at_once(small):

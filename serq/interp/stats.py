@@ -1198,9 +1198,9 @@ def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
     writing them out: the same figures to the last bit (tests/test_throughput.py compares). The
     exact sums of value times count for the 20 batch means, and the mean from theirs and those of
     the samples the batches leave out (_pieces); the order statistics read off the counts: each
-    value's total count where the values are few (_count_into, _from_counts), else from the runs
-    sorted (in memory, short runs written out; on disk, in passes over the runs CHUNK at a time,
-    _select_runs)."""
+    value's total count where the values are few (_count_into, _from_counts; with numpy where the
+    runs are many, _summary_counted), else from the runs sorted (in memory, short runs written out;
+    on disk, in passes over the runs CHUNK at a time, _select_runs)."""
     w = runs.w
     if w.vcol.file is None:
         vs, ks = w.vb[runs.start:], w.kb[runs.start:]
@@ -1209,6 +1209,10 @@ def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
         v = vs[0]
         if v != 0.0 and math.isfinite(v) and vs.count(v) == len(vs):
             return _constant(v, sum(ks), pcts)  # one value all along (a constant execute's gaps)
+        if len(vs) >= NP_RUNS:
+            out = _summary_counted(lambda: [(vs, ks)], pcts)
+            if out is not None:
+                return out
         n = sum(ks)
         h = {}
         # CHUNK at a time, as on disk: a chunk's list of values at most alive at once
@@ -1224,6 +1228,10 @@ def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
         if n <= 4 * len(ks) and n <= SWITCH:  # short runs of many values, written out: summary() of the samples
             return summary(list(chain.from_iterable(map(repeat, vs.tolist(), ks.tolist()))), pcts)
         return _summary_runs(vs, ks, pcts)
+    if len(w.vcol) - runs.start >= NP_RUNS:
+        out = _summary_counted(runs.chunks, pcts)
+        if out is not None:
+            return out
     n = 0
     for ks in w.kcol.chunks(runs.start):
         n += sum(ks)
@@ -1270,6 +1278,125 @@ def summary_runs(runs: Runs, pcts=PERCENTILES) -> dict:
         sk_col.flush()
     at = _select_runs(zip(sv_col.chunks(), sk_col.chunks()), samples, _ranks(n, [p / 100 for p in pcts]))
     return _figures(n, size, accs, at, lo, hi, pcts, runs.chunks)
+
+
+# the runs from which summary_runs counts with numpy where it is installed (serq's experiments extra,
+# which `make install` installs): below, the loops cost less than its import
+NP_RUNS = 1 << 16
+BLOCK = 1 << 18
+
+
+def _summary_counted(chunks, pcts):
+    """summary_runs of runs whose values are few (at most DISTINCT), all finite and nonzero, with
+    numpy: each block of runs sorted by value and each value's count summed (in place of
+    _count_into's loop), the batches' exact sums made from each value's count in the batch (the
+    products split as _split splits them: the same exact sums, so the same floats), the figures then
+    as _from_counts gives them. chunks() gives the (values, counts) arrays; None where numpy is
+    absent or the runs are not so (a count past 2**26, a value outside [_TINY, _HUGE] in magnitude,
+    a sum out of the float range, more than DISTINCT values): summary_runs' loops then."""
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    n = 0
+    for _, ks in chunks():
+        if len(ks):
+            n += int(np.frombuffer(ks, dtype=ks.typecode).sum(dtype=np.int64))
+    if n <= 0:
+        return None
+    size = n // BATCHES
+    start = n - size * BATCHES
+    bounds = [0, start] + [start + (b + 1) * size for b in range(BATCHES)]
+    accs = [_WAcc() for _ in range(BATCHES + 1)]
+    counted = []  # (values, counts) of each piece of each block, sorted, merged when they grow
+    held = 0
+    g = 0  # the index of the block's first sample
+    for v, k in _blocks(np, chunks()):
+        a = np.abs(v)
+        if not (np.all(a >= _TINY) and np.all(a <= _HUGE)) or int(k.min()) <= 0:
+            return None
+        ends = np.cumsum(k)
+        total = int(ends[-1])
+        ends += g
+        # the pieces (accs[0] the samples the batches leave out, accs[1 + b] batch b) it falls in,
+        # a run cut where a piece ends, as _pieces cuts it
+        for p in range(bisect_right(bounds, g) - 1, BATCHES + 1):
+            x0, x1 = max(bounds[p], g), min(bounds[p + 1], g + total)
+            if x0 >= x1:
+                if bounds[p] >= g + total:
+                    break
+                continue
+            i0 = int(np.searchsorted(ends, x0, "right"))
+            i1 = int(np.searchsorted(ends, x1, "left"))
+            pv, pk = v[i0:i1 + 1], k[i0:i1 + 1]
+            if int(ends[i0] - k[i0]) < x0 or int(ends[i1]) > x1:  # its first or last run cut
+                pk = pk.copy()
+                if i0 == i1:
+                    pk[0] = x1 - x0
+                else:
+                    pk[0] = int(ends[i0]) - x0
+                    pk[-1] = x1 - int(ends[i1 - 1])
+            u, c = _by_value(np, pv, pk, False)
+            if int(c.max()) >= 67108864:
+                return None
+            hi_ = np.float64(_SPLIT) * u
+            hi_ = hi_ - (hi_ - u)
+            cf = c.astype(np.float64)
+            acc = accs[p]
+            try:
+                parts = acc.parts + _parts(np.concatenate((hi_ * cf, (u - hi_) * cf)).tolist())
+                if len(parts) > 64:
+                    parts = _parts(parts)
+            except (OverflowError, ValueError):
+                return None
+            acc.parts = parts
+            lo, hi = float(u.min()), float(u.max())
+            if lo < acc.lo:
+                acc.lo = lo
+            if hi > acc.hi:
+                acc.hi = hi
+            counted.append((u, c))
+            held += len(u)
+            if held > 4 * DISTINCT:
+                counted = [_by_value(np, *map(np.concatenate, zip(*counted)), False)]
+                held = len(counted[0][0])
+                if held > DISTINCT:
+                    return None
+        g += total
+    sv, cs = _by_value(np, *map(np.concatenate, zip(*counted)))
+    if len(sv) > DISTINCT:
+        return None
+    sv, cs = sv.tolist(), cs.tolist()
+    through = list(accumulate(cs))
+    at = {r: sv[bisect_right(through, r)] for r in _ranks(n, [p / 100 for p in pcts])}
+    return _figures(n, size, accs, at, sv[0], sv[-1], pcts, lambda: [(sv, cs)])
+
+
+def _blocks(np, chunks):
+    """The chunks' (values, counts) as numpy arrays (float64, int64), gathered into blocks of up to
+    BLOCK runs."""
+    vs, ks, m = [], [], 0
+    for v, k in chunks:
+        if not len(v):
+            continue
+        vs.append(np.frombuffer(v, dtype=np.float64))
+        ks.append(np.frombuffer(k, dtype=k.typecode).astype(np.int64))
+        m += len(v)
+        if m >= BLOCK:
+            yield np.concatenate(vs), np.concatenate(ks)
+            vs, ks, m = [], [], 0
+    if vs:
+        yield np.concatenate(vs), np.concatenate(ks)
+
+
+def _by_value(np, v, k, ordered=True):
+    """The distinct values of v (none a zero or NaN), ascending where `ordered` (else in the order of
+    their bits), and the sum of the counts k of each. (The bits are sorted faster, and a stable sort
+    makes use of the ascending stretches a fast-forward's gaps make.)"""
+    o = np.argsort(v if ordered else v.view(np.int64), kind="stable")
+    sv = v[o]
+    first = np.flatnonzero(np.concatenate(([True], sv[1:] != sv[:-1])))
+    return sv[first], np.add.reduceat(k[o], first)
 
 
 # the distinct values a statistic of runs counts (_count_into) before it sorts the runs instead: a
