@@ -125,6 +125,24 @@ def test_time_average_spilled_as_in_memory(small, monkeypatch, seed):
 
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_least_and_greatest_with_numpy_are_min_and_max(seed):
+    """_lo_hi's numpy answer is min()'s and max()'s to the sign of a zero: a NaN first (min() and
+    max() stop there) or later, zeros of one sign or of both (the first met kept), none."""
+    np = pytest.importorskip("numpy")
+    from array import array
+    rng = random.Random(seed)
+    pool = rng.choice([[0.0, 1.5, 2.5], [-0.0, 3.0], [0.0, -0.0, 1.0], [-0.0, -1.0, 0.0], [-2.0, 0.0, -0.0],
+                       [math.nan, 1.0, 0.0], [1.0, 2.0], [-1.0, -0.0]])
+    other = [rng.uniform(-3, 3)] if seed % 2 else []  # (none: a zero the least or greatest)
+    a = array("d", (rng.choice(pool + other) for _ in range(rng.choice([255, 256, 300, 4096]))))
+    if rng.random() < 0.3:
+        a[0] = rng.choice([math.nan, 0.0, -0.0])
+    want = (min(a), max(a))
+    for got in (S._lo_hi(a, np), S._lo_hi(a, None)):
+        assert repr(got) == repr(want) and [math.copysign(1, x) for x in got] == [math.copysign(1, x) for x in want]
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_spilled_extremes_of_the_span_are_one_pass_of_each_chunk(monkeypatch, seed):
     """_result_spilled reads the whole span's least and greatest off its windows' and the changes

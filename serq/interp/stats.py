@@ -3,6 +3,7 @@ batch-means 95% interval over 20 batches, and time averages over [warmup, end] o
 from __future__ import annotations
 
 import math
+import sys
 import tempfile
 import weakref
 from array import array
@@ -406,11 +407,13 @@ class TimeAverage:
         # windows' ranges join up into the whole span's (a window starts where the one before ends,
         # or one point earlier), so its least and greatest are theirs
         los, his = [], []
+        np = _numpy() if len(vs) >= NP_RUNS else sys.modules.get("numpy")  # (its import paid where it pays)
         for k in range(BATCHES):
             held = vs[max(0, bisect_right(ts, edges[k]) - 1):bisect_left(ts, edges[k + 1])]
             if held:
-                los.append(min(held))
-                his.append(max(held))
+                lo, hi = _lo_hi(held, np)
+                los.append(lo)
+                his.append(hi)
             else:
                 los.append(None)
                 his.append(None)
@@ -433,6 +436,7 @@ class TimeAverage:
         last = [None] * len(edges)   # per edge: (time, value, integral) of the last change <= it
         wins = [(k, k + 1) for k in range(BATCHES)] + [(0, BATCHES)]
         inside = [[None, None] for _ in wins]  # per window: least, greatest (the first met of equals)
+        np = _numpy()  # (spilled: SWITCH changes or more)
         for ts, vs, cs in self._columns():
             if not len(ts):
                 continue
@@ -449,7 +453,7 @@ class TimeAverage:
                     _fold(whole, vs[lefts[k]:pos[k]])
                 part = vs[pos[k]:lefts[k + 1]]
                 if part:
-                    lo, hi = min(part), max(part)
+                    lo, hi = _lo_hi(part, np)
                     acc = inside[k]
                     if acc[0] is None or lo < acc[0]:
                         acc[0] = lo
@@ -627,6 +631,34 @@ class BusyAverage(TimeAverage):
         held = [None, None]
         _fold(held, [va] + [y for y in self.ext if y is not None] + [p[1] for p in self.tail if p[0] < e1])
         return _within(x, *held)
+
+
+def _lo_hi(a, np):
+    """min(a), max(a) of an array('d'): with numpy (np, where not None) where the array is long, the
+    same two floats. Where a NaN is among them, or zeros of both signs (min() and max() stop at a
+    leading NaN, and keep the first met of 0.0 and -0.0), min() and max() decide."""
+    if len(a) >= 256:
+        if np is not None:
+            x = np.frombuffer(a, dtype=np.float64)
+            lo, hi = float(x.min()), float(x.max())
+            if lo == lo and hi == hi:
+                if lo != 0.0 and hi != 0.0:
+                    return lo, hi
+                signs = np.signbit(x[x == 0.0])
+                if not signs.any():
+                    return (0.0 if lo == 0.0 else lo), (0.0 if hi == 0.0 else hi)
+                if signs.all():
+                    return (-0.0 if lo == 0.0 else lo), (-0.0 if hi == 0.0 else hi)
+    return min(a), max(a)
+
+
+def _numpy():
+    """numpy, or None where it is not installed (serq's experiments extra)."""
+    try:
+        import numpy
+    except ImportError:
+        return None
+    return numpy
 
 
 def _fold(acc, xs):
@@ -1294,9 +1326,8 @@ def _summary_counted(chunks, pcts):
     as _from_counts gives them. chunks() gives the (values, counts) arrays; None where numpy is
     absent or the runs are not so (a count past 2**26, a value outside [_TINY, _HUGE] in magnitude,
     a sum out of the float range, more than DISTINCT values): summary_runs' loops then."""
-    try:
-        import numpy as np
-    except ImportError:
+    np = _numpy()
+    if np is None:
         return None
     n = 0
     for _, ks in chunks():
