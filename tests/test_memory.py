@@ -454,6 +454,9 @@ def test_a_temporary_directory_that_takes_nothing_is_an_error_not_a_bug(small, m
     def full(*a, **k):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(S.tempfile, "TemporaryFile", full)
+    # the run makes its own file: not the one an earlier test's columns, alive still (a cycle the
+    # collector has not reached, or frozen by a run's gc.freeze), spill into (the shared _spill)
+    monkeypatch.setattr(S, "_spill_ref", None)
     rc = main(["run", os.path.join(ROOT, "examples", "single-turn", "mg1.sq"), "--arrivals", "6000", "--quiet"])
     gc.collect()
     err = capsys.readouterr().err
