@@ -251,9 +251,17 @@ class EnginePath:
         ur = []  # each pool's (units, reserve)
         for (_, uf, rf, _), m in zip(spec.pools, ms):
             sim.cur_at = at
-            u = round_up(amount(uf(c), at, "a hold's units"), m.block)
-            r = amount(rf(c), at, "a hold's reserve") if rf is not None else 0.0
-            need = max(u, r)
+            u = uf(c)
+            if u != u or u < 0:  # (Sim.amount's check in line: it raises)
+                amount(u, at, "a hold's units")
+            u = round_up(u, m.block)
+            if rf is not None:
+                r = rf(c)
+                if r != r or r < 0:
+                    amount(r, at, "a hold's reserve")
+            else:
+                r = 0.0
+            need = r if r > u else u  # max(u, r): the first of equals
             if need > m.cap:
                 m.over = fr
                 return False
@@ -275,7 +283,8 @@ class EnginePath:
         if rec is not None and not fr.again:
             rec.cached += got
         for m, (u, r), g in zip(ms, ur, (g0, g1)):
-            m.make_room(u)
+            if m.used + m.cached + u - m.cap > 1e-9:  # (make_room's own test: nothing to evict else)
+                m.make_room(u)
             a = m.allocate(fr, u, r)
             a.pos = a.consumed = g
             fr.allocs.append(a)
@@ -350,6 +359,13 @@ class EnginePath:
         sess.a["computed"] = 0.0
         sim.turn_end(sess)
         sim._finish(sess, False)
+        # the session has ended: what makes it, its hold and the hold's allocations cycles (its own
+        # stream, its frame and the frame's, each allocation's frame) let go, so that each is freed
+        # as its last reference goes (a cache entry keeps the session), not by the cyclic collector:
+        # ~9 objects a request that made a collection every 2,000 requests, ~6% of the run's CPU
+        sess.rng = None
+        sess.fr = None
+        fr.allocs = ()
 
     def release(self, fr):
         """Sim.release_frame(fr) at the hold's end, for this path's hold (no lease, no content): each

@@ -206,8 +206,24 @@ class Pool:
 
     # -- allocations
     def allocate(self, frame, units: float, reserve: float) -> Alloc:
-        self.used += units
-        return self._holder(frame, units, reserve)
+        """used += units, then _holder (written out: an admission's hot path, two pools each)."""
+        self.used = used = self.used + units
+        self.admit_seq += 1
+        a = Alloc(frame, self, units, reserve, 0.0, self.admit_seq)
+        self.allocs.append(a)
+        self.n_holders = None
+        eng = self.engine
+        if eng is not None:  # Engine.res_in
+            rc = eng.rc
+            sid = frame.sess.id
+            rc[sid] = rc.get(sid, 0) + 1
+        if self.reserve_held:
+            self.reserved_extra += max(0.0, reserve - units)
+        self.admitted += 1
+        if used > self.max_used:  # _note
+            self.max_used = used
+        self.used_avg.set(self.sim.now, used)
+        return a
 
     def _holder(self, frame, units: float, reserve: float) -> Alloc:
         """A new holder of `units` (already counted in used), with its reservation."""
@@ -238,14 +254,24 @@ class Pool:
         self.allocs.remove(a)
         a.held = False
         self.n_holders = None
-        if self.engine is not None and not a.leased:
-            self.engine.res_out(a.frame.sess.id)
-        self.used -= a.units
-        if self.used < 1e-9:
-            self.used = 0.0
+        eng = self.engine
+        if eng is not None and not a.leased:  # Engine.res_out
+            rc = eng.rc
+            sid = a.frame.sess.id
+            n = rc[sid] - 1
+            if n:
+                rc[sid] = n
+            else:
+                del rc[sid]
+        used = self.used - a.units
+        if used < 1e-9:
+            used = 0.0
+        self.used = used
         if self.reserve_held:
             self.reserved_extra -= max(0.0, a.reserve - a.units)
-        self._note()
+        if used > self.max_used:  # _note (written out: a release's hot path)
+            self.max_used = used
+        self.used_avg.set(self.sim.now, used)
 
 
 class Blk:

@@ -875,7 +875,8 @@ class Sim(Iterations):
     def observe(self, name, v, sess):
         s = self.obs.get(name)
         if s is None:
-            s = self.obs[name] = Series(self.warmup, rows=True)
+            # each sample's time, session and turn kept beside it for --dump alone (dump.write)
+            s = self.obs[name] = Series(self.warmup, rows=self.recorder is not None)
         s.add(self.now, v, sess.serial, sess.turn_idx)
 
     def _growth_gauges(self):
