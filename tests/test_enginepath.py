@@ -3,6 +3,7 @@ without the general path's instruction lists, generators and planned steady iter
 report is the same to the byte as the general path's (Sim.engine_path off)."""
 from __future__ import annotations
 
+import gc
 import json
 import os
 
@@ -294,3 +295,23 @@ def test_a_dump_made_again_on_the_general_path_records_that_run_alone(monkeypatc
         got[on] = (json.dumps(rep, sort_keys=True), [(list(ts), [list(c) for c in cols]) for ts, cols in
                    sim.recorder.series], list(sim.requests.rows()))
     assert got[True] == got[False] and len(got[True][2]) > 200
+
+
+@pytest.mark.parametrize("path", [SINGLE, BLIS])
+def test_a_finished_sessions_objects_are_freed_without_the_cyclic_collector(path):
+    """A session that ends on the engine path lets go of what made it, its hold and its allocations
+    cycles (its own stream, its frame, each allocation's frame): they are freed as their last
+    reference goes, and the cyclic collector, which cost ~6% of a run's CPU collecting ~9 objects a
+    request, finds nothing that grows with the requests."""
+    def cycles(n):
+        gc.collect()
+        gc.disable()
+        try:
+            _run(path, {}, True, arrivals=n)
+            return gc.collect()
+        finally:
+            gc.enable()
+    # (what the run's end leaves to the collector, the simulator and what its caches hold, grows
+    # until they are full: 2,000 requests more left ~18,000 objects more before)
+    few, many = cycles(1000), cycles(3000)
+    assert many - few < 1000, (few, many)

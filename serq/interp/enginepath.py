@@ -319,11 +319,15 @@ class EnginePath:
         its work is none (the session then goes on at once)."""
         sim = self.sim
         if prefill:
-            work = sim.amount(self.pf_work(sess), self.pf_at, "a run's work")
+            work = self.pf_work(sess)
+            if work != work or work < 0:  # (Sim.amount's check in line: it raises)
+                sim.amount(work, self.pf_at, "a run's work")
             if work <= 0:
                 return self.run(sess, fr, False)
         else:
-            work = sim.amount(self.dc_work(sess), self.dc_at, "a run's work")
+            work = self.dc_work(sess)
+            if work != work or work < 0:
+                sim.amount(work, self.dc_at, "a run's work")
             if work <= 0:
                 self.answer(sess, fr)
                 return None
@@ -379,10 +383,14 @@ class EnginePath:
                 continue
             m = a.pool
             m.free(a)
-            sim.engine_wants(eng)  # (the slot pool's engine, the KV pool's engine it is the memory of)
+            if not eng.pending:  # Sim.engine_wants (the slot pool's engine, the KV pool's engine it is the memory of)
+                sim.engine_wants(eng)
             if spec.has_cache:
-                ell = sim.amount(spec.cache(sess), spec.at, "a hold's cache")
-                m.put_cache(sess, min(ell, sim._computed(a, False)))
+                ell = spec.cache(sess)
+                if ell != ell or ell < 0:  # (Sim.amount's check in line: it raises)
+                    sim.amount(ell, spec.at, "a hold's cache")
+                x = a.pos if a.advanced else a.units  # Sim._computed(a, False)
+                m.put_cache(sess, x if x < ell else ell)  # min(ell, x): the first of equals
         fr.done = True
 
     # ---------------------------------------------------------------- the cohort

@@ -875,8 +875,7 @@ class Sim(Iterations):
     def observe(self, name, v, sess):
         s = self.obs.get(name)
         if s is None:
-            # each sample's time, session and turn kept beside it for --dump alone (dump.write)
-            s = self.obs[name] = Series(self.warmup, rows=self.recorder is not None)
+            s = self.obs[name] = Series(self.warmup, rows=True)
         s.add(self.now, v, sess.serial, sess.turn_idx)
 
     def _growth_gauges(self):
