@@ -574,6 +574,27 @@ def test_a_statistic_of_runs_extended_at_once(small):
     assert late.vcol.file is not None and not late.after() and S.summary(late.after()) == S.summary([])
 
 
+@pytest.mark.parametrize("full", [False, True])
+def test_a_long_extend_and_many_counts_keep_each_runs_count(monkeypatch, full):
+    """extend()'s counts, n of a batch's k, taken from a row of k made once per k (up to 256 of
+    them, and 1,024 k): runs longer than the row, at its length, and with no room left for another
+    k's row, hold the samples add() holds one at a time."""
+    monkeypatch.setattr(S, "_KS", {-x: b"" for x in range(1024)} if full else {})
+    rng = random.Random(5)
+    a, b = S.Weighted(0.0), S.Weighted(0.0)
+    t = 0.0
+    for n in [1, 255, 256, 257, 700, 3, 256, 255, 1000, 2]:
+        for k in (1, 7, 300):
+            times = [t + i for i in range(n)]
+            gaps = [rng.random() for _ in times]
+            a.extend([times[0] - 0.5] + times, gaps, k)
+            for x, g in zip(times, gaps):
+                b.add(x, g, k)
+            t = times[-1] + 1
+    assert list(a.kb) == list(b.kb) and list(a.v) == list(b.v)
+    assert len(S._KS) == (1024 if full else 3)
+
+
 @pytest.mark.parametrize("values", [
     [1.0, 2.0, 4.0, 8.0], [0.3] * 7, [5.0], [1e200, -1e200, 3.0], [1e-300, 2e-300],
     [random.Random(3).lognormvariate(0, 1) for _ in range(5000)],

@@ -1136,7 +1136,8 @@ class EnginePath:
                     self.run(sess, fr, False)
                 else:
                     self.answer(sess, fr)
-        self.co_join(now, eng.iter_no)
+        if self.co or len(eng.reqs) >= CO_MIN:  # (co_join's first test: none joins else)
+            self.co_join(now, eng.iter_no)
         self.want = True
 
     # ---------------------------------------------------------------- the event loop

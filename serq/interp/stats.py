@@ -688,6 +688,7 @@ CHUNK = 1 << 16
 # a list of n floats as an array's bytes (array.frombytes): fromlist and append parse each item as
 # an argument (PyArg_Parse, ~160 instructions), pack reads it as a float (the same 8 bytes)
 _PACK = [Struct(f"{n}d").pack for n in range(256)]
+_KS: dict = {}  # a run's count k -> 256 of it, an array('q')'s bytes (Weighted._bulk)
 STEP = 128  # one sorted chunk's every STEP-th value brackets the order statistics (_select)
 
 
@@ -909,7 +910,13 @@ class Weighted:
             vb.frombytes(_PACK[n](*vs))
         else:
             vb.fromlist(vs)
-        self.kb.extend(array("q", (k,)) * len(vs))
+        ks = _KS.get(k) if n <= 256 else None  # each run's count k, n times: a row of 256 made once
+        if ks is not None:
+            self.kb.frombytes(ks[:8 * n])
+        else:
+            self.kb.extend(array("q", (k,)) * n)
+            if n <= 256 and len(_KS) < 1024:
+                _KS[k] = (array("q", (k,)) * 256).tobytes()
         if len(vb) >= self.cap:
             self._flush()
 
