@@ -254,7 +254,9 @@ class EnginePath:
             u = uf(c)
             if u != u or u < 0:  # (Sim.amount's check in line: it raises)
                 amount(u, at, "a hold's units")
-            u = round_up(u, m.block)
+            b = m.block
+            if b and u != INF:  # round_up, in line
+                u = math.ceil(u / b - 1e-12) * b
             if rf is not None:
                 r = rf(c)
                 if r != r or r < 0:
@@ -265,14 +267,15 @@ class EnginePath:
             if need > m.cap:
                 m.over = fr
                 return False
-            if not m.room_for(need):
+            if not m.used + (m.reserved_extra if m.reserve_held else 0.0) + need <= m.cap + 1e-9:  # room_for
                 return False
             ur.append((u, r))
         (u0, _), (u1, _) = ur
         if spec.has_cache:
             rho = amount(spec.reuse(c), at, "a hold's reuse") if spec.reuse is not None else INF
-            g0 = m0.consume(sess, rho, u0)
-            g1 = m1.consume(sess, rho, u1)
+            cid = sess.cid  # (consume where the session has an entry: none else, 0)
+            g0 = m0.consume(sess, rho, u0) if cid in m0.own else 0.0
+            g1 = m1.consume(sess, rho, u1) if cid in m1.own else 0.0
             got = g0 if g0 >= g1 else g1  # max([g0, g1]): the first of equals
         else:
             if spec.reuse is not None:

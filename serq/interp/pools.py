@@ -184,8 +184,10 @@ class Pool:
         self.entries.append(e)
         self.own[sess.cid] = e
         self.cached += units
-        # a release never leaves the pool over its cap: evict what no longer fits
-        self.make_room(0.0)
+        # a release never leaves the pool over its cap: evict what no longer fits (make_room's own
+        # test first: nothing to evict else)
+        if self.used + self.cached + 0.0 - self.cap > 1e-9:
+            self.make_room(0.0)
 
     def drop(self, sess):
         e = self.own.pop(sess.cid, None)
