@@ -290,7 +290,9 @@ def test_bad_input(tmp_path, capsys):
     here = os.path.dirname(__file__)
     assert main(["verify", os.path.join(here, "data", "fragment", "F013_stage.sq")]) == 1
     assert "error[F013]" in capsys.readouterr().err
-    assert main(["verify", path, "--sessions", "3", "--values", "16", "--timeout", "0.5", "--json"]) == 0
+    # (2 s: the exploration of 3 sessions with values 0..16 runs out long before, and induction, which
+    # a loaded CI machine could not reach within 0.5 s, has its share)
+    assert main(["verify", path, "--sessions", "3", "--values", "16", "--timeout", "2", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)
     assert got["claims"]["budget"]["verdict"] == "unknown"
     assert "timeout" in got["claims"]["budget"]["reason"]
@@ -968,7 +970,9 @@ def test_an_unknown_claim_says_what_it_read_whole_and_the_bound_that_decides_it(
         fh.write(text[:i] + "  claim busy: every iteration of trtllm (attention >= 1);\n}\n")
     v = verify(api.load(path), timeout=8).claims["busy"]
     assert v.verdict == "unknown"
-    m = re.search(r"every workload of 1 session with values 0\.\.16(, \d sessions with values 0\.\.\d+)* was run "
+    # (the bounds run within the 8 s are the machine's: values 0..16 for one session on an idle one,
+    # 0..1 on a loaded CI machine)
+    m = re.search(r"every workload of 1 session with values 0\.\.\d+(, \d sessions with values 0\.\.\d+)* was run "
                   r"and none fails it: `([^`]*)`", v.reason)
     assert m, v.reason
     ask = m.group(2).split()
