@@ -208,37 +208,28 @@ class Pool:
 
     # -- allocations
     def allocate(self, frame, units: float, reserve: float) -> Alloc:
-        """used += units, then _holder (written out: an admission's hot path, two pools each)."""
-        self.used = used = self.used + units
+        self.used += units
+        return self._holder(frame, units, reserve)
+
+    def _holder(self, frame, units: float, reserve: float) -> Alloc:
+        """A new holder of `units` (already counted in used), with its reservation (Engine.res_in
+        and _note written out: an admission's hot path, two pools each)."""
         self.admit_seq += 1
         a = Alloc(frame, self, units, reserve, 0.0, self.admit_seq)
         self.allocs.append(a)
         self.n_holders = None
         eng = self.engine
-        if eng is not None:  # Engine.res_in
+        if eng is not None:  # a resident of the engine that admits this pool (Engine.rc)
             rc = eng.rc
             sid = frame.sess.id
             rc[sid] = rc.get(sid, 0) + 1
         if self.reserve_held:
             self.reserved_extra += max(0.0, reserve - units)
         self.admitted += 1
-        if used > self.max_used:  # _note
+        used = self.used
+        if used > self.max_used:
             self.max_used = used
         self.used_avg.set(self.sim.now, used)
-        return a
-
-    def _holder(self, frame, units: float, reserve: float) -> Alloc:
-        """A new holder of `units` (already counted in used), with its reservation."""
-        self.admit_seq += 1
-        a = Alloc(frame, self, units, reserve, 0.0, self.admit_seq)
-        self.allocs.append(a)
-        self.n_holders = None
-        if self.engine is not None:  # a resident of the engine that admits this pool (Engine.rc)
-            self.engine.res_in(frame.sess.id)
-        if self.reserve_held:
-            self.reserved_extra += max(0.0, reserve - units)
-        self.admitted += 1
-        self._note()
         return a
 
     def grow_alloc(self, a: Alloc, d: float):

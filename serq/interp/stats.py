@@ -333,16 +333,9 @@ class TimeAverage:
         growths, in the loop that makes their points)."""
         if not times:
             return
-        n = len(times)
-        if n < 256:
-            pk = _PACK[n]
-            self.t.frombytes(pk(*times))
-            self.vals.frombytes(pk(*vals))
-            self.cum.frombytes(pk(*cum))
-        else:
-            self.t.fromlist(times)
-            self.vals.fromlist(vals)
-            self.cum.fromlist(cum)
+        _put(self.t, times)
+        _put(self.vals, vals)
+        _put(self.cum, cum)
         self.acc = cum[-1]
         self.last = times[-1]
         self.v = vals[-1]
@@ -689,6 +682,15 @@ CHUNK = 1 << 16
 # an argument (PyArg_Parse, ~160 instructions), pack reads it as a float (the same 8 bytes)
 _PACK = [Struct(f"{n}d").pack for n in range(256)]
 _KS: dict = {}  # a run's count k -> 256 of it, an array('q')'s bytes (Weighted._bulk)
+
+
+def _put(a, xs: list):
+    """a.fromlist(xs) for an array('d'): by _PACK where xs are fewer than 256."""
+    n = len(xs)
+    if n < 256:
+        a.frombytes(_PACK[n](*xs))
+    else:
+        a.fromlist(xs)
 STEP = 128  # one sorted chunk's every STEP-th value brackets the order statistics (_select)
 
 
@@ -905,11 +907,8 @@ class Weighted:
             else:
                 self._new(v, k * len(vs))
             return
-        n = len(vs)  # a run each (equal ones in a row not merged: the same samples)
-        if n < 256:
-            vb.frombytes(_PACK[n](*vs))
-        else:
-            vb.fromlist(vs)
+        _put(vb, vs)  # a run each (equal ones in a row not merged: the same samples)
+        n = len(vs)
         ks = _KS.get(k) if n <= 256 else None  # each run's count k, n times: a row of 256 made once
         if ks is not None:
             self.kb.frombytes(ks[:8 * n])
